@@ -1,0 +1,1 @@
+//! The daemon: client sessions, shared memory, backends, the engine loop.

@@ -1,0 +1,1 @@
+//! The application <-> daemon protocol. (Filled by the daemon work.)

@@ -1,0 +1,1 @@
+//! Whole frames: Ethernet / IP / UDP / TCP around RoCE and iWARP. (Filled by the wire work.)

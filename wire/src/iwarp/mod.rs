@@ -1,0 +1,1 @@
+//! iWARP: MPA, DDP, RDMAP. (Filled by the wire work.)

@@ -1,0 +1,1 @@
+//! RoCE v2 / IB transport headers. (Filled by the core work.)
