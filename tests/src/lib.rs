@@ -1,1 +1,497 @@
-//! Helpers for the end-to-end tests: starting daemons, network namespaces, programs.
+//! Helpers for the end-to-end tests: daemons, network namespaces, unmodified programs.
+//!
+//! The tests find `rdma-emud`, `rdma-emu` and the shim libraries through
+//! `RDMA_EMU_BIN_DIR` / `RDMA_EMU_LIB_DIR` (set by `cargo xtask test`), falling back to
+//! `target/release`. A test that needs something this machine lacks (root for network
+//! namespaces, a program from Debian's packages) prints why and returns early — except
+//! under CI (`CI` set), where `.ci/run` installs everything and runs as root, so there the
+//! same condition fails the test instead of passing it silently.
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The UDP port 4791 and the programs' TCP ports are per network namespace: tests that
+/// start daemons run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Takes the lock that serialises end-to-end tests (poisoning from a failed test is fine).
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn workspace_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(PathBuf::from).unwrap_or(here)
+}
+
+/// Folder holding `rdma-emud` and `rdma-emu`.
+pub fn bin_dir() -> PathBuf {
+    std::env::var_os("RDMA_EMU_BIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/release"))
+}
+
+/// Folder holding the shim's libibverbs.so.1 and friends.
+pub fn lib_dir() -> PathBuf {
+    std::env::var_os("RDMA_EMU_LIB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bin_dir().join("rdma-emu-lib"))
+}
+
+/// True under CI, where every precondition must hold.
+pub fn under_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false")
+}
+
+/// Says why a test cannot run here. Under CI that is a failure; elsewhere the test prints
+/// the reason and the caller returns early.
+#[must_use]
+pub fn cannot_run(why: &str) -> bool {
+    if under_ci() {
+        panic!("CI must be able to run this test, but: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    true
+}
+
+/// True when `program` is on PATH.
+pub fn have_program(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Early return for a test when a program from Debian's packages is missing.
+pub fn missing(programs: &[&str]) -> bool {
+    for p in programs {
+        if !have_program(p) {
+            return cannot_run(&format!(
+                "{p} is not installed (apt-get install ibverbs-utils perftest rdmacm-utils)"
+            ));
+        }
+    }
+    false
+}
+
+/// The artefacts every end-to-end test needs; a clear failure when they were not built.
+pub fn require_build() {
+    for (path, hint) in [
+        (
+            bin_dir().join("rdma-emud"),
+            "cargo build --release -p emulator",
+        ),
+        (lib_dir().join("libibverbs.so.1"), "cargo xtask shim"),
+    ] {
+        assert!(
+            path.exists(),
+            "{} is missing: run the tests with `cargo xtask test` (or build it: {hint})",
+            path.display()
+        );
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A network namespace this test created; deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    fn exec_prefix(&self) -> Vec<String> {
+        vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            self.name.clone(),
+        ]
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Two hosts: two namespaces joined by a veth pair, `10.211.N.1/24` and `10.211.N.2/24`.
+pub struct TwoHosts {
+    pub a: Netns,
+    pub b: Netns,
+    pub addr_a: String,
+    pub addr_b: String,
+    pub iface: &'static str,
+}
+
+/// Creates two namespaces joined by veth, or `None` (with the reason printed, or a
+/// failure under CI) when this machine cannot.
+pub fn two_hosts() -> Option<TwoHosts> {
+    if !is_root() {
+        let _ = cannot_run("network namespaces need root");
+        return None;
+    }
+    let id = std::process::id() % 250;
+    let a = Netns {
+        name: format!("rdmaemu-{}-a", std::process::id()),
+    };
+    let b = Netns {
+        name: format!("rdmaemu-{}-b", std::process::id()),
+    };
+    let addr_a = format!("10.211.{id}.1");
+    let addr_b = format!("10.211.{id}.2");
+    let iface = "eth0";
+    let script = format!(
+        "set -e
+         ip netns add {a}
+         ip netns add {b}
+         ip link add rdmaemu{id}a type veth peer name rdmaemu{id}b
+         ip link set rdmaemu{id}a netns {a}
+         ip link set rdmaemu{id}b netns {b}
+         ip -n {a} link set rdmaemu{id}a name {iface}
+         ip -n {b} link set rdmaemu{id}b name {iface}
+         ip -n {a} addr add {addr_a}/24 dev {iface}
+         ip -n {b} addr add {addr_b}/24 dev {iface}
+         ip -n {a} link set lo up
+         ip -n {b} link set lo up
+         ip -n {a} link set {iface} up
+         ip -n {b} link set {iface} up",
+        a = a.name,
+        b = b.name,
+    );
+    let out = Command::new("sh").args(["-c", &script]).output();
+    match out {
+        Ok(o) if o.status.success() => Some(TwoHosts {
+            a,
+            b,
+            addr_a,
+            addr_b,
+            iface,
+        }),
+        Ok(o) => {
+            let _ = cannot_run(&format!(
+                "cannot create network namespaces: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+            None
+        }
+        Err(e) => {
+            let _ = cannot_run(&format!("cannot run ip: {e}"));
+            None
+        }
+    }
+}
+
+/// A running `rdma-emud`; stopped with SIGTERM on drop (its log printed if it failed).
+pub struct Daemon {
+    child: Child,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+    _dir: TempDir,
+}
+
+impl Daemon {
+    /// Starts a daemon with its default device (`rxe0` on loopback).
+    pub fn start() -> Daemon {
+        Daemon::start_with(None, &[])
+    }
+
+    /// Starts a daemon inside `netns` (if any) with extra arguments.
+    pub fn start_with(netns: Option<&Netns>, args: &[&str]) -> Daemon {
+        require_build();
+        let dir = TempDir::new("daemon");
+        let socket = dir.path().join("rdma-emud.sock");
+        let log = dir.path().join("rdma-emud.log");
+        let mut argv: Vec<String> = netns.map(Netns::exec_prefix).unwrap_or_default();
+        argv.push(bin_dir().join("rdma-emud").display().to_string());
+        argv.push("--socket".into());
+        argv.push(socket.display().to_string());
+        argv.extend(args.iter().map(|s| s.to_string()));
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("daemon log file"))
+            .spawn()
+            .expect("cannot start rdma-emud");
+        let mut daemon = Daemon {
+            child,
+            socket,
+            log,
+            _dir: dir,
+        };
+        let start = Instant::now();
+        while !daemon.socket.exists() {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                panic!("rdma-emud exited with {status}:\n{}", daemon.log_text());
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "rdma-emud did not create its socket in 20 s:\n{}",
+                daemon.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        daemon
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Process id (for CPU measurements).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs an unmodified program against this daemon (through `rdma-emu run`).
+    pub fn program(&self, netns: Option<&Netns>, argv: &[&str]) -> Program {
+        Program::new(self, netns, argv)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: kill(2) on our own child's pid; no memory is involved.
+            unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- rdma-emud log ---\n{}", self.log_text());
+        }
+    }
+}
+
+/// What a finished program printed.
+#[derive(Debug)]
+pub struct Output {
+    pub status: Option<ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+    pub argv: String,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// Panics with everything the program printed unless it exited 0.
+    pub fn assert_success(&self) -> &Self {
+        assert!(
+            self.success(),
+            "`{}` failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.argv,
+            self.status.map_or("timed out".into(), |s| s.to_string()),
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+}
+
+/// A running program; its output is collected by threads so it never blocks on a pipe.
+pub struct Program {
+    child: Child,
+    argv: String,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+impl Program {
+    fn new(daemon: &Daemon, netns: Option<&Netns>, argv: &[&str]) -> Program {
+        let mut full: Vec<String> = netns.map(Netns::exec_prefix).unwrap_or_default();
+        full.push(bin_dir().join("rdma-emu").display().to_string());
+        full.push("run".into());
+        full.push("--".into());
+        full.extend(argv.iter().map(|s| s.to_string()));
+        let mut child = Command::new(&full[0])
+            .args(&full[1..])
+            .env("RDMA_EMU_SOCKET", &daemon.socket)
+            .env("RDMA_EMU_LIB_DIR", lib_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", argv.join(" ")));
+        let mut so = child.stdout.take().expect("piped stdout");
+        let mut se = child.stderr.take().expect("piped stderr");
+        let out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = so.read_to_string(&mut s);
+            s
+        });
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = se.read_to_string(&mut s);
+            s
+        });
+        Program {
+            child,
+            argv: argv.join(" "),
+            out,
+            err,
+        }
+    }
+
+    /// Process id (`rdma-emu run` execs the program, so this is the program itself).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// True while the program runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends SIGKILL: the program dies with no chance to clean up.
+    pub fn kill9(&mut self) {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGKILL) };
+    }
+
+    /// Waits at most `limit`; a program still running then is killed and reported as
+    /// timed out (status `None`).
+    pub fn wait(mut self, limit: Duration) -> Output {
+        let start = Instant::now();
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if start.elapsed() > limit => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => break None,
+            }
+        };
+        Output {
+            status,
+            stdout: self.out.join().unwrap_or_default(),
+            stderr: self.err.join().unwrap_or_default(),
+            argv: self.argv,
+        }
+    }
+}
+
+/// Waits until a TCP port listens in `netns` (or here), without connecting to it: the
+/// programs accept exactly one connection.
+pub fn wait_listening(netns: Option<&Netns>, port: u16, limit: Duration) -> bool {
+    let start = Instant::now();
+    let mut argv: Vec<String> = netns.map(Netns::exec_prefix).unwrap_or_default();
+    argv.extend(["ss".into(), "-Hltn".into(), format!("sport = :{port}")]);
+    while start.elapsed() < limit {
+        if let Ok(o) = Command::new(&argv[0]).args(&argv[1..]).output() {
+            if o.status.success() && !o.stdout.trim_ascii().is_empty() {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+/// Runs a server/client pair of one program and returns both outputs. The server starts
+/// first and must be listening on `port` before the client starts.
+#[allow(clippy::too_many_arguments)]
+pub fn run_pair(
+    server_daemon: &Daemon,
+    server_ns: Option<&Netns>,
+    server: &[&str],
+    client_daemon: &Daemon,
+    client_ns: Option<&Netns>,
+    client: &[&str],
+    port: u16,
+    limit: Duration,
+) -> (Output, Output) {
+    let srv = server_daemon.program(server_ns, server);
+    if !wait_listening(server_ns, port, Duration::from_secs(20)) {
+        let out = srv.wait(Duration::from_millis(100));
+        panic!(
+            "server `{}` never listened on port {port}:\n{}\n{}",
+            out.argv, out.stdout, out.stderr
+        );
+    }
+    let cli = client_daemon.program(client_ns, client);
+    let c = cli.wait(limit);
+    let s = srv.wait(if c.success() {
+        limit
+    } else {
+        Duration::from_secs(3)
+    });
+    (s, c)
+}
+
+/// A private temporary folder, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("rdma-emu-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The index of the first RoCE v2 GID with an IPv4-mapped address in `ibv_devinfo -v`
+/// output (what `-g`/`-x` take).
+pub fn roce_v2_ipv4_gid_index(devinfo_v: &str) -> Option<u32> {
+    devinfo_v.lines().find_map(|line| {
+        let line = line.trim();
+        let rest = line.strip_prefix("GID[")?;
+        let (idx, tail) = rest.split_once(']')?;
+        (tail.contains("::ffff:") && tail.contains("RoCE v2")).then(|| idx.trim().parse().ok())?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_index_parsed_from_devinfo_output() {
+        let text = "\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:0000:0000:0000:0001, RoCE v2\n\
+                    \t\t\tGID[  1]:\t\t::ffff:127.0.0.1, RoCE v2\n";
+        assert_eq!(roce_v2_ipv4_gid_index(text), Some(1));
+        assert_eq!(
+            roce_v2_ipv4_gid_index("GID[  0]: ::ffff:1.2.3.4, RoCE v1"),
+            None
+        );
+    }
+}

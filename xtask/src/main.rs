@@ -3,16 +3,27 @@
 //! - `shim [--debug]`: build verbs-shim and link it into libibverbs.so.1 / librdmacm.so.1
 //!   (with rdma-core's symbol versions) and the stand-in vendor libraries, in
 //!   `target/<profile>/rdma-emu-lib/`.
+//! - `test`: build everything in release mode (daemon, CLI, shim libraries), then run every
+//!   test of the workspace, end-to-end tests with unmodified RDMA programs included.
+//! - `demo`: the main job: start `rdma-emud`, run perftest's `ib_read_bw -a` server and
+//!   client over it through `rdma-emu run`, and print perftest's own table.
+mod demo;
 mod shim;
 
-use std::process::ExitCode;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
     let result = match args.first().map(String::as_str) {
-        Some("shim") => shim::build(!args.iter().any(|a| a == "--debug")).map(|_| ()),
+        Some("shim") => shim::build(!rest.iter().any(|a| a == "--debug")).map(|_| ()),
+        Some("test") => test(rest),
+        Some("demo") => demo::run(rest),
         _ => {
-            eprintln!("usage: cargo xtask shim [--debug]");
+            eprintln!(
+                "usage: cargo xtask shim [--debug]\n       cargo xtask test [CARGO TEST ARGS]\n       cargo xtask demo"
+            );
             return ExitCode::from(2);
         }
     };
@@ -23,4 +34,119 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// Where cargo puts build output for `profile` ("release" or "debug").
+pub fn profile_dir(profile: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    target.join(profile)
+}
+
+/// Runs cargo with `args` in the workspace root; an error if it fails.
+pub fn cargo(args: &[&str]) -> Result<(), String> {
+    cargo_with_env(args, &[])
+}
+
+/// Runs cargo with `args` and extra environment variables; an error if it fails.
+pub fn cargo_with_env(args: &[&str], env: &[(&str, &std::path::Path)]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+    }
+}
+
+/// Builds the daemon, the CLI and the shim libraries in release mode; returns
+/// (binary folder, library folder).
+pub fn build_release() -> Result<(PathBuf, PathBuf), String> {
+    cargo(&["build", "--release", "-p", "emulator", "--bins"])?;
+    let lib = shim::build(true)?;
+    Ok((profile_dir("release"), lib))
+}
+
+/// The Debian packages the tests and the demo run: the unmodified RDMA programs, the
+/// headers the ABI test compiles against, tshark for the wire checks, iproute2 for the
+/// network namespaces.
+pub const DEBIAN_PACKAGES: &[&str] = &[
+    "ibverbs-utils",
+    "rdmacm-utils",
+    "perftest",
+    "qperf",
+    "libibverbs-dev",
+    "librdmacm-dev",
+    "tshark",
+    "iproute2",
+    "gcc",
+];
+
+/// Installs the missing packages of `packages` with apt-get when running as root (CI, a
+/// container, a fresh VM); otherwise says which command would.
+pub fn ensure_debian_packages(packages: &[&str]) -> Result<(), String> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    if !is_root {
+        return Err(format!(
+            "missing Debian packages; install them with: sudo apt-get install {}",
+            missing.join(" ")
+        ));
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    let run = |args: &[&str]| -> Result<(), String> {
+        let status = Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("cannot run apt-get: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("apt-get {} failed ({status})", args.join(" ")))
+        }
+    };
+    run(&["update", "-q"])?;
+    let mut install = vec!["install", "-y", "-q"];
+    install.extend(&missing);
+    run(&install)
+}
+
+fn test(extra: &[String]) -> Result<(), String> {
+    ensure_debian_packages(DEBIAN_PACKAGES)?;
+    let (bin, lib) = build_release()?;
+    let mut args = vec!["test", "--release", "--workspace"];
+    args.extend(extra.iter().map(String::as_str));
+    // The end-to-end tests find the daemon and the libraries through these.
+    cargo_with_env(
+        &args,
+        &[("RDMA_EMU_BIN_DIR", &bin), ("RDMA_EMU_LIB_DIR", &lib)],
+    )
 }
