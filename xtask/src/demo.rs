@@ -3,81 +3,134 @@
 //! Starts `rdma-emud` on a private socket, then perftest's `ib_read_bw -a -d rxe0` as the
 //! server and `ib_read_bw -a -d rxe0 127.0.0.1` as the client, both through `rdma-emu run`,
 //! exactly as a newcomer types them on two hosts. Prints perftest's own table.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const PROGRAM: &str = "ib_read_bw";
-const DEADLINE: Duration = Duration::from_secs(600);
+const DEADLINE: Duration = Duration::from_secs(900);
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let program = args.first().map(String::as_str).unwrap_or(PROGRAM);
     crate::ensure_debian_packages(&["perftest", "iproute2", "gcc"])?;
-    if Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .stdout(Stdio::null())
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        return Err(format!(
-            "{program} is not installed: apt-get install perftest (it comes from Debian's perftest package)"
-        ));
-    }
     let (bin, lib) = crate::build_release()?;
-    let dir = std::env::temp_dir().join(format!("rdma-emu-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let socket = dir.join("rdma-emud.sock");
-    let log = dir.join("rdma-emud.log");
-
-    let daemon = Guard(
-        Command::new(bin.join("rdma-emud"))
-            .arg("--socket")
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(file(&log)?)
-            .spawn()
-            .map_err(|e| format!("cannot start rdma-emud: {e}"))?,
-    );
-    wait_for(&socket, Duration::from_secs(20))
-        .map_err(|e| format!("{e}; daemon log: {}", log.display()))?;
+    let perf = Perftest::start(&bin, &lib)?;
     println!(
         "rdma-emud is serving rxe0 on loopback (socket {})",
-        socket.display()
+        perf.socket.display()
     );
+    println!("$ {program} -a -d rxe0 127.0.0.1   (server: {program} -a -d rxe0)");
+    perf.pair(program, &["-a"], false, DEADLINE).map(|_| ())
+}
 
-    let emu = bin.join("rdma-emu");
-    let spawn = |extra: &[&str], out: Stdio| {
-        Command::new(&emu)
+/// A daemon on a private socket, and perftest pairs run over it.
+pub struct Perftest {
+    daemon: Option<Guard>,
+    socket: PathBuf,
+    dir: PathBuf,
+    emu: PathBuf,
+    lib: PathBuf,
+}
+
+impl Perftest {
+    pub fn start(bin: &Path, lib: &Path) -> Result<Perftest, String> {
+        let dir = std::env::temp_dir().join(format!("rdma-emu-xtask-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let socket = dir.join("rdma-emud.sock");
+        let log = dir.join("rdma-emud.log");
+        let daemon = Guard(
+            Command::new(bin.join("rdma-emud"))
+                .arg("--socket")
+                .arg(&socket)
+                .stdout(Stdio::null())
+                .stderr(file(&log)?)
+                .spawn()
+                .map_err(|e| format!("cannot start rdma-emud: {e}"))?,
+        );
+        wait_for(&socket, Duration::from_secs(20))
+            .map_err(|e| format!("{e}; daemon log: {}", log.display()))?;
+        Ok(Perftest {
+            daemon: Some(daemon),
+            socket,
+            dir,
+            emu: bin.join("rdma-emu"),
+            lib: lib.to_path_buf(),
+        })
+    }
+
+    fn spawn(&self, program: &str, args: &[&str], out: Stdio) -> Result<Child, String> {
+        Command::new(&self.emu)
             .arg("run")
             .arg("--")
             .arg(program)
-            .args(["-a", "-d", "rxe0"])
-            .args(extra)
-            .env("RDMA_EMU_SOCKET", &socket)
-            .env("RDMA_EMU_LIB_DIR", &lib)
+            .args(["-d", "rxe0", "-F"])
+            .args(args)
+            .env("RDMA_EMU_SOCKET", &self.socket)
+            .env("RDMA_EMU_LIB_DIR", &self.lib)
             .stdout(out)
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(|e| format!("cannot start {program}: {e}"))
-    };
-    let server_log = dir.join("server.txt");
-    let mut server = Guard(spawn(&[], Stdio::from(file(&server_log)?))?);
-    // perftest's server must be listening on its TCP port before the client connects.
-    std::thread::sleep(Duration::from_secs(1));
-    println!("$ {program} -a -d rxe0 127.0.0.1   (server: {program} -a -d rxe0)");
-    let mut client = Guard(spawn(&["127.0.0.1"], Stdio::inherit())?);
-    let client_status = wait(&mut client.0, DEADLINE)?;
-    let server_status = wait(&mut server.0, Duration::from_secs(30))?;
-    drop(daemon);
-    if client_status && server_status {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} failed (client ok: {client_status}, server ok: {server_status}); server output: {}, daemon log: {}",
-            server_log.display(),
-            log.display()
-        ))
+    }
+
+    /// Runs `program ARGS` as server and `program ARGS 127.0.0.1` as client; returns
+    /// what the client printed when `capture`, else shows it on stdout.
+    pub fn pair(
+        &self,
+        program: &str,
+        args: &[&str],
+        capture: bool,
+        limit: Duration,
+    ) -> Result<String, String> {
+        let server_log = self.dir.join("server.txt");
+        let mut server = Guard(self.spawn(program, args, Stdio::from(file(&server_log)?))?);
+        // perftest's server must be listening on its TCP port before the client connects.
+        std::thread::sleep(Duration::from_millis(700));
+        let client_log = self.dir.join("client.txt");
+        // Captured through a file, so the program never blocks on a full pipe.
+        let out = if capture {
+            Stdio::from(file(&client_log)?)
+        } else {
+            Stdio::inherit()
+        };
+        let mut cargs = args.to_vec();
+        cargs.push("127.0.0.1");
+        let mut client = Guard(self.spawn(program, &cargs, out)?);
+        let client_ok = wait(&mut client.0, limit)?;
+        let server_ok = wait(&mut server.0, Duration::from_secs(30))?;
+        if !(client_ok && server_ok) {
+            return Err(format!(
+                "{program} failed (client ok: {client_ok}, server ok: {server_ok}); server output: {}, daemon log: {}",
+                server_log.display(),
+                self.dir.join("rdma-emud.log").display()
+            ));
+        }
+        Ok(std::fs::read_to_string(&client_log).unwrap_or_default())
+    }
+
+    /// perftest's average bandwidth for one message size, in GB/s (10^9 B/s).
+    pub fn bandwidth_gbps(&self, program: &str, size: u64) -> Result<f64, String> {
+        let s = size.to_string();
+        let out = self.pair(program, &["-s", &s], true, Duration::from_secs(300))?;
+        crate::bench::parse_bw_avg(&out, size)
+            .map(|mib| mib * 1048576.0 / 1e9)
+            .ok_or_else(|| format!("no {size} B row in {program}'s output:\n{out}"))
+    }
+
+    /// perftest's typical latency for one message size, in µs.
+    pub fn latency_us(&self, program: &str, size: u64) -> Result<f64, String> {
+        let s = size.to_string();
+        let out = self.pair(program, &["-s", &s], true, Duration::from_secs(300))?;
+        crate::bench::parse_lat_typical(&out, size)
+            .ok_or_else(|| format!("no {size} B row in {program}'s output:\n{out}"))
+    }
+}
+
+impl Drop for Perftest {
+    fn drop(&mut self) {
+        // Stop the daemon before its folder goes.
+        drop(self.daemon.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

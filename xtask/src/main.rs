@@ -5,8 +5,10 @@
 //!   `target/<profile>/rdma-emu-lib/`.
 //! - `test`: build everything in release mode (daemon, CLI, shim libraries), then run every
 //!   test of the workspace, end-to-end tests with unmodified RDMA programs included.
+//! - `bench`: rdma-emu's figures next to this machine's limits measured in the same run.
 //! - `demo`: the main job: start `rdma-emud`, run perftest's `ib_read_bw -a` server and
 //!   client over it through `rdma-emu run`, and print perftest's own table.
+mod bench;
 mod demo;
 mod shim;
 
@@ -20,9 +22,10 @@ fn main() -> ExitCode {
         Some("shim") => shim::build(!rest.iter().any(|a| a == "--debug")).map(|_| ()),
         Some("test") => test(rest),
         Some("demo") => demo::run(rest),
+        Some("bench") => bench::run(rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask shim [--debug]\n       cargo xtask test [CARGO TEST ARGS]\n       cargo xtask demo"
+                "usage: cargo xtask shim [--debug]\n       cargo xtask test [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench"
             );
             return ExitCode::from(2);
         }

@@ -1,0 +1,242 @@
+//! `cargo xtask bench`: rdma-emu's figures next to this machine's limits, measured in the
+//! same run, written to `docs/performance.md` as ratios (machines here are shared and
+//! noisy; one absolute number means little).
+//!
+//! Limits: single-core memcpy of 64 MiB; loopback UDP with 4 KiB + RoCE-header datagrams,
+//! plain and with GSO+GRO; a UDP ping-pong round trip with busy polling.
+//! rdma-emu: perftest's ib_write_bw / ib_read_bw / ib_send_bw at 64 KiB and
+//! ib_write_lat / ib_send_lat at 2 B, on one host through one daemon.
+use std::fmt::Write as _;
+use std::net::UdpSocket;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// A RoCE v2 packet at a 4096-byte path MTU: BTH (12) + RETH (16) + payload + ICRC (4).
+const ROCE_DATAGRAM: usize = 4096 + 12 + 16 + 4;
+const MEASURE: Duration = Duration::from_secs(2);
+
+pub fn run(_args: &[String]) -> Result<(), String> {
+    crate::ensure_debian_packages(&["perftest", "iproute2"])?;
+    let (bin, lib) = crate::build_release()?;
+    let memcpy = memcpy_gbps();
+    println!("memcpy 64 MiB, one core: {memcpy:.2} GB/s");
+    let udp_plain = udp_throughput(false)?;
+    println!("UDP loopback, {ROCE_DATAGRAM} B datagrams: {udp_plain:.2} GB/s");
+    let udp_gso = udp_throughput(true)?;
+    println!("UDP loopback with GSO+GRO: {udp_gso:.2} GB/s");
+    let rtt = udp_busy_rtt_us()?;
+    println!("UDP ping-pong, busy polling: {rtt:.2} us round trip");
+
+    let perf = crate::demo::Perftest::start(&bin, &lib)?;
+    let mut rows = Vec::new();
+    for (program, size) in [
+        ("ib_write_bw", 65536),
+        ("ib_read_bw", 65536),
+        ("ib_send_bw", 65536),
+    ] {
+        let gbps = perf.bandwidth_gbps(program, size)?;
+        println!("{program} {size} B: {gbps:.2} GB/s");
+        rows.push((
+            format!("{program}, {size} B, one host"),
+            format!("{gbps:.2} GB/s"),
+            format!("{:.2} of memcpy", gbps / memcpy),
+        ));
+    }
+    for program in ["ib_write_lat", "ib_send_lat"] {
+        let us = perf.latency_us(program, 2)?;
+        println!("{program} 2 B: {us:.2} us");
+        rows.push((
+            format!("{program}, 2 B, one host"),
+            format!("{us:.2} us"),
+            format!("{:.2} x UDP round trip / 2", us / (rtt / 2.0)),
+        ));
+    }
+    drop(perf);
+
+    let mut doc = String::new();
+    let _ = writeln!(doc, "# Performance\n");
+    let _ = writeln!(
+        doc,
+        "Measured by `cargo xtask bench` on this project's machine (2 cores, shared). Every \
+         rdma-emu figure is given as a ratio to a limit measured in the same run.\n"
+    );
+    let _ = writeln!(
+        doc,
+        "## Limits measured in this run\n\n| limit | value |\n|---|---|"
+    );
+    let _ = writeln!(doc, "| memcpy 64 MiB, one core | {memcpy:.2} GB/s |");
+    let _ = writeln!(
+        doc,
+        "| UDP loopback, {ROCE_DATAGRAM} B datagrams | {udp_plain:.2} GB/s |"
+    );
+    let _ = writeln!(doc, "| UDP loopback, GSO+GRO | {udp_gso:.2} GB/s |");
+    let _ = writeln!(
+        doc,
+        "| UDP ping-pong round trip, busy polling | {rtt:.2} µs |"
+    );
+    let _ = writeln!(
+        doc,
+        "\n## rdma-emu\n\n| test | value | ratio |\n|---|---|---|"
+    );
+    for (name, value, ratio) in rows {
+        let _ = writeln!(doc, "| {name} | {value} | {ratio} |");
+    }
+    let path = crate::workspace_root().join("docs/performance-latest.md");
+    std::fs::write(&path, doc).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("written to {}", path.display());
+    Ok(())
+}
+
+/// Best of several 64 MiB copies on one core, in GB/s (10^9 bytes per second).
+fn memcpy_gbps() -> f64 {
+    const LEN: usize = 64 << 20;
+    let src = vec![0x5au8; LEN];
+    let mut dst = vec![0u8; LEN];
+    let mut best = f64::MAX;
+    for _ in 0..10 {
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    LEN as f64 / best / 1e9
+}
+
+fn setsockopt_int(sock: &UdpSocket, level: i32, name: i32, value: i32) -> Result<(), String> {
+    // SAFETY: the option value is a valid c_int that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "setsockopt({level}, {name}): {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+/// One sender thread and one receiver thread on loopback for `MEASURE`; bytes received
+/// per second in GB/s. With `gso`, the sender hands the kernel 16 datagrams per call
+/// (UDP_SEGMENT) and the receiver takes coalesced ones (UDP_GRO).
+fn udp_throughput(gso: bool) -> Result<f64, String> {
+    let rx = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let tx = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    tx.connect(rx.local_addr().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    setsockopt_int(&rx, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20)?;
+    rx.set_read_timeout(Some(Duration::from_millis(200)))
+        .map_err(|e| e.to_string())?;
+    let batch = if gso { 16 } else { 1 };
+    if gso {
+        setsockopt_int(&tx, libc::SOL_UDP, libc::UDP_SEGMENT, ROCE_DATAGRAM as i32)?;
+        setsockopt_int(&rx, libc::SOL_UDP, libc::UDP_GRO, 1)?;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let sender = std::thread::spawn(move || {
+        let buf = vec![7u8; ROCE_DATAGRAM * batch];
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = tx.send(&buf);
+        }
+    });
+    let mut buf = vec![0u8; 65536];
+    let start = Instant::now();
+    let mut bytes = 0usize;
+    while start.elapsed() < MEASURE {
+        if let Ok(n) = rx.recv(&mut buf) {
+            bytes += n;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = sender.join();
+    Ok(bytes as f64 / secs / 1e9)
+}
+
+/// Median round trip of a 2-byte UDP ping-pong between two threads that spin on
+/// non-blocking sockets, in microseconds.
+fn udp_busy_rtt_us() -> Result<f64, String> {
+    let a = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let b = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    a.connect(b.local_addr().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    b.connect(a.local_addr().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    a.set_nonblocking(true).map_err(|e| e.to_string())?;
+    b.set_nonblocking(true).map_err(|e| e.to_string())?;
+    const ROUNDS: usize = 20000;
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        let mut n = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while n < ROUNDS && Instant::now() < deadline {
+            if b.recv(&mut buf).is_ok() {
+                let _ = b.send(&buf[..2]);
+                n += 1;
+            }
+        }
+    });
+    let mut samples = Vec::with_capacity(ROUNDS);
+    let mut buf = [0u8; 16];
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        a.send(&[1, 2]).map_err(|e| e.to_string())?;
+        loop {
+            if a.recv(&mut buf).is_ok() {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(1) {
+                return Err("UDP ping-pong lost a datagram".into());
+            }
+        }
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let _ = echo.join();
+    samples.sort_by(f64::total_cmp);
+    Ok(samples[samples.len() / 2])
+}
+
+/// Extracts perftest's average bandwidth (MB/sec, 2^20 bytes) for one size from its table.
+pub fn parse_bw_avg(stdout: &str, size: u64) -> Option<f64> {
+    stdout.lines().find_map(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        (cols.len() >= 4 && cols[0].parse::<u64>().ok()? == size)
+            .then(|| cols[3].parse::<f64>().ok())
+            .flatten()
+    })
+}
+
+/// Extracts perftest's typical latency (µs) for one size from its table.
+pub fn parse_lat_typical(stdout: &str, size: u64) -> Option<f64> {
+    stdout.lines().find_map(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        (cols.len() >= 5 && cols[0].parse::<u64>().ok()? == size)
+            .then(|| cols[4].parse::<f64>().ok())
+            .flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perftest_tables_are_parsed() {
+        let bw =
+            " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n \
+                  65536      5000             2765.12            2764.90\t\t   0.044238\n";
+        assert_eq!(parse_bw_avg(bw, 65536), Some(2764.90));
+        let lat =
+            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]\n \
+                   2       1000          1.71           5.36         1.80             1.85\n";
+        assert_eq!(parse_lat_typical(lat, 2), Some(1.80));
+    }
+}
