@@ -51,6 +51,11 @@ pub fn run(_args: &[String]) -> Result<(), String> {
             format!("{:.2} x UDP round trip / 2", us / (rtt / 2.0)),
         ));
     }
+    let idle = idle_cost(&perf)?;
+    println!(
+        "idle daemon with {} clients: {:.2}% CPU; {:.1} KiB per idle RC QP",
+        idle.clients, idle.cpu_percent, idle.kib_per_qp
+    );
     drop(perf);
 
     let mut doc = String::new();
@@ -81,10 +86,132 @@ pub fn run(_args: &[String]) -> Result<(), String> {
     for (name, value, ratio) in rows {
         let _ = writeln!(doc, "| {name} | {value} | {ratio} |");
     }
+    let _ = writeln!(
+        doc,
+        "\n## Idle cost\n\n| what | value | target |\n|---|---|---|"
+    );
+    let _ = writeln!(
+        doc,
+        "| daemon CPU with {} idle connected clients (10 s) | {:.2} % | < 1 % |",
+        idle.clients, idle.cpu_percent
+    );
+    let _ = writeln!(
+        doc,
+        "| daemon memory per idle RC QP (1000 QPs) | {:.1} KiB | < 16 KiB |",
+        idle.kib_per_qp
+    );
     let path = crate::workspace_root().join("docs/performance-latest.md");
     std::fs::write(&path, doc).map_err(|e| format!("{}: {e}", path.display()))?;
     println!("written to {}", path.display());
     Ok(())
+}
+
+struct IdleCost {
+    clients: usize,
+    cpu_percent: f64,
+    kib_per_qp: f64,
+}
+
+/// Kills the children when dropped.
+struct Clients(Vec<std::process::Child>);
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts `count` idle clients with `qps` QPs each and waits until each says "ready".
+fn idle_clients(
+    perf: &crate::demo::Perftest,
+    exe: &str,
+    count: usize,
+    qps: usize,
+) -> Result<Clients, String> {
+    use std::io::BufRead;
+    let mut clients = Clients(Vec::new());
+    let q = qps.to_string();
+    for _ in 0..count {
+        clients.0.push(perf.client(&[exe, &q])?);
+    }
+    for c in &mut clients.0 {
+        let out = c.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        if line.trim() != "ready" {
+            return Err("an idle client failed to set up its QPs".into());
+        }
+    }
+    Ok(clients)
+}
+
+/// CPU time (user + system) a process has used, in seconds.
+fn cpu_seconds(pid: u32) -> Result<f64, String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or("bad /proc stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / hz)
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> Result<f64, String> {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| "no VmRSS".into())
+}
+
+/// What idle clients cost the daemon: CPU with 100 connected clients over 10 s, and
+/// resident memory per idle RC QP (one client with 1000 QPs).
+fn idle_cost(perf: &crate::demo::Perftest) -> Result<IdleCost, String> {
+    let exe = perf.dir().join("idle_client");
+    let src = crate::workspace_root().join("tests/c/idle_client.c");
+    let status = std::process::Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .status()
+        .map_err(|e| format!("gcc: {e}"))?;
+    if !status.success() {
+        return Err("cannot compile tests/c/idle_client.c (apt-get install libibverbs-dev)".into());
+    }
+    let exe = exe.to_str().ok_or("non-UTF-8 path")?.to_string();
+    let pid = perf.daemon_pid();
+    let clients = 100;
+    let idle = idle_clients(perf, &exe, clients, 1)?;
+    std::thread::sleep(Duration::from_secs(2));
+    let (t0, c0) = (Instant::now(), cpu_seconds(pid)?);
+    std::thread::sleep(Duration::from_secs(10));
+    let cpu_percent = (cpu_seconds(pid)? - c0) / t0.elapsed().as_secs_f64() * 100.0;
+    drop(idle);
+    std::thread::sleep(Duration::from_secs(1));
+    let before = rss_kib(pid)?;
+    let many = idle_clients(perf, &exe, 1, 1000)?;
+    std::thread::sleep(Duration::from_millis(500));
+    let kib_per_qp = (rss_kib(pid)? - before) / 1000.0;
+    drop(many);
+    Ok(IdleCost {
+        clients,
+        cpu_percent,
+        kib_per_qp,
+    })
 }
 
 /// Best of several 64 MiB copies on one core, in GB/s (10^9 bytes per second).

@@ -58,6 +58,30 @@ impl Perftest {
         })
     }
 
+    /// The daemon's process id.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().map_or(0, |d| d.0.id())
+    }
+
+    /// A private folder for this run's files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Starts any program against the daemon (through `rdma-emu run`), stdout piped.
+    pub fn client(&self, argv: &[&str]) -> Result<Child, String> {
+        Command::new(&self.emu)
+            .arg("run")
+            .arg("--")
+            .args(argv)
+            .env("RDMA_EMU_SOCKET", &self.socket)
+            .env("RDMA_EMU_LIB_DIR", &self.lib)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", argv.join(" ")))
+    }
+
     fn spawn(&self, program: &str, args: &[&str], out: Stdio) -> Result<Child, String> {
         Command::new(&self.emu)
             .arg("run")
