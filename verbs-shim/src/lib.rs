@@ -1,1 +1,42 @@
 //! Drop-in libibverbs.so.1 and librdmacm.so.1 for rdma-emu.
+//!
+//! Unmodified RDMA programs load this library instead of rdma-core's (through
+//! `LD_LIBRARY_PATH`, see `cargo xtask shim`) and reach the daemon `rdma-emud`, which
+//! is the NIC. The crate is a thin ABI adapter:
+//!
+//! - [`abi`]: `#[repr(C)]` mirrors of rdma-core v44's structs, checked against the
+//!   system's `verbs.h` by `tests/abi_layout.rs`;
+//! - [`ffi`]: the one shape of every export (panics caught, errors converted once);
+//! - [`client`]: the control connection (wire::client protocol, SCM_RIGHTS);
+//! - [`device`], [`verbs`], [`cq`], [`qp`]: the control-path verbs;
+//! - [`datapath`], [`wr_api`], [`cq_ex`]: the `ibv_context.ops` hot path, the `ibv_wr_*`
+//!   API and the `ibv_start_poll` API, ring operations on shared memory;
+//! - [`misc`]: helpers and the operations rdma-emu does not implement;
+//! - [`rdmacm`]: librdmacm's exports (no connection manager yet).
+//!
+//! `exports.txt` lists every exported symbol with its version node.
+//!
+//! # Pointer contract
+//!
+//! The exported functions are C entry points: like rdma-core's, they trust that every
+//! pointer argument is NULL or points to what the verbs API says (an object this
+//! library returned, or caller memory of the documented size). That contract cannot be
+//! expressed in their Rust signatures without making every C caller's call `unsafe` in
+//! name only, so clippy's `not_unsafe_ptr_arg_deref` is allowed crate-wide; each
+//! dereference still carries its `// SAFETY:` comment.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod abi;
+pub mod client;
+pub mod cq;
+pub mod cq_ex;
+pub mod datapath;
+pub mod device;
+pub mod ffi;
+pub mod log;
+pub mod misc;
+pub mod mmap;
+pub mod qp;
+pub mod rdmacm;
+pub mod verbs;
+pub mod wr_api;

@@ -1,1 +1,314 @@
-fn main() {}
+//! `rdma-emu`: run programs on the emulated devices, manage devices, read counters.
+
+use clap::{Parser, Subcommand};
+use emulator::daemon::client::{CallError, Client};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use wire::client::{CounterSet, LinkInfo, ReplyBody, RequestBody};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rdma-emu",
+    version,
+    about = "rdma-emu: a userspace RDMA NIC; run programs on it and manage it"
+)]
+struct Cli {
+    /// The daemon's control socket (default: as rdma-emud finds it).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a program with the verbs shim first in its library path.
+    Run {
+        /// The program and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Show, add or remove devices (like iproute2's `rdma link`).
+    Link {
+        #[command(subcommand)]
+        action: Option<LinkAction>,
+    },
+    /// Counters of a device or a QP (named like rxe's hw_counters).
+    Stat {
+        device: Option<String>,
+        #[arg(long)]
+        qp: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write every frame a device sends and receives to a pcap file (until Ctrl-C, or
+    /// `--count` frames).
+    Capture {
+        device: String,
+        file: PathBuf,
+        /// Stop after this many frames.
+        #[arg(short = 'c', long)]
+        count: Option<u64>,
+    },
+    /// Decode a pcap/pcapng file, one line per frame, ICRC and CRCs checked.
+    Decode(emulator::decode::DecodeArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum LinkAction {
+    Show,
+    /// `link add NAME type rxe netdev IFACE`
+    Add {
+        name: String,
+        #[arg(num_args = 4, value_names = ["type", "TYPE", "netdev", "IFACE"])]
+        rest: Vec<String>,
+    },
+    /// `link del NAME`
+    Del {
+        name: String,
+    },
+}
+
+fn connect(cli: &Cli) -> Result<Client, String> {
+    let path = cli.socket.clone().unwrap_or_else(wire::client::socket_path);
+    Client::connect(&path).map(|(c, _)| c).map_err(|e| {
+        format!(
+            "cannot reach rdma-emud at {}: {e} (is the daemon running?)",
+            path.display()
+        )
+    })
+}
+
+fn call(cli: &Cli, body: RequestBody) -> Result<ReplyBody, String> {
+    let mut c = connect(cli)?;
+    c.call(body, &[]).map(|(b, _)| b).map_err(|e| match e {
+        CallError::Errno(n) => std::io::Error::from_raw_os_error(n).to_string(),
+        e => e.to_string(),
+    })
+}
+
+fn gid_text(gid: &[u8; 16]) -> String {
+    let ip = std::net::Ipv6Addr::from(*gid);
+    match ip.to_ipv4_mapped() {
+        Some(v4) => format!("::ffff:{v4}"),
+        None => ip.to_string(),
+    }
+}
+
+fn print_links(links: &[LinkInfo]) {
+    for l in links {
+        let state = if l.state == 4 { "ACTIVE" } else { "DOWN" };
+        let mtu = wire::client::verbs::mtu::to_bytes(l.active_mtu).unwrap_or(0);
+        println!("link {}/1 state {state} physical_state LINK_UP netdev {} type {} mtu {mtu} netdev_mtu {}", l.name, l.netdev, l.link_type, l.netdev_mtu);
+        for g in &l.gids {
+            println!("    gid {} {} RoCE v2", g.index, gid_text(&g.gid));
+        }
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn print_stats(sets: &[CounterSet], json: bool) {
+    if json {
+        let items: Vec<String> = sets
+            .iter()
+            .map(|s| {
+                let counters: Vec<String> = s
+                    .counters
+                    .iter()
+                    .map(|(k, v)| format!("{}:{v}", json_str(k)))
+                    .collect();
+                let qp = s.qpn.map_or("null".to_string(), |q| q.to_string());
+                format!(
+                    "{{\"device\":{},\"qpn\":{qp},\"counters\":{{{}}}}}",
+                    json_str(&s.device),
+                    counters.join(",")
+                )
+            })
+            .collect();
+        println!("[{}]", items.join(","));
+        return;
+    }
+    for s in sets {
+        let head = match s.qpn {
+            Some(q) => format!("link {}/1 qp {q}", s.device),
+            None => format!("link {}/1", s.device),
+        };
+        let body: Vec<String> = s.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("{head} {}", body.join(" "));
+    }
+}
+
+/// The folder holding the shim's libibverbs.so.1: $RDMA_EMU_LIB_DIR, else
+/// `<dir of this executable>/rdma-emu-lib`.
+fn lib_dir() -> Result<PathBuf, String> {
+    if let Some(d) = std::env::var_os("RDMA_EMU_LIB_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate rdma-emu: {e}"))?;
+    Ok(exe
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join("rdma-emu-lib"))
+}
+
+fn run(cmd: &[String]) -> Result<(), String> {
+    let dir = lib_dir()?;
+    if !dir.join("libibverbs.so.1").exists() {
+        return Err(format!(
+            "the verbs shim is not in {} (build it with `cargo xtask shim`, or set RDMA_EMU_LIB_DIR)",
+            dir.display()
+        ));
+    }
+    let mut path = dir.into_os_string();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let (prog, args) = cmd.split_first().ok_or("nothing to run")?;
+    let err = std::process::Command::new(prog)
+        .args(args)
+        .env("LD_LIBRARY_PATH", path)
+        .exec();
+    Err(format!("{prog}: {err}"))
+}
+
+/// Streams the daemon's pcap records for `device` into `file`, whole records only.
+fn capture(cli: &Cli, device: &str, file: &std::path::Path, count: Option<u64>) -> Result<(), String> {
+    use emulator::daemon::sys;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let mut out = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (r, w) = sys::pipe().map_err(|e| e.to_string())?;
+    let mut c = connect(cli)?;
+    c.call(RequestBody::Capture { device: device.to_string() }, &[w.as_raw_fd()]).map_err(|e| match e {
+        CallError::Errno(n) => std::io::Error::from_raw_os_error(n).to_string(),
+        e => e.to_string(),
+    })?;
+    drop(w);
+    let stop = sys::eventfd().map_err(|e| e.to_string())?;
+    sys::forward_signals(stop.as_raw_fd(), &[libc::SIGINT, libc::SIGTERM], &[]).map_err(|e| e.to_string())?;
+    let mut pipe = std::fs::File::from(r);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut header_done = false;
+    let mut frames = 0u64;
+    let mut chunk = vec![0u8; 1 << 16];
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if fds[1].revents != 0 {
+            break;
+        }
+        let n = match pipe.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        // Write whole records only, so the file is valid whenever we stop.
+        let mut at = 0;
+        if !header_done && buf.len() >= 24 {
+            at = 24;
+            header_done = true;
+        }
+        while header_done && buf.len() >= at + 16 {
+            let incl = u32::from_le_bytes([buf[at + 8], buf[at + 9], buf[at + 10], buf[at + 11]]) as usize;
+            if buf.len() < at + 16 + incl || count.is_some_and(|c| frames >= c) {
+                break;
+            }
+            at += 16 + incl;
+            frames += 1;
+        }
+        out.write_all(&buf[..at]).map_err(|e| format!("{}: {e}", file.display()))?;
+        buf.drain(..at);
+        if count.is_some_and(|c| frames >= c) {
+            break;
+        }
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    eprintln!("rdma-emu: {frames} frames written to {}", file.display());
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Command::Decode(args) = &cli.command {
+        return emulator::decode::run(args);
+    }
+    let result = match &cli.command {
+        Command::Decode(_) => Ok(()),
+        Command::Run { cmd } => run(cmd),
+        Command::Link { action } => match action.as_ref().unwrap_or(&LinkAction::Show) {
+            LinkAction::Show => call(&cli, RequestBody::LinkShow).and_then(|b| match b {
+                ReplyBody::Links(l) => {
+                    print_links(&l);
+                    Ok(())
+                }
+                other => Err(format!("unexpected reply {other:?}")),
+            }),
+            LinkAction::Add { name, rest } => {
+                let get = |key: &str| {
+                    rest.chunks(2)
+                        .find(|kv| kv[0] == key)
+                        .and_then(|kv| kv.get(1))
+                        .cloned()
+                };
+                match (get("type"), get("netdev")) {
+                    (Some(link_type), Some(netdev)) => call(
+                        &cli,
+                        RequestBody::LinkAdd {
+                            name: name.clone(),
+                            link_type,
+                            netdev,
+                        },
+                    )
+                    .map(|_| ()),
+                    _ => Err("usage: rdma-emu link add NAME type rxe netdev IFACE".into()),
+                }
+            }
+            LinkAction::Del { name } => {
+                call(&cli, RequestBody::LinkDel { name: name.clone() }).map(|_| ())
+            }
+        },
+        Command::Stat { device, qp, json } => call(
+            &cli,
+            RequestBody::Stat {
+                device: device.clone(),
+                qpn: *qp,
+            },
+        )
+        .and_then(|b| match b {
+            ReplyBody::Stat(sets) => {
+                print_stats(&sets, *json);
+                Ok(())
+            }
+            other => Err(format!("unexpected reply {other:?}")),
+        }),
+        Command::Capture { device, file, count } => capture(&cli, device, file, *count),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rdma-emu: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

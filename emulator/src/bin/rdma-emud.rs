@@ -1,1 +1,136 @@
-fn main() {}
+//! `rdma-emud`: the software RDMA NIC. Serves RoCE v2 devices (default `rxe0` on the
+//! loopback interface) to applications running on the verbs shim.
+
+use clap::Parser;
+use emulator::daemon::{self, Config, PollMode};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rdma-emud",
+    version,
+    about = "rdma-emu daemon: a userspace RDMA NIC (RoCE v2 over UDP)"
+)]
+struct Args {
+    /// Control socket path (default: $RDMA_EMU_SOCKET, else $XDG_RUNTIME_DIR/rdma-emu/rdma-emud.sock,
+    /// else /run/rdma-emu/rdma-emud.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// TOML configuration file (see docs/daemon.md).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Detach from the terminal and run in the background.
+    #[arg(long)]
+    daemonize: bool,
+    /// Write the daemon's pid to this file.
+    #[arg(long)]
+    pid_file: Option<PathBuf>,
+    /// How the engine waits for work: busy, adaptive or sleep.
+    #[arg(long)]
+    poll: Option<PollMode>,
+    /// Serve the default device rxe0 on this interface instead of lo.
+    #[arg(long)]
+    netdev: Option<String>,
+    /// Socket file mode, octal (default 600; 660 lets the socket's group in).
+    #[arg(long, value_parser = parse_mode)]
+    socket_mode: Option<u32>,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
+        Ok(m) if m <= 0o777 => Ok(m),
+        _ => Err(format!("{s:?} is not an octal permission mode")),
+    }
+}
+
+fn config(args: &Args) -> Result<Config, String> {
+    let mut cfg = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    if let Some(s) = &args.socket {
+        cfg.socket = s.clone();
+    }
+    if let Some(p) = args.poll {
+        cfg.poll = p;
+    }
+    if let Some(m) = args.socket_mode {
+        cfg.socket_mode = m;
+    }
+    if let Some(n) = &args.netdev {
+        match cfg.devices.as_mut_slice() {
+            [only] => only.netdev = n.clone(),
+            _ => return Err(
+                "--netdev applies to the default single device; use the config file for several"
+                    .into(),
+            ),
+        }
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rdma-emud: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let shutdown = match daemon::Shutdown::new() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rdma-emud: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let socket = cfg.socket.clone();
+    let engine = match daemon::Engine::new(cfg, daemon::default_factory(), shutdown.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("rdma-emud: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.daemonize {
+        if let Err(e) = daemon::sys::daemonize() {
+            eprintln!("rdma-emud: daemonize: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(pid_file) = &args.pid_file {
+        if let Err(e) = std::fs::write(pid_file, format!("{}\n", std::process::id())) {
+            tracing::error!("pid file {}: {e}", pid_file.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Err(e) = daemon::sys::forward_signals(
+        shutdown.wake_fd(),
+        &[libc::SIGTERM, libc::SIGINT],
+        &[libc::SIGHUP],
+    ) {
+        tracing::error!("signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    tracing::info!(socket = %socket.display(), "rdma-emud serving");
+    let result = engine.run();
+    if let Some(pid_file) = &args.pid_file {
+        let _ = std::fs::remove_file(pid_file);
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

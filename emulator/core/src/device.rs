@@ -1,0 +1,471 @@
+//! The device: object tables and the verbs that create, change and destroy them.
+
+use std::collections::{HashMap, VecDeque};
+
+use wire::roce::{Lkey, Qpn, Rkey};
+
+use crate::attr::*;
+use crate::mr::{Keys, Region};
+use crate::qp::*;
+use crate::timers::Timers;
+use crate::types::*;
+
+#[derive(Debug)]
+pub(crate) struct Pd {
+    pub owner: ClientId,
+    pub refs: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Cq {
+    pub owner: ClientId,
+    pub depth: u32,
+    /// Completions handed to `poll_completion`'s queue and not yet taken.
+    pub pending: u32,
+    pub refs: u32,
+    pub overflowed: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub owner: ClientId,
+    pub pd: PdHandle,
+    pub attr: SrqAttr,
+    pub wqes: VecDeque<RecvWr>,
+    pub refs: u32,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ah {
+    pub owner: ClientId,
+    pub pd: PdHandle,
+    pub attr: AhAttr,
+}
+
+#[derive(Debug)]
+pub(crate) struct Mw {
+    pub owner: ClientId,
+    pub pd: PdHandle,
+    pub key: u32,
+}
+
+/// Everything but the QPs, so a QP and the rest can be borrowed at once.
+#[derive(Debug, Default)]
+pub(crate) struct Objects {
+    pub pds: HashMap<u32, Pd>,
+    pub keys: Keys,
+    pub cqs: HashMap<u32, Cq>,
+    pub srqs: HashMap<u32, Srq>,
+    pub ahs: HashMap<u32, Ah>,
+    pub mws: HashMap<u32, Mw>,
+    pub completions: VecDeque<(CqHandle, WorkCompletion)>,
+    pub events: VecDeque<(ClientId, AsyncEvent)>,
+    pub counters: Counters,
+    pub timers: Timers,
+    /// QPs that may have something to transmit, round robin.
+    pub sched: VecDeque<u32>,
+    pub next_handle: u32,
+    pub key_state: u64,
+}
+
+impl Objects {
+    pub fn handle(&mut self) -> u32 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    /// A fresh key byte (deterministic from the seed, splitmix64).
+    pub fn key_byte(&mut self) -> u32 {
+        self.key_state = self.key_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.key_state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) & 0xff) as u32
+    }
+
+    /// Queues a completion on `cq`; on overrun raises CQ_ERR once and drops it.
+    pub fn push_wc(&mut self, cq: CqHandle, wc: WorkCompletion) {
+        let Some(c) = self.cqs.get_mut(&cq.0) else {
+            return;
+        };
+        if c.pending >= c.depth {
+            self.counters.cq_overruns += 1;
+            if !c.overflowed {
+                c.overflowed = true;
+                self.events.push_back((c.owner, AsyncEvent::CqErr(cq)));
+            }
+            return;
+        }
+        c.pending += 1;
+        self.completions.push_back((cq, wc));
+    }
+
+    pub fn schedule(&mut self, qp: &mut Qp) {
+        if !qp.scheduled && qp.wants_tx() {
+            qp.scheduled = true;
+            self.sched.push_back(qp.qpn.0);
+        }
+    }
+}
+
+/// One RDMA device (`rxe0`): the sans-IO NIC.
+#[derive(Debug)]
+pub struct Device {
+    pub(crate) cfg: DeviceConfig,
+    pub(crate) o: Objects,
+    pub(crate) qps: HashMap<u32, Qp>,
+    pub(crate) next_qpn: u32,
+}
+
+impl Device {
+    /// A device with no objects.
+    pub fn new(cfg: DeviceConfig) -> Self {
+        let o = Objects {
+            key_state: cfg.seed,
+            ..Objects::default()
+        };
+        Device {
+            cfg,
+            o,
+            qps: HashMap::new(),
+            next_qpn: 16,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DeviceConfig {
+        &self.cfg
+    }
+
+    /// Device-wide counters.
+    pub fn counters(&self) -> &Counters {
+        &self.o.counters
+    }
+
+    /// A QP's counters.
+    pub fn qp_counters(&self, qpn: Qpn) -> Option<&Counters> {
+        self.qps.get(&qpn.0).map(|q| &q.counters)
+    }
+
+    /// Number of armed timers (0 when the device is idle).
+    pub fn armed_timers(&self) -> usize {
+        self.o.timers.len()
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self, owner: ClientId) -> Result<PdHandle, Errno> {
+        if self.o.pds.len() >= self.cfg.limits.max_pd as usize {
+            return Err(Errno::ENOMEM);
+        }
+        let h = self.o.handle();
+        self.o.pds.insert(h, Pd { owner, refs: 0 });
+        Ok(PdHandle(h))
+    }
+
+    /// `ibv_dealloc_pd`: EBUSY while MRs, QPs, AHs, SRQs or MWs use it.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), Errno> {
+        match self.o.pds.get(&pd.0) {
+            None => Err(Errno::EINVAL),
+            Some(p) if p.refs > 0 => Err(Errno::EBUSY),
+            Some(_) => {
+                self.o.pds.remove(&pd.0);
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn pd_ref(&mut self, pd: PdHandle, delta: i32) -> Result<ClientId, Errno> {
+        let p = self.o.pds.get_mut(&pd.0).ok_or(Errno::EINVAL)?;
+        p.refs = p.refs.wrapping_add_signed(delta);
+        Ok(p.owner)
+    }
+
+    /// `ibv_reg_mr` / `ibv_reg_mr_iova`: `addr` is where the bytes are in `space`, `iova`
+    /// the address keys use for them (equal to `addr` for plain `ibv_reg_mr`).
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: AccessFlags,
+        space: AddrSpace,
+    ) -> Result<MrKeys, Errno> {
+        // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic requires local write.
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Errno::EINVAL);
+        }
+        if access.0 & !0x3f != 0
+            || length > self.cfg.limits.max_mr_size
+            || addr.checked_add(length).is_none()
+            || iova.checked_add(length).is_none()
+        {
+            return Err(Errno::EINVAL);
+        }
+        if self.o.keys.by_index.len() >= self.cfg.limits.max_mr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        let owner = self.pd_ref(pd, 1)?;
+        let idx = self.o.keys.alloc_index();
+        let key = (idx << 8) | self.o.key_byte();
+        let iova = if access.contains(AccessFlags::ZERO_BASED) {
+            0
+        } else {
+            iova
+        };
+        self.o.keys.by_index.insert(
+            idx,
+            Region {
+                owner,
+                pd,
+                space,
+                host: addr,
+                iova,
+                length,
+                access,
+                key,
+                window_of: None,
+                valid: true,
+                mw_type2: false,
+                bound_qp: None,
+            },
+        );
+        Ok(MrKeys {
+            lkey: Lkey(key),
+            rkey: Rkey(key),
+        })
+    }
+
+    /// [`Device::reg_mr`] with a chosen key (replaying captured traffic, record/replay):
+    /// EBUSY when the key's index is taken.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn reg_mr_with_key(
+        &mut self,
+        pd: PdHandle,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: AccessFlags,
+        space: AddrSpace,
+        key: u32,
+    ) -> Result<MrKeys, Errno> {
+        if self.o.keys.by_index.contains_key(&(key >> 8)) || key >> 8 == 0 {
+            return Err(Errno::EBUSY);
+        }
+        let keys = self.reg_mr(pd, addr, length, iova, access, space)?;
+        let mut r = self
+            .o
+            .keys
+            .by_index
+            .remove(&(keys.lkey.0 >> 8))
+            .ok_or(Errno::EINVAL)?;
+        r.key = key;
+        self.o.keys.by_index.insert(key >> 8, r);
+        Ok(MrKeys {
+            lkey: Lkey(key),
+            rkey: Rkey(key),
+        })
+    }
+
+    /// Makes the next `create_qp` use `qpn` if it is free (replaying captured traffic).
+    #[doc(hidden)]
+    pub fn set_next_qpn(&mut self, qpn: Qpn) {
+        self.next_qpn = qpn.0.wrapping_sub(1) & Qpn::MAX;
+    }
+
+    /// `ibv_dereg_mr`: EBUSY while a window is bound to it.
+    pub fn dereg_mr(&mut self, lkey: Lkey) -> Result<(), Errno> {
+        let r = self.o.keys.get(lkey.0).ok_or(Errno::EINVAL)?;
+        if r.window_of.is_some() {
+            return Err(Errno::EINVAL);
+        }
+        let pd = r.pd;
+        if self
+            .o
+            .keys
+            .by_index
+            .values()
+            .any(|w| w.valid && w.window_of == Some(lkey.0))
+        {
+            return Err(Errno::EBUSY);
+        }
+        self.o.keys.by_index.remove(&(lkey.0 >> 8));
+        let _ = self.pd_ref(pd, -1);
+        Ok(())
+    }
+
+    /// `ibv_create_cq`: returns the handle and the actual depth.
+    pub fn create_cq(&mut self, owner: ClientId, cqe: u32) -> Result<(CqHandle, u32), Errno> {
+        if cqe == 0 || cqe > self.cfg.limits.max_cqe {
+            return Err(Errno::EINVAL);
+        }
+        if self.o.cqs.len() >= self.cfg.limits.max_cq as usize {
+            return Err(Errno::ENOMEM);
+        }
+        let h = self.o.handle();
+        self.o.cqs.insert(
+            h,
+            Cq {
+                owner,
+                depth: cqe,
+                pending: 0,
+                refs: 0,
+                overflowed: false,
+            },
+        );
+        Ok((CqHandle(h), cqe))
+    }
+
+    /// `ibv_destroy_cq`: EBUSY while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), Errno> {
+        match self.o.cqs.get(&cq.0) {
+            None => Err(Errno::EINVAL),
+            Some(c) if c.refs > 0 => Err(Errno::EBUSY),
+            Some(_) => {
+                self.o.cqs.remove(&cq.0);
+                self.o.completions.retain(|(c, _)| *c != cq);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(
+        &mut self,
+        owner: ClientId,
+        pd: PdHandle,
+        attr: SrqAttr,
+    ) -> Result<SrqHandle, Errno> {
+        let l = &self.cfg.limits;
+        if attr.max_wr == 0
+            || attr.max_wr > l.max_srq_wr
+            || attr.max_sge == 0
+            || attr.max_sge > l.max_srq_sge
+        {
+            return Err(Errno::EINVAL);
+        }
+        if self.o.srqs.len() >= l.max_srq as usize {
+            return Err(Errno::ENOMEM);
+        }
+        self.pd_ref(pd, 1)?;
+        let h = self.o.handle();
+        let attr = SrqAttr {
+            srq_limit: 0,
+            ..attr
+        };
+        self.o.srqs.insert(
+            h,
+            Srq {
+                owner,
+                pd,
+                attr,
+                wqes: VecDeque::new(),
+                refs: 0,
+            },
+        );
+        Ok(SrqHandle(h))
+    }
+
+    /// `ibv_modify_srq`: `LIMIT` arms the limit event, `MAX_WR` resizes.
+    pub fn modify_srq(
+        &mut self,
+        srq: SrqHandle,
+        attr: &SrqAttr,
+        mask: SrqAttrMask,
+    ) -> Result<(), Errno> {
+        let max = self.cfg.limits.max_srq_wr;
+        let s = self.o.srqs.get_mut(&srq.0).ok_or(Errno::EINVAL)?;
+        if mask.0 & !3 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let new_max = if mask.0 & SrqAttrMask::MAX_WR.0 != 0 {
+            attr.max_wr
+        } else {
+            s.attr.max_wr
+        };
+        if new_max == 0 || new_max > max || (new_max as usize) < s.wqes.len() {
+            return Err(Errno::EINVAL);
+        }
+        if mask.0 & SrqAttrMask::LIMIT.0 != 0 && attr.srq_limit > new_max {
+            return Err(Errno::EINVAL);
+        }
+        s.attr.max_wr = new_max;
+        if mask.0 & SrqAttrMask::LIMIT.0 != 0 {
+            s.attr.srq_limit = attr.srq_limit;
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_srq`.
+    pub fn query_srq(&self, srq: SrqHandle) -> Result<SrqAttr, Errno> {
+        self.o.srqs.get(&srq.0).map(|s| s.attr).ok_or(Errno::EINVAL)
+    }
+
+    /// `ibv_destroy_srq`: EBUSY while a QP uses it.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), Errno> {
+        match self.o.srqs.get(&srq.0) {
+            None => Err(Errno::EINVAL),
+            Some(s) if s.refs > 0 => Err(Errno::EBUSY),
+            Some(s) => {
+                let pd = s.pd;
+                self.o.srqs.remove(&srq.0);
+                let _ = self.pd_ref(pd, -1);
+                Ok(())
+            }
+        }
+    }
+
+    /// `ibv_post_srq_recv` (one WR).
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: RecvWr) -> Result<(), Errno> {
+        let s = self.o.srqs.get_mut(&srq.0).ok_or(Errno::EINVAL)?;
+        if wr.sg_list.len() > s.attr.max_sge as usize {
+            return Err(Errno::EINVAL);
+        }
+        if s.wqes.len() >= s.attr.max_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        s.wqes.push_back(wr);
+        Ok(())
+    }
+
+    pub(crate) fn check_ah(&self, a: &AhAttr) -> Result<(), Errno> {
+        // RoCE has no LIDs: the GRH is mandatory (IBA Annex A17.3).
+        if !a.is_global || a.grh.dgid.is_zero() || a.port_num > 1 {
+            return Err(Errno::EINVAL);
+        }
+        match self.cfg.gids.get(usize::from(a.grh.sgid_index)) {
+            Some(g) if !g.is_zero() => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        let (s, d) = (
+            self.cfg.gids[usize::from(a.grh.sgid_index)].to_ip(),
+            a.grh.dgid.to_ip(),
+        );
+        if s.is_ipv4() != d.is_ipv4() {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// `ibv_create_ah`: EINVAL without a GRH (RoCE).
+    pub fn create_ah(&mut self, pd: PdHandle, attr: AhAttr) -> Result<AhHandle, Errno> {
+        self.check_ah(&attr)?;
+        if self.o.ahs.len() >= self.cfg.limits.max_ah as usize {
+            return Err(Errno::ENOMEM);
+        }
+        let owner = self.pd_ref(pd, 1)?;
+        let h = self.o.handle();
+        self.o.ahs.insert(h, Ah { owner, pd, attr });
+        Ok(AhHandle(h))
+    }
+
+    /// `ibv_destroy_ah`.
+    pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<(), Errno> {
+        let a = self.o.ahs.remove(&ah.0).ok_or(Errno::EINVAL)?;
+        let _ = self.pd_ref(a.pd, -1);
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! Reaching application memory for a QP: gather, scatter, and the ICRC of a built packet.
+
+use std::net::SocketAddr;
+
+use wire::roce::{icrc, ICRC_LEN};
+
+use crate::attr::*;
+use crate::memory::Memory;
+use crate::mr::Keys;
+use crate::qp::*;
+use crate::types::*;
+
+/// Checks the SGEs of a WR before its first packet (IBA 10.6.3: lkey, PD, bounds; local
+/// write access where the HCA writes into them).
+pub(crate) fn check_local_sges(keys: &Keys, pd: PdHandle, w: &SendWqe) -> Result<(), WcStatus> {
+    if w.wr.inline_data.is_some() {
+        return Ok(());
+    }
+    let need = match w.wr.opcode {
+        WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+            AccessFlags::LOCAL_WRITE
+        }
+        _ => AccessFlags::EMPTY,
+    };
+    for s in &w.wr.sg_list {
+        keys.resolve(s.lkey.0, pd, s.addr, u64::from(s.length), need, false, 0)
+            .map_err(|_| WcStatus::LocProtErr)?;
+    }
+    Ok(())
+}
+
+/// Copies `out.len()` bytes of the WR's message starting at `off` into `out`.
+pub(crate) fn gather(
+    keys: &Keys,
+    pd: PdHandle,
+    w: &SendWqe,
+    off: u32,
+    out: &mut [u8],
+    mem: &mut dyn Memory,
+) -> Result<(), WcStatus> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    if let Some(d) = &w.wr.inline_data {
+        let o = off as usize;
+        out.copy_from_slice(d.get(o..o + out.len()).ok_or(WcStatus::LocLenErr)?);
+        return Ok(());
+    }
+    let mut skip = u64::from(off);
+    let mut done = 0usize;
+    for s in &w.wr.sg_list {
+        let len = u64::from(s.length);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = ((len - skip) as usize).min(out.len() - done);
+        let (space, host) = keys
+            .resolve(
+                s.lkey.0,
+                pd,
+                s.addr + skip,
+                n as u64,
+                AccessFlags::EMPTY,
+                false,
+                0,
+            )
+            .map_err(|_| WcStatus::LocProtErr)?;
+        mem.read(space, host, &mut out[done..done + n])
+            .map_err(|_| WcStatus::LocProtErr)?;
+        done += n;
+        skip = 0;
+        if done == out.len() {
+            return Ok(());
+        }
+    }
+    Err(WcStatus::LocLenErr)
+}
+
+/// Writes `data` into the scatter list at message offset `off` (LOCAL_WRITE required).
+pub(crate) fn scatter(
+    keys: &Keys,
+    pd: PdHandle,
+    sges: &[Sge],
+    off: u32,
+    data: &[u8],
+    mem: &mut dyn Memory,
+) -> Result<(), WcStatus> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    let mut skip = u64::from(off);
+    let mut done = 0usize;
+    for s in sges {
+        let len = u64::from(s.length);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let n = ((len - skip) as usize).min(data.len() - done);
+        let (space, host) = keys
+            .resolve(
+                s.lkey.0,
+                pd,
+                s.addr + skip,
+                n as u64,
+                AccessFlags::LOCAL_WRITE,
+                false,
+                0,
+            )
+            .map_err(|_| WcStatus::LocProtErr)?;
+        mem.write(space, host, &data[done..done + n])
+            .map_err(|_| WcStatus::LocProtErr)?;
+        done += n;
+        skip = 0;
+        if done == data.len() {
+            return Ok(());
+        }
+    }
+    Err(WcStatus::LocLenErr)
+}
+
+/// Computes and stores the ICRC of the packet in `buf` as a kernel UDP socket sends it.
+pub(crate) fn finish_icrc(buf: &mut [u8], path: Path) {
+    let n = buf.len() - ICRC_LEN;
+    let c = match (path.src, path.dst) {
+        (SocketAddr::V4(s), SocketAddr::V4(d)) => {
+            icrc::for_udp4(*s.ip(), *d.ip(), s.port(), d.port(), &buf[..n])
+        }
+        (SocketAddr::V6(s), SocketAddr::V6(d)) => {
+            icrc::for_udp6(*s.ip(), *d.ip(), s.port(), d.port(), &buf[..n])
+        }
+        _ => 0,
+    };
+    buf[n..].copy_from_slice(&c.to_le_bytes());
+}

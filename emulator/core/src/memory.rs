@@ -1,0 +1,99 @@
+//! Application memory as the NIC's DMA engine reaches it.
+
+use std::collections::HashMap;
+
+use crate::types::AddrSpace;
+
+/// Memory could not be reached (the page is gone, the process died).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemoryFault;
+
+impl core::fmt::Display for MemoryFault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "memory fault")
+    }
+}
+
+impl std::error::Error for MemoryFault {}
+
+/// Application memory, reached the way a NIC's DMA engine does. The core calls it only
+/// for ranges inside registered MRs, after every check.
+pub trait Memory {
+    /// Reads `buf.len()` bytes at `addr` of `space`.
+    fn read(&mut self, space: AddrSpace, addr: u64, buf: &mut [u8]) -> Result<(), MemoryFault>;
+    /// Writes `data` at `addr` of `space`.
+    fn write(&mut self, space: AddrSpace, addr: u64, data: &[u8]) -> Result<(), MemoryFault>;
+}
+
+/// Memory made of `Vec<u8>` regions, for tests and the simulator. Every write is
+/// checked to land inside a region (a write outside one is a fault) and counted.
+#[derive(Debug, Default, Clone)]
+pub struct VecMemory {
+    regions: HashMap<AddrSpace, Vec<(u64, Vec<u8>)>>,
+    /// Number of writes performed.
+    pub writes: u64,
+}
+
+impl VecMemory {
+    /// Empty memory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Adds a zeroed region of `len` bytes at `addr` in `space`.
+    pub fn add_region(&mut self, space: AddrSpace, addr: u64, len: usize) {
+        self.regions
+            .entry(space)
+            .or_default()
+            .push((addr, vec![0; len]));
+    }
+    /// The bytes of a region range (panics when outside: test helper).
+    pub fn slice(&self, space: AddrSpace, addr: u64, len: usize) -> &[u8] {
+        let (base, v) = self.find(space, addr, len as u64).expect("inside a region");
+        let o = (addr - base) as usize;
+        &v[o..o + len]
+    }
+    /// Mutable bytes of a region range (panics when outside: test helper).
+    pub fn slice_mut(&mut self, space: AddrSpace, addr: u64, len: usize) -> &mut [u8] {
+        let r = self.regions.get_mut(&space).expect("space");
+        let (base, v) = r
+            .iter_mut()
+            .find(|(b, v)| addr >= *b && addr + len as u64 <= *b + v.len() as u64)
+            .expect("inside a region");
+        let o = (addr - *base) as usize;
+        &mut v[o..o + len]
+    }
+    fn find(&self, space: AddrSpace, addr: u64, len: u64) -> Option<(u64, &Vec<u8>)> {
+        self.regions.get(&space)?.iter().find_map(|(b, v)| {
+            let end = addr.checked_add(len)?;
+            (addr >= *b && end <= *b + v.len() as u64).then_some((*b, v))
+        })
+    }
+}
+
+impl Memory for VecMemory {
+    fn read(&mut self, space: AddrSpace, addr: u64, buf: &mut [u8]) -> Result<(), MemoryFault> {
+        let (b, v) = self
+            .find(space, addr, buf.len() as u64)
+            .ok_or(MemoryFault)?;
+        let o = (addr - b) as usize;
+        buf.copy_from_slice(&v[o..o + buf.len()]);
+        Ok(())
+    }
+    fn write(&mut self, space: AddrSpace, addr: u64, data: &[u8]) -> Result<(), MemoryFault> {
+        let len = data.len() as u64;
+        let r = self.regions.get_mut(&space).ok_or(MemoryFault)?;
+        let (b, v) = r
+            .iter_mut()
+            .find(|(b, v)| {
+                addr >= *b
+                    && addr
+                        .checked_add(len)
+                        .is_some_and(|e| e <= *b + v.len() as u64)
+            })
+            .ok_or(MemoryFault)?;
+        let o = (addr - *b) as usize;
+        v[o..o + data.len()].copy_from_slice(data);
+        self.writes += 1;
+        Ok(())
+    }
+}

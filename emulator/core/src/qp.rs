@@ -1,0 +1,194 @@
+//! Queue pairs: the per-QP state. Data that exists only from RTR on lives in [`Conn`],
+//! which exists only from RTR on; the requester's in [`Requester`], only from RTS on.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use wire::roce::{Msn, Psn, Qpn, RethRepr};
+
+use crate::attr::*;
+use crate::types::*;
+
+/// A posted send WR and its progress.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    /// Bytes of the message (gather total or inline length; 8 for atomics).
+    pub len: u32,
+    /// First PSN, once the first packet was sent.
+    pub first_psn: Option<Psn>,
+    /// Packets (PSNs) the WR uses: data packets, READ response packets, or 1.
+    pub npkts: u32,
+    /// Whether a successful completion is reported.
+    pub signaled: bool,
+    /// Set when the WR finished (locally complete), ready to retire in order.
+    pub done: Option<WcStatus>,
+}
+
+impl SendWqe {
+    pub fn is_rd_atomic(&self) -> bool {
+        matches!(
+            self.wr.opcode,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+    pub fn last_psn(&self) -> Option<Psn> {
+        self.first_psn.map(|p| p.wrapping_add(self.npkts - 1))
+    }
+}
+
+/// Where packets of a connected QP go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Path {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+}
+
+/// The requester (and completer) of a QP in RTS, SQD or SQE.
+#[derive(Debug, Clone)]
+pub(crate) struct Requester {
+    /// PSN the next new WR starts at.
+    pub next_psn: Psn,
+    /// Oldest unacknowledged PSN (RC).
+    pub una: Psn,
+    /// The next packet to send: (index into `sq`, packet within the WR).
+    pub cursor: (usize, u32),
+    /// Retries left after timeouts/sequence NAKs.
+    pub retry_left: u8,
+    /// RNR retries left (7 = forever).
+    pub rnr_left: u8,
+    /// Waiting for the RNR timer: no packet leaves.
+    pub rnr_waiting: bool,
+    /// The `una` a gap-triggered go-back last happened at (one go-back per gap).
+    pub gap_retried_at: Option<Psn>,
+    /// Local ACK timeout (None = infinite).
+    pub ack_timeout: Option<Duration>,
+}
+
+/// A READ/atomic the responder keeps for duplicates (IBA 9.7.5.1.5).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RdAtomicRes {
+    pub psn: Psn,
+    pub npkts: u32,
+    /// For atomics: the original value returned.
+    pub atomic_orig: Option<u64>,
+}
+
+/// A response waiting to leave.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RespOut {
+    /// ACK / NAK / RNR NAK.
+    Ack {
+        psn: Psn,
+        syndrome: wire::roce::Syndrome,
+        msn: Msn,
+    },
+    /// READ response packets still to send.
+    Read {
+        first_psn: Psn,
+        next_pkt: u32,
+        npkts: u32,
+        space: AddrSpace,
+        host: u64,
+        len: u32,
+        msn: Msn,
+    },
+    /// ATOMIC Acknowledge.
+    AtomicAck { psn: Psn, orig: u64, msn: Msn },
+}
+
+/// A multi-packet message in progress at the responder.
+#[derive(Debug, Clone)]
+pub(crate) enum InProgress {
+    /// A SEND into this receive WQE, `offset` bytes so far.
+    Send { rwqe: RecvWr, offset: u32 },
+    /// An RDMA WRITE: next host address and bytes left.
+    Write {
+        space: AddrSpace,
+        host: u64,
+        left: u32,
+        total: u32,
+    },
+    /// UC: dropping the rest of a broken message.
+    Drop,
+}
+
+/// The responder of a QP in RTR or later.
+#[derive(Debug, Clone)]
+pub(crate) struct Responder {
+    /// Expected PSN.
+    pub epsn: Psn,
+    pub msn: Msn,
+    /// A sequence-error NAK was sent for the current gap.
+    pub nak_sent: bool,
+    pub cur: Option<InProgress>,
+    pub resources: VecDeque<RdAtomicRes>,
+    pub out: VecDeque<RespOut>,
+    /// COMM_EST raised.
+    pub comm_est: bool,
+    /// A fatal error was NAKed: enter the error state once the NAK is out.
+    pub fatal: bool,
+}
+
+/// State that exists from RTR on.
+#[derive(Debug, Clone)]
+pub(crate) struct Conn {
+    /// Path of RC/UC QPs (UD QPs take it from each WR's AH).
+    pub path: Option<Path>,
+    /// Path MTU in bytes.
+    pub mtu: u32,
+    pub dest_qpn: Qpn,
+    pub resp: Responder,
+    pub req: Option<Requester>,
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub qpn: Qpn,
+    pub owner: ClientId,
+    pub qp_type: QpType,
+    pub init: QpInitAttr,
+    pub state: QpState,
+    /// The attributes as last set (for `query_qp`).
+    pub attr: QpAttr,
+    pub sq: VecDeque<SendWqe>,
+    pub rq: VecDeque<RecvWr>,
+    pub conn: Option<Box<Conn>>,
+    pub counters: Counters,
+    /// In the device's transmit schedule.
+    pub scheduled: bool,
+}
+
+impl Qp {
+    /// Whether the QP may have something to transmit.
+    pub fn wants_tx(&self) -> bool {
+        match &self.conn {
+            None => false,
+            Some(c) => {
+                !c.resp.out.is_empty()
+                    || (c.req.is_some()
+                        && matches!(self.state, QpState::Rts | QpState::Sqd)
+                        && c.req
+                            .as_ref()
+                            .is_some_and(|r| !r.rnr_waiting && r.cursor.0 < self.sq.len()))
+            }
+        }
+    }
+}
+
+/// Packets needed for `len` bytes at `mtu` (at least one).
+pub(crate) fn packets_for(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}
+
+/// Reth for a retransmitted READ starting `pkt` packets into the WR.
+pub(crate) fn read_reth(wqe: &SendWqe, pkt: u32, mtu: u32) -> RethRepr {
+    let off = pkt * mtu;
+    RethRepr {
+        va: wqe.wr.rdma.remote_addr.wrapping_add(u64::from(off)),
+        rkey: wqe.wr.rdma.rkey,
+        dma_len: wqe.len.saturating_sub(off),
+    }
+}

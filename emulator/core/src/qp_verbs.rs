@@ -1,0 +1,516 @@
+//! QP verbs: create, modify (through the transition table), query, destroy, post, and
+//! the output pollers.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use wire::roce::{Msn, Qpn, ROCE_V2_UDP_PORT};
+
+use crate::attr::*;
+use crate::device::Device;
+use crate::memory::Memory;
+use crate::qp::*;
+use crate::state;
+use crate::types::*;
+
+impl Device {
+    /// `ibv_create_qp`: returns the QPN and the actual capacities.
+    pub fn create_qp(&mut self, owner: ClientId, init: &QpInitAttr) -> Result<(Qpn, QpCap), Errno> {
+        let l = self.cfg.limits;
+        let c = init.cap;
+        if c.max_send_wr > l.max_qp_wr
+            || c.max_recv_wr > l.max_qp_wr
+            || c.max_send_sge > l.max_sge
+            || c.max_recv_sge > l.max_sge
+            || c.max_inline_data > l.max_inline_data
+        {
+            return Err(Errno::EINVAL);
+        }
+        if !self.o.pds.contains_key(&init.pd.0)
+            || !self.o.cqs.contains_key(&init.send_cq.0)
+            || !self.o.cqs.contains_key(&init.recv_cq.0)
+            || init.srq.is_some_and(|s| !self.o.srqs.contains_key(&s.0))
+        {
+            return Err(Errno::EINVAL);
+        }
+        if self.qps.len() >= l.max_qp as usize {
+            return Err(Errno::ENOMEM);
+        }
+        let qpn = loop {
+            self.next_qpn = (self.next_qpn + 1) & Qpn::MAX;
+            if self.next_qpn >= 16 && !self.qps.contains_key(&self.next_qpn) {
+                break Qpn(self.next_qpn);
+            }
+        };
+        self.pd_ref(init.pd, 1)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.o.cqs.get_mut(&cq.0) {
+                c.refs += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.o.srqs.get_mut(&s.0)) {
+            s.refs += 1;
+        }
+        let cap = QpCap {
+            max_recv_wr: if init.srq.is_some() { 0 } else { c.max_recv_wr },
+            max_recv_sge: if init.srq.is_some() {
+                0
+            } else {
+                c.max_recv_sge
+            },
+            ..c
+        };
+        let init = QpInitAttr { cap, ..*init };
+        self.qps.insert(
+            qpn.0,
+            Qp {
+                qpn,
+                owner,
+                qp_type: init.qp_type,
+                init,
+                state: QpState::Reset,
+                attr: QpAttr {
+                    cap,
+                    ..QpAttr::default()
+                },
+                sq: VecDeque::new(),
+                rq: VecDeque::new(),
+                conn: None,
+                counters: Counters::default(),
+                scheduled: false,
+            },
+        );
+        Ok((qpn, cap))
+    }
+
+    /// `ibv_query_qp`: the attributes as last set, and the creation attributes.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr), Errno> {
+        let qp = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
+        let mut a = qp.attr;
+        a.qp_state = qp.state;
+        a.cur_qp_state = qp.state;
+        a.cap = qp.init.cap;
+        if let Some(c) = &qp.conn {
+            a.rq_psn = c.resp.epsn;
+            if let Some(r) = &c.req {
+                a.sq_psn = r.next_psn;
+            }
+        }
+        Ok((a, qp.init))
+    }
+
+    /// `ibv_destroy_qp`: outstanding WRs are discarded without completions.
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Errno> {
+        let qp = self.qps.remove(&qpn.0).ok_or(Errno::EINVAL)?;
+        self.o.timers.cancel_qp(qpn.0);
+        let _ = self.pd_ref(qp.init.pd, -1);
+        for cq in [qp.init.send_cq, qp.init.recv_cq] {
+            if let Some(c) = self.o.cqs.get_mut(&cq.0) {
+                c.refs = c.refs.saturating_sub(1);
+            }
+        }
+        if let Some(s) = qp.init.srq.and_then(|s| self.o.srqs.get_mut(&s.0)) {
+            s.refs = s.refs.saturating_sub(1);
+        }
+        // Windows bound through this QP lose their binding.
+        for r in self.o.keys.by_index.values_mut() {
+            if r.bound_qp == Some(qpn.0) {
+                r.valid = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), Errno> {
+        let _ = now;
+        let qp = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
+        let given_cur = mask
+            .contains(QpAttrMask::CUR_STATE)
+            .then_some(attr.cur_qp_state);
+        let to_state = mask.contains(QpAttrMask::STATE).then_some(attr.qp_state);
+        let to = state::check(qp.qp_type, qp.state, given_cur, to_state, mask)?;
+        self.check_values(qp.qp_type, attr, mask)?;
+        let from = qp.state;
+        // Validate the path before changing anything.
+        let path = if mask.contains(QpAttrMask::AV) {
+            Some(self.path_of(qpn, &attr.ah_attr, attr.dest_qp_num)?)
+        } else {
+            None
+        };
+        let active_mtu = self.cfg.active_mtu.bytes();
+        let qp = self.qps.get_mut(&qpn.0).ok_or(Errno::EINVAL)?;
+        copy_masked(&mut qp.attr, attr, mask);
+        match to {
+            QpState::Reset => {
+                qp.conn = None;
+                qp.sq.clear();
+                qp.rq.clear();
+                qp.attr = QpAttr {
+                    cap: qp.init.cap,
+                    ..QpAttr::default()
+                };
+                qp.state = QpState::Reset;
+                self.o.timers.cancel_qp(qpn.0);
+                return Ok(());
+            }
+            QpState::Err => {
+                self.enter_error(qpn);
+                return Ok(());
+            }
+            _ => {}
+        }
+        if from == QpState::Init && to == QpState::Rtr {
+            let mtu = match qp.qp_type {
+                QpType::Ud => active_mtu,
+                _ => Mtu::from_raw(qp.attr.path_mtu)
+                    .map_or(active_mtu, |m| m.bytes().min(active_mtu)),
+            };
+            qp.conn = Some(Box::new(Conn {
+                path,
+                mtu,
+                dest_qpn: qp.attr.dest_qp_num,
+                resp: Responder {
+                    epsn: qp.attr.rq_psn,
+                    msn: Msn(0),
+                    nak_sent: false,
+                    cur: None,
+                    resources: VecDeque::new(),
+                    out: VecDeque::new(),
+                    comm_est: false,
+                    fatal: false,
+                },
+                req: None,
+            }));
+        } else if let (Some(c), Some(p)) = (qp.conn.as_mut(), path) {
+            c.path = Some(p);
+        }
+        let ack_timeout = (qp.attr.timeout != 0)
+            .then(|| Duration::from_nanos(4096u64 << qp.attr.timeout.min(31)));
+        if let Some(c) = qp.conn.as_mut() {
+            if from == QpState::Rtr && to == QpState::Rts {
+                c.req = Some(Requester {
+                    next_psn: qp.attr.sq_psn,
+                    una: qp.attr.sq_psn,
+                    cursor: (0, 0),
+                    retry_left: qp.attr.retry_cnt,
+                    rnr_left: qp.attr.rnr_retry,
+                    rnr_waiting: false,
+                    gap_retried_at: None,
+                    ack_timeout,
+                });
+            } else if let Some(r) = c.req.as_mut() {
+                r.ack_timeout = ack_timeout;
+                if mask.contains(QpAttrMask::RETRY_CNT) {
+                    r.retry_left = qp.attr.retry_cnt;
+                }
+                if mask.contains(QpAttrMask::RNR_RETRY) {
+                    r.rnr_left = qp.attr.rnr_retry;
+                }
+            }
+        }
+        qp.state = to;
+        if to == QpState::Sqd
+            && qp.attr.en_sqd_async_notify
+            && qp.sq.iter().all(|w| w.first_psn.is_none())
+        {
+            self.o
+                .events
+                .push_back((qp.owner, AsyncEvent::SqDrained(qpn)));
+        }
+        self.o.schedule(qp);
+        Ok(())
+    }
+
+    fn check_values(&self, t: QpType, a: &QpAttr, mask: QpAttrMask) -> Result<(), Errno> {
+        let l = &self.cfg.limits;
+        let bad = (mask.contains(QpAttrMask::PORT) && a.port_num != 1)
+            || (mask.contains(QpAttrMask::PKEY_INDEX) && a.pkey_index != 0)
+            || (mask.contains(QpAttrMask::PATH_MTU) && Mtu::from_raw(a.path_mtu).is_none())
+            || (mask.contains(QpAttrMask::TIMEOUT) && a.timeout > 31)
+            || (mask.contains(QpAttrMask::RETRY_CNT) && a.retry_cnt > 7)
+            || (mask.contains(QpAttrMask::RNR_RETRY) && a.rnr_retry > 7)
+            || (mask.contains(QpAttrMask::MIN_RNR_TIMER) && a.min_rnr_timer > 31)
+            || (mask.contains(QpAttrMask::MAX_QP_RD_ATOMIC)
+                && u32::from(a.max_rd_atomic) > l.max_qp_init_rd_atom)
+            || (mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC)
+                && u32::from(a.max_dest_rd_atomic) > l.max_qp_rd_atom)
+            || (mask.contains(QpAttrMask::DEST_QPN) && a.dest_qp_num.0 > Qpn::MAX)
+            || (mask.contains(QpAttrMask::ACCESS_FLAGS) && a.qp_access_flags.0 & !0x3f != 0)
+            || (mask.contains(QpAttrMask::AV)
+                && t != QpType::Ud
+                && self.check_ah(&a.ah_attr).is_err());
+        if bad {
+            Err(Errno::EINVAL)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The UDP source port for packets between `a` and `b` (rxe hashes the QP pair into
+    /// 0xC000..=0xFFFF), unless the backend fixes it.
+    pub(crate) fn src_port(&self, a: Qpn, b: Qpn) -> u16 {
+        self.cfg.udp_src_port.unwrap_or_else(|| {
+            let mut h = (u64::from(a.0) << 24 | u64::from(b.0)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^= h >> 29;
+            0xc000 | (h as u16 & 0x3fff)
+        })
+    }
+
+    pub(crate) fn path_of(&self, qpn: Qpn, ah: &AhAttr, dest: Qpn) -> Result<Path, Errno> {
+        self.check_ah(ah)?;
+        let src_ip: IpAddr = self.cfg.gids[usize::from(ah.grh.sgid_index)].to_ip();
+        Ok(Path {
+            src: SocketAddr::new(src_ip, self.src_port(qpn, dest)),
+            dst: SocketAddr::new(ah.grh.dgid.to_ip(), ROCE_V2_UDP_PORT),
+        })
+    }
+
+    /// `ibv_post_send` (one WR). Inline data not already copied (`INLINE` set, no
+    /// `inline_data`) is gathered from `mem` now, as `ibv_post_send` does.
+    pub fn post_send(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        wr: SendWr,
+        mem: &mut dyn Memory,
+    ) -> Result<(), Errno> {
+        let _ = now;
+        let mtu = self.cfg.active_mtu.bytes();
+        let max_inline = self.cfg.limits.max_inline_data;
+        let qp = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
+        let mut wr = wr;
+        match qp.state {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        if qp.sq.len() >= qp.init.cap.max_send_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        if wr.sg_list.len() > qp.init.cap.max_send_sge as usize {
+            return Err(Errno::EINVAL);
+        }
+        use WrOpcode::*;
+        let allowed = match qp.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                Send | SendWithImm | RdmaWrite | RdmaWriteWithImm | LocalInv | BindMw
+            ),
+            QpType::Ud => matches!(wr.opcode, Send | SendWithImm),
+        };
+        if !allowed {
+            return Err(Errno::EINVAL);
+        }
+        if wr.send_flags.contains(SendFlags::INLINE) && wr.inline_data.is_none() {
+            let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if total > u64::from(qp.init.cap.max_inline_data.max(max_inline)) {
+                return Err(Errno::EINVAL);
+            }
+            // Inline data is read with the application's own rights: no lkey check
+            // (ibv_post_send(3)), but only from the client's own address space.
+            let space = AddrSpace(qp.owner.0);
+            let mut data = vec![0u8; total as usize];
+            let mut off = 0;
+            for s in &wr.sg_list {
+                let n = s.length as usize;
+                mem.read(space, s.addr, &mut data[off..off + n])
+                    .map_err(|_| Errno::EINVAL)?;
+                off += n;
+            }
+            wr.inline_data = Some(data);
+        }
+        let len: u64 = match (&wr.inline_data, wr.opcode) {
+            (_, AtomicCmpAndSwp | AtomicFetchAndAdd) => {
+                let l: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+                if l != 8 || wr.atomic.remote_addr & 7 != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                8
+            }
+            (Some(d), _) => {
+                if d.len() as u64 > u64::from(qp.init.cap.max_inline_data.max(max_inline)) {
+                    return Err(Errno::EINVAL);
+                }
+                d.len() as u64
+            }
+            (None, _) => wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        };
+        if len > 1 << 31 {
+            return Err(Errno::EINVAL);
+        }
+        if qp.qp_type == QpType::Ud
+            && (len > u64::from(mtu) || !self.o.ahs.contains_key(&wr.ud.ah.0))
+        {
+            return Err(Errno::EINVAL);
+        }
+        let signaled = qp.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
+        let qp = self.qps.get_mut(&qpn.0).ok_or(Errno::EINVAL)?;
+        qp.sq.push_back(SendWqe {
+            wr,
+            len: len as u32,
+            first_psn: None,
+            npkts: 1,
+            signaled,
+            done: None,
+        });
+        if matches!(qp.state, QpState::Err | QpState::Sqe) {
+            self.flush(qpn);
+        } else {
+            self.o.schedule(qp);
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv` (one WR).
+    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), Errno> {
+        let qp = self.qps.get_mut(&qpn.0).ok_or(Errno::EINVAL)?;
+        if qp.init.srq.is_some() || qp.state == QpState::Reset {
+            return Err(Errno::EINVAL);
+        }
+        if wr.sg_list.len() > qp.init.cap.max_recv_sge as usize {
+            return Err(Errno::EINVAL);
+        }
+        if qp.rq.len() >= qp.init.cap.max_recv_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        qp.rq.push_back(wr);
+        if qp.state == QpState::Err {
+            self.flush(qpn);
+        }
+        Ok(())
+    }
+
+    /// A client died: its QPs are destroyed (no completion of theirs reaches anyone),
+    /// its objects freed, its queued completions and events dropped.
+    pub fn release_client(&mut self, now: Instant, owner: ClientId) {
+        let _ = now;
+        let qpns: Vec<u32> = self
+            .qps
+            .values()
+            .filter(|q| q.owner == owner)
+            .map(|q| q.qpn.0)
+            .collect();
+        for q in qpns {
+            let _ = self.destroy_qp(Qpn(q));
+        }
+        let mws: Vec<u32> = self
+            .o
+            .mws
+            .iter()
+            .filter(|(_, m)| m.owner == owner)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in mws {
+            let _ = self.dealloc_mw(MwHandle(h));
+        }
+        self.o.keys.by_index.retain(|_, r| r.owner != owner);
+        self.o.ahs.retain(|_, a| a.owner != owner);
+        self.o.srqs.retain(|_, s| s.owner != owner);
+        let cqs: Vec<u32> = self
+            .o
+            .cqs
+            .iter()
+            .filter(|(_, c)| c.owner == owner)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in &cqs {
+            self.o.cqs.remove(h);
+        }
+        self.o.completions.retain(|(c, _)| !cqs.contains(&c.0));
+        self.o.pds.retain(|_, p| p.owner != owner);
+        self.o.events.retain(|(c, _)| *c != owner);
+    }
+
+    /// The next completion, with the CQ it belongs to.
+    pub fn poll_completion(&mut self) -> Option<(CqHandle, WorkCompletion)> {
+        let (cq, wc) = self.o.completions.pop_front()?;
+        if let Some(c) = self.o.cqs.get_mut(&cq.0) {
+            c.pending = c.pending.saturating_sub(1);
+        }
+        Some((cq, wc))
+    }
+
+    /// The next async event, with the client it belongs to.
+    pub fn poll_event(&mut self) -> Option<(ClientId, AsyncEvent)> {
+        self.o.events.pop_front()
+    }
+
+    /// The earliest timer deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.o.timers.next()
+    }
+}
+
+/// Copies the fields `mask` names from `src` into `dst`.
+fn copy_masked(dst: &mut QpAttr, src: &QpAttr, mask: QpAttrMask) {
+    use QpAttrMask as M;
+    let has = |m: M| mask.contains(m);
+    if has(M::ACCESS_FLAGS) {
+        dst.qp_access_flags = src.qp_access_flags;
+    }
+    if has(M::PKEY_INDEX) {
+        dst.pkey_index = src.pkey_index;
+    }
+    if has(M::PORT) {
+        dst.port_num = src.port_num;
+    }
+    if has(M::QKEY) {
+        dst.qkey = src.qkey;
+    }
+    if has(M::AV) {
+        dst.ah_attr = src.ah_attr;
+    }
+    if has(M::PATH_MTU) {
+        dst.path_mtu = src.path_mtu;
+    }
+    if has(M::TIMEOUT) {
+        dst.timeout = src.timeout;
+    }
+    if has(M::RETRY_CNT) {
+        dst.retry_cnt = src.retry_cnt;
+    }
+    if has(M::RNR_RETRY) {
+        dst.rnr_retry = src.rnr_retry;
+    }
+    if has(M::RQ_PSN) {
+        dst.rq_psn = src.rq_psn;
+    }
+    if has(M::MAX_QP_RD_ATOMIC) {
+        dst.max_rd_atomic = src.max_rd_atomic;
+    }
+    if has(M::ALT_PATH) {
+        dst.alt_ah_attr = src.alt_ah_attr;
+        dst.alt_pkey_index = src.alt_pkey_index;
+        dst.alt_port_num = src.alt_port_num;
+        dst.alt_timeout = src.alt_timeout;
+    }
+    if has(M::MIN_RNR_TIMER) {
+        dst.min_rnr_timer = src.min_rnr_timer;
+    }
+    if has(M::SQ_PSN) {
+        dst.sq_psn = src.sq_psn;
+    }
+    if has(M::MAX_DEST_RD_ATOMIC) {
+        dst.max_dest_rd_atomic = src.max_dest_rd_atomic;
+    }
+    if has(M::PATH_MIG_STATE) {
+        dst.path_mig_state = src.path_mig_state;
+    }
+    if has(M::DEST_QPN) {
+        dst.dest_qp_num = src.dest_qp_num;
+    }
+    if has(M::EN_SQD_ASYNC_NOTIFY) {
+        dst.en_sqd_async_notify = src.en_sqd_async_notify;
+    }
+    if has(M::RATE_LIMIT) {
+        dst.rate_limit = src.rate_limit;
+    }
+}

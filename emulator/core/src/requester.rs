@@ -1,0 +1,346 @@
+//! The requester (IBA 9.7.4): the transmit scheduler, segmentation to the path MTU,
+//! packet building straight from application memory.
+
+use std::time::Instant;
+
+use wire::roce::{
+    packet, AtomicEthRepr, Body, DethRepr, Header, ImmDt, Request, SendSeg, UcRequest, UcSendSeg,
+    WriteSeg, ICRC_LEN,
+};
+
+use crate::attr::*;
+use crate::device::Device;
+use crate::dma::{check_local_sges, finish_icrc, gather};
+use crate::memory::Memory;
+use crate::qp::*;
+use crate::timers::TimerKind;
+use crate::types::*;
+use wire::roce::Qpn;
+
+/// Most PSNs a requester has in flight (go-back-N window).
+const WINDOW: i32 = 512;
+
+impl Device {
+    /// Writes the next packet to send into `buf` (BTH through ICRC) and says where it
+    /// goes; `None` when nothing is ready.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        while let Some(qpn) = self.o.sched.pop_front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            qp.scheduled = false;
+            let t = self.transmit_one(now, qpn, mem, buf);
+            if let Some(t) = t {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.counters.sent_pkts += 1;
+                    self.o.schedule(qp);
+                }
+                self.o.counters.sent_pkts += 1;
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    fn transmit_one(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        mem: &mut dyn Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let qp = self.qps.get(&qpn)?;
+        if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
+            return None;
+        }
+        let conn = qp.conn.as_ref()?;
+        if !conn.resp.out.is_empty() {
+            return self.transmit_response(qpn, mem, buf);
+        }
+        loop {
+            let qp = self.qps.get_mut(&qpn)?;
+            if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+                return None;
+            }
+            let conn = qp.conn.as_mut()?;
+            let mtu = conn.mtu;
+            let req = conn.req.as_mut()?;
+            if req.rnr_waiting {
+                return None;
+            }
+            let (i, pkt) = req.cursor;
+            let wqe = qp.sq.get(i)?;
+            if wqe.first_psn.is_none() && wqe.done.is_none() {
+                // Starting a new WR.
+                if qp.state == QpState::Sqd {
+                    return None;
+                }
+                let outstanding_rd = qp
+                    .sq
+                    .iter()
+                    .take(i)
+                    .filter(|w| w.is_rd_atomic() && w.done.is_none())
+                    .count();
+                if wqe.wr.send_flags.contains(SendFlags::FENCE) && outstanding_rd > 0 {
+                    return None;
+                }
+                if wqe.is_rd_atomic() && outstanding_rd >= usize::from(qp.attr.max_rd_atomic.max(1))
+                {
+                    return None;
+                }
+                if qp.qp_type == QpType::Rc && req.next_psn.distance(req.una) >= WINDOW {
+                    return None;
+                }
+                match wqe.wr.opcode {
+                    WrOpcode::LocalInv | WrOpcode::BindMw => {
+                        let pd = qp.init.pd;
+                        let wr = wqe.wr.clone();
+                        let status = self.local_op(pd, Qpn(qpn), &wr);
+                        let qp = self.qps.get_mut(&qpn)?;
+                        qp.sq[i].done = Some(status);
+                        if let Some(r) = qp.conn.as_mut().and_then(|c| c.req.as_mut()) {
+                            r.cursor = (i + 1, 0);
+                        }
+                        self.retire(qpn);
+                        continue;
+                    }
+                    _ => {}
+                }
+                if let Err(status) = check_local_sges(&self.o.keys, qp.init.pd, wqe) {
+                    qp.sq[i].done = Some(status);
+                    req.cursor = (i + 1, 0);
+                    self.retire(qpn);
+                    return None;
+                }
+                let npkts = match wqe.wr.opcode {
+                    WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+                    _ => packets_for(wqe.len, mtu),
+                };
+                let first = req.next_psn;
+                req.next_psn = first.wrapping_add(npkts);
+                let w = &mut qp.sq[i];
+                w.first_psn = Some(first);
+                w.npkts = npkts;
+            }
+            let qp = self.qps.get(&qpn)?;
+            let wqe = &qp.sq[i];
+            if wqe.done.is_some() || wqe.first_psn.is_none() {
+                // Already finished (e.g. READ completed while rewinding): skip.
+                let qp = self.qps.get_mut(&qpn)?;
+                let r = qp.conn.as_mut()?.req.as_mut()?;
+                r.cursor = (i + 1, 0);
+                continue;
+            }
+            return self.transmit_request(now, qpn, i, pkt, mem, buf);
+        }
+    }
+
+    /// Executes LOCAL_INV / BIND_MW at their turn in the send queue.
+    fn local_op(&mut self, pd: PdHandle, qpn: Qpn, wr: &SendWr) -> WcStatus {
+        match wr.opcode {
+            WrOpcode::BindMw => match self.bind_window(pd, Some(qpn), &wr.bind_mw) {
+                Ok(_) => WcStatus::Success,
+                Err(s) => s,
+            },
+            _ => {
+                let key = wr.invalidate_rkey.0;
+                match self.o.keys.by_index.get_mut(&(key >> 8)) {
+                    Some(r) if r.key == key && r.pd == pd && r.window_of.is_some() => {
+                        r.valid = false;
+                        WcStatus::Success
+                    }
+                    _ => WcStatus::LocProtErr,
+                }
+            }
+        }
+    }
+
+    fn transmit_request(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        i: usize,
+        pkt: u32,
+        mem: &mut dyn Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let (path, dest_qpn, header, body, range, wqe_len) = {
+            let qp = self.qps.get(&qpn)?;
+            let conn = qp.conn.as_ref()?;
+            let wqe = &qp.sq[i];
+            let mtu = conn.mtu;
+            let first = wqe.first_psn?;
+            let psn = first.wrapping_add(pkt);
+            let last = pkt + 1 == wqe.npkts;
+            let off = pkt * mtu;
+            let n = wqe.len.saturating_sub(off).min(mtu);
+            let imm = ImmDt(u32::from_be_bytes(wqe.wr.imm_data.to_le_bytes()));
+            let seg = |first_pkt: bool| (first_pkt, last);
+            let mut range = (off, n);
+            let (path, dest) = if qp.qp_type == QpType::Ud {
+                let ah = self.o.ahs.get(&wqe.wr.ud.ah.0)?;
+                (
+                    self.path_of(qp.qpn, &ah.attr, wqe.wr.ud.remote_qpn).ok()?,
+                    wqe.wr.ud.remote_qpn,
+                )
+            } else {
+                (conn.path?, conn.dest_qpn)
+            };
+            let body = match (qp.qp_type, wqe.wr.opcode) {
+                (QpType::Ud, op) => Body::Ud {
+                    deth: DethRepr {
+                        qkey: if wqe.wr.ud.remote_qkey.is_controlled() {
+                            qp.attr.qkey
+                        } else {
+                            wqe.wr.ud.remote_qkey
+                        },
+                        src_qp: qp.qpn,
+                    },
+                    imm: (op == WrOpcode::SendWithImm).then_some(imm),
+                },
+                (t, WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv) => {
+                    let s = match (seg(pkt == 0), wqe.wr.opcode) {
+                        ((true, true), WrOpcode::Send) => SendSeg::Only,
+                        ((true, true), WrOpcode::SendWithImm) => SendSeg::OnlyImm(imm),
+                        ((true, true), _) => SendSeg::OnlyInv(wqe.wr.invalidate_rkey),
+                        ((true, false), _) => SendSeg::First,
+                        ((false, false), _) => SendSeg::Middle,
+                        ((false, true), WrOpcode::Send) => SendSeg::Last,
+                        ((false, true), WrOpcode::SendWithImm) => SendSeg::LastImm(imm),
+                        ((false, true), _) => SendSeg::LastInv(wqe.wr.invalidate_rkey),
+                    };
+                    if t == QpType::Uc {
+                        Body::Uc(UcRequest::Send(match s {
+                            SendSeg::First => UcSendSeg::First,
+                            SendSeg::Middle => UcSendSeg::Middle,
+                            SendSeg::Last | SendSeg::LastInv(_) => UcSendSeg::Last,
+                            SendSeg::LastImm(i) => UcSendSeg::LastImm(i),
+                            SendSeg::Only | SendSeg::OnlyInv(_) => UcSendSeg::Only,
+                            SendSeg::OnlyImm(i) => UcSendSeg::OnlyImm(i),
+                        }))
+                    } else {
+                        Body::RcRequest(Request::Send(s))
+                    }
+                }
+                (t, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm) => {
+                    let reth = wire::roce::RethRepr {
+                        va: wqe.wr.rdma.remote_addr,
+                        rkey: wqe.wr.rdma.rkey,
+                        dma_len: wqe.len,
+                    };
+                    let with_imm = wqe.wr.opcode == WrOpcode::RdmaWriteWithImm;
+                    let w = match (seg(pkt == 0), with_imm) {
+                        ((true, true), false) => WriteSeg::Only(reth),
+                        ((true, true), true) => WriteSeg::OnlyImm(reth, imm),
+                        ((true, false), _) => WriteSeg::First(reth),
+                        ((false, false), _) => WriteSeg::Middle,
+                        ((false, true), false) => WriteSeg::Last,
+                        ((false, true), true) => WriteSeg::LastImm(imm),
+                    };
+                    if t == QpType::Uc {
+                        Body::Uc(UcRequest::Write(w))
+                    } else {
+                        Body::RcRequest(Request::Write(w))
+                    }
+                }
+                (_, WrOpcode::RdmaRead) => {
+                    range = (0, 0);
+                    Body::RcRequest(Request::Read(read_reth(wqe, pkt, mtu)))
+                }
+                (_, op @ (WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)) => {
+                    range = (0, 0);
+                    let a = AtomicEthRepr {
+                        va: wqe.wr.atomic.remote_addr,
+                        rkey: wqe.wr.atomic.rkey,
+                        swap_add: if op == WrOpcode::AtomicCmpAndSwp {
+                            wqe.wr.atomic.swap
+                        } else {
+                            wqe.wr.atomic.compare_add
+                        },
+                        compare: if op == WrOpcode::AtomicCmpAndSwp {
+                            wqe.wr.atomic.compare_add
+                        } else {
+                            0
+                        },
+                    };
+                    if op == WrOpcode::AtomicCmpAndSwp {
+                        Body::RcRequest(Request::CompareSwap(a))
+                    } else {
+                        Body::RcRequest(Request::FetchAdd(a))
+                    }
+                }
+                (_, WrOpcode::LocalInv | WrOpcode::BindMw) => return None,
+            };
+            let mut header = Header::new(dest, psn);
+            header.ack_req = qp.qp_type == QpType::Rc && last;
+            header.solicited = last && wqe.wr.send_flags.contains(SendFlags::SOLICITED);
+            (path, dest, header, body, range, wqe.len)
+        };
+        let _ = (dest_qpn, wqe_len);
+        // Build the packet: headers, then the payload straight from memory.
+        let (off, n) = range;
+        let hlen = body.header_len();
+        let pad = usize::from(packet::pad_count(n as usize));
+        let total = hlen + n as usize + pad + ICRC_LEN;
+        buf.clear();
+        buf.resize(total, 0);
+        packet::emit_headers(&header, &body, n as usize, buf);
+        let gathered = {
+            let qp = self.qps.get(&qpn)?;
+            gather(
+                &self.o.keys,
+                qp.init.pd,
+                &qp.sq[i],
+                off,
+                &mut buf[hlen..hlen + n as usize],
+                mem,
+            )
+        };
+        if let Err(status) = gathered {
+            let qp = self.qps.get_mut(&qpn)?;
+            qp.sq[i].done = Some(status);
+            self.retire(qpn);
+            return None;
+        }
+        finish_icrc(buf, path);
+        // Advance the cursor; UC/UD WRs complete when their last packet leaves.
+        let qp = self.qps.get_mut(&qpn)?;
+        let qp_type = qp.qp_type;
+        let npkts = qp.sq[i].npkts;
+        let is_read = qp.sq[i].wr.opcode == WrOpcode::RdmaRead;
+        let timeout = {
+            let req = qp.conn.as_mut()?.req.as_mut()?;
+            req.cursor = if pkt + 1 < npkts && !is_read {
+                (i, pkt + 1)
+            } else {
+                (i + 1, 0)
+            };
+            req.ack_timeout
+        };
+        match qp_type {
+            QpType::Rc => {
+                if let Some(t) = timeout {
+                    if !self.o.timers.is_set(qpn, TimerKind::Retransmit) {
+                        self.o.timers.set(qpn, TimerKind::Retransmit, now + t);
+                    }
+                }
+            }
+            _ => {
+                if pkt + 1 >= npkts {
+                    qp.sq[i].done = Some(WcStatus::Success);
+                    self.retire(qpn);
+                }
+            }
+        }
+        Some(Transmit {
+            src: path.src,
+            dst: path.dst,
+            len: total,
+        })
+    }
+}

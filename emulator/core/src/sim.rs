@@ -1,0 +1,464 @@
+//! Deterministic simulation: N devices on a seeded lossy fabric, time jumping to the next
+//! event. Tests drive real `Device`s through it; a failing run prints its seed.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use crate::attr::*;
+use crate::memory::VecMemory;
+use crate::types::*;
+use crate::Device;
+use wire::roce::{Psn, Qkey, Qpn};
+
+/// A small deterministic generator (splitmix64).
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in `[0, n)`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        self.unit() < p
+    }
+}
+
+/// The link model every packet goes through.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkModel {
+    /// Probability a packet is lost.
+    pub loss: f64,
+    /// Probability a packet is delivered twice.
+    pub duplicate: f64,
+    /// Probability a packet is delayed past later ones.
+    pub reorder: f64,
+    /// Probability a byte of the packet is flipped (the ICRC must catch it).
+    pub corrupt: f64,
+    /// One-way delay.
+    pub delay: Duration,
+    /// Largest UDP payload the link carries (bigger packets are dropped).
+    pub mtu: usize,
+}
+
+impl Default for LinkModel {
+    fn default() -> Self {
+        LinkModel {
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            delay: Duration::from_micros(5),
+            mtu: 9000,
+        }
+    }
+}
+
+/// One simulated host: a device and its memory.
+#[derive(Debug)]
+pub struct Node {
+    /// The device.
+    pub dev: Device,
+    /// Application memory of every client on the node.
+    pub mem: VecMemory,
+    /// The node's IP address (GID index 0).
+    pub ip: IpAddr,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    to: usize,
+    src: SocketAddr,
+    dst: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+/// N nodes and the packets between them.
+#[derive(Debug)]
+pub struct Fabric {
+    /// The nodes.
+    pub nodes: Vec<Node>,
+    /// Simulated time.
+    pub now: Instant,
+    /// The link model.
+    pub link: LinkModel,
+    /// The seed (print it when a run fails).
+    pub seed: u64,
+    rng: Rng,
+    flying: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    by_ip: HashMap<IpAddr, usize>,
+    buf: Vec<u8>,
+    /// Packets delivered.
+    pub delivered: u64,
+}
+
+/// The device configuration the simulator uses for node `i`.
+pub fn node_config(i: usize, mtu: Mtu, seed: u64) -> DeviceConfig {
+    DeviceConfig {
+        name: format!("sim{i}"),
+        gids: vec![Gid::from_ip(IpAddr::V4(Ipv4Addr::new(
+            10,
+            0,
+            0,
+            1 + i as u8,
+        )))],
+        active_mtu: mtu,
+        udp_src_port: None,
+        limits: DeviceLimits::default(),
+        seed: seed.wrapping_add(i as u64),
+    }
+}
+
+impl Fabric {
+    /// `n` nodes with port MTU `mtu`.
+    pub fn new(seed: u64, n: usize, mtu: Mtu, link: LinkModel) -> Self {
+        let mut nodes = Vec::new();
+        let mut by_ip = HashMap::new();
+        for i in 0..n {
+            let cfg = node_config(i, mtu, seed);
+            let ip = cfg.gids[0].to_ip();
+            by_ip.insert(ip, i);
+            nodes.push(Node {
+                dev: Device::new(cfg),
+                mem: VecMemory::new(),
+                ip,
+            });
+        }
+        Fabric {
+            nodes,
+            now: Instant::now(),
+            link,
+            seed,
+            rng: Rng::new(seed),
+            flying: BinaryHeap::new(),
+            seq: 0,
+            by_ip,
+            buf: Vec::with_capacity(9000),
+            delivered: 0,
+        }
+    }
+
+    fn send(&mut self, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) {
+        let Some(&to) = self.by_ip.get(&dst.ip()) else {
+            return;
+        };
+        if bytes.len() > self.link.mtu || self.rng.chance(self.link.loss) {
+            return;
+        }
+        let copies = if self.rng.chance(self.link.duplicate) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut b = bytes.to_vec();
+            if self.rng.chance(self.link.corrupt) {
+                let i = self.rng.below(b.len() as u64) as usize;
+                b[i] ^= 1 << self.rng.below(8);
+            }
+            let mut at = self.now + self.link.delay;
+            if self.rng.chance(self.link.reorder) {
+                at += self.link.delay * (1 + self.rng.below(4) as u32);
+            }
+            self.seq += 1;
+            self.flying.push(Reverse(InFlight {
+                at,
+                seq: self.seq,
+                to,
+                src,
+                dst,
+                bytes: b,
+            }));
+        }
+    }
+
+    /// Moves every packet the nodes want to send onto the wire.
+    pub fn pump(&mut self) {
+        for i in 0..self.nodes.len() {
+            loop {
+                let now = self.now;
+                let mut buf = std::mem::take(&mut self.buf);
+                let n = &mut self.nodes[i];
+                let t = n.dev.poll_transmit(now, &mut n.mem, &mut buf);
+                match t {
+                    Some(t) => {
+                        self.send(t.src, t.dst, &buf[..t.len]);
+                        self.buf = buf;
+                    }
+                    None => {
+                        self.buf = buf;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one event (a delivery or a timer), jumping time to it. Returns false when
+    /// nothing is left to happen.
+    pub fn step(&mut self) -> bool {
+        self.pump();
+        let next_pkt = self.flying.peek().map(|Reverse(p)| p.at);
+        let next_timer = self.nodes.iter().filter_map(|n| n.dev.poll_timeout()).min();
+        match (next_pkt, next_timer) {
+            (None, None) => false,
+            (Some(p), t) if t.is_none_or(|t| p <= t) => {
+                let Some(Reverse(pkt)) = self.flying.pop() else {
+                    return false;
+                };
+                self.now = self.now.max(pkt.at);
+                let n = &mut self.nodes[pkt.to];
+                let d = Datagram {
+                    src: pkt.src,
+                    dst: pkt.dst,
+                    payload: &pkt.bytes,
+                };
+                n.dev.handle_datagram(self.now, &d, &mut n.mem);
+                self.delivered += 1;
+                true
+            }
+            (_, Some(t)) => {
+                self.now = self.now.max(t);
+                let now = self.now;
+                for n in &mut self.nodes {
+                    if n.dev.poll_timeout().is_some_and(|d| d <= now) {
+                        n.dev.handle_timeout(now, &mut n.mem);
+                    }
+                }
+                true
+            }
+            (Some(_), None) => unreachable!("covered above"),
+        }
+    }
+
+    /// Steps until nothing is left or `limit` simulated time passed; returns whether idle.
+    pub fn run(&mut self, limit: Duration) -> bool {
+        let end = self.now + limit;
+        while self.now <= end {
+            if !self.step() {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Objects of one end of a connection made by [`connect`].
+#[derive(Debug, Clone, Copy)]
+pub struct End {
+    /// Node index.
+    pub node: usize,
+    /// Owner.
+    pub client: ClientId,
+    /// PD.
+    pub pd: PdHandle,
+    /// Send CQ.
+    pub scq: CqHandle,
+    /// Receive CQ.
+    pub rcq: CqHandle,
+    /// The QP.
+    pub qpn: Qpn,
+    /// MR over the node's buffer.
+    pub mr: MrKeys,
+    /// Buffer address.
+    pub base: u64,
+    /// Buffer length.
+    pub len: u64,
+    /// The SRQ the QP receives from, if [`ConnOpts::use_srq`].
+    pub srq: Option<SrqHandle>,
+}
+
+/// Options of a simulated connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnOpts {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Retry count.
+    pub retry_cnt: u8,
+    /// RNR retry count.
+    pub rnr_retry: u8,
+    /// Initial send PSN of side A (side B uses `psn + 1000`).
+    pub psn: u32,
+    /// Buffer size per side.
+    pub buf_len: u64,
+    /// Queue depths.
+    pub depth: u32,
+    /// READ/atomic depth.
+    pub rd_atomic: u8,
+    /// Remote access granted.
+    pub access: AccessFlags,
+    /// Receive through a shared receive queue.
+    pub use_srq: bool,
+}
+
+impl Default for ConnOpts {
+    fn default() -> Self {
+        ConnOpts {
+            qp_type: QpType::Rc,
+            mtu: Mtu::Mtu1024,
+            timeout: 8,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            psn: 100,
+            buf_len: 1 << 20,
+            depth: 1024,
+            rd_atomic: 16,
+            use_srq: false,
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        }
+    }
+}
+
+/// Creates a PD, CQs, an MR and a QP on `node` (QP left in RESET).
+pub fn make_end(f: &mut Fabric, node: usize, o: &ConnOpts) -> End {
+    let client = ClientId(100 + node as u32);
+    let base = 0x10_0000 * (node as u64 + 1);
+    let n = &mut f.nodes[node];
+    n.mem
+        .add_region(AddrSpace(client.0), base, o.buf_len as usize);
+    let d = &mut n.dev;
+    let pd = d.alloc_pd(client).expect("pd");
+    let (scq, _) = d.create_cq(client, 32767).expect("cq");
+    let (rcq, _) = d.create_cq(client, 32767).expect("cq");
+    let mr = d
+        .reg_mr(pd, base, o.buf_len, base, o.access, AddrSpace(client.0))
+        .expect("mr");
+    let cap = QpCap {
+        max_send_wr: o.depth,
+        max_recv_wr: o.depth,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 256,
+    };
+    let srq = o
+        .use_srq
+        .then(|| d.create_srq(client, pd, SrqAttr { max_wr: o.depth, max_sge: 4, srq_limit: 0 }).expect("srq"));
+    let init = QpInitAttr {
+        pd,
+        send_cq: scq,
+        recv_cq: rcq,
+        srq,
+        cap,
+        qp_type: o.qp_type,
+        sq_sig_all: false,
+    };
+    let (qpn, _) = d.create_qp(client, &init).expect("qp");
+    End {
+        node,
+        client,
+        pd,
+        scq,
+        rcq,
+        qpn,
+        mr,
+        base,
+        len: o.buf_len,
+        srq,
+    }
+}
+
+/// Moves a QP through INIT, RTR and RTS towards `remote` (RC/UC) or alone (UD).
+pub fn bring_up(f: &mut Fabric, e: &End, remote: Option<(&End, u32)>, o: &ConnOpts, sq_psn: u32) {
+    let now = f.now;
+    let d = &mut f.nodes[e.node].dev;
+    use QpAttrMask as M;
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        pkey_index: 0,
+        qp_access_flags: o.access,
+        qkey: Qkey(0x1111_1111),
+        ..QpAttr::default()
+    };
+    let m = if o.qp_type == QpType::Ud {
+        M::QKEY
+    } else {
+        M::ACCESS_FLAGS
+    };
+    d.modify_qp(now, e.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | m)
+        .expect("INIT");
+    a.qp_state = QpState::Rtr;
+    let mut mask = M::STATE;
+    if let Some((r, rq_psn)) = remote {
+        let dgid = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1 + r.node as u8)));
+        a.ah_attr = AhAttr {
+            grh: GlobalRoute {
+                dgid,
+                hop_limit: 64,
+                ..Default::default()
+            },
+            is_global: true,
+            port_num: 1,
+            ..Default::default()
+        };
+        a.path_mtu = o.mtu as u32;
+        a.dest_qp_num = r.qpn;
+        a.rq_psn = Psn::new(rq_psn);
+        a.max_dest_rd_atomic = o.rd_atomic;
+        a.min_rnr_timer = 1;
+        mask |= M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+        if o.qp_type == QpType::Rc {
+            mask |= M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+        }
+    }
+    d.modify_qp(now, e.qpn, &a, mask).expect("RTR");
+    a.qp_state = QpState::Rts;
+    a.sq_psn = Psn::new(sq_psn);
+    a.timeout = o.timeout;
+    a.retry_cnt = o.retry_cnt;
+    a.rnr_retry = o.rnr_retry;
+    a.max_rd_atomic = o.rd_atomic;
+    let mut mask = M::STATE | M::SQ_PSN;
+    if o.qp_type == QpType::Rc {
+        mask |= M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
+    }
+    d.modify_qp(now, e.qpn, &a, mask).expect("RTS");
+}
+
+/// Two connected ends on nodes 0 and 1.
+pub fn connect(f: &mut Fabric, o: &ConnOpts) -> (End, End) {
+    let a = make_end(f, 0, o);
+    let b = make_end(f, 1, o);
+    let (pa, pb) = (o.psn & Psn::MASK, o.psn.wrapping_add(1000) & Psn::MASK);
+    if o.qp_type == QpType::Ud {
+        bring_up(f, &a, None, o, pa);
+        bring_up(f, &b, None, o, pb);
+    } else {
+        bring_up(f, &a, Some((&b, pb)), o, pa);
+        bring_up(f, &b, Some((&a, pa)), o, pb);
+    }
+    (a, b)
+}

@@ -1,0 +1,207 @@
+//! Daemon configuration: command-line flags over an optional TOML file.
+//!
+//! ```toml
+//! socket = "/run/user/1000/rdma-emu/rdma-emud.sock"
+//! poll = "adaptive"          # busy | adaptive | sleep
+//! spin_us = 50               # adaptive: how long to spin without work before sleeping
+//! socket_mode = 0o600        # 0o660 to let the socket's group in
+//!
+//! [[device]]
+//! name = "rxe0"
+//! type = "rxe"
+//! netdev = "lo"
+//! ```
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How the engine waits for work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Never sleeps: lowest latency, one core at 100 %.
+    Busy,
+    /// Spins while there is work and a bounded time after, then sleeps in epoll.
+    #[default]
+    Adaptive,
+    /// Sleeps in epoll whenever nothing is immediately ready.
+    Sleep,
+}
+
+impl std::str::FromStr for PollMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "busy" => Ok(PollMode::Busy),
+            "adaptive" => Ok(PollMode::Adaptive),
+            "sleep" => Ok(PollMode::Sleep),
+            _ => Err(format!(
+                "unknown poll mode {s:?} (expected busy, adaptive or sleep)"
+            )),
+        }
+    }
+}
+
+/// One device to serve.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct DeviceSpec {
+    pub name: String,
+    /// `rxe` (RoCE v2). `siw` is accepted by the parser and refused at start until the
+    /// iWARP engine exists.
+    #[serde(rename = "type", default = "default_type")]
+    pub link_type: String,
+    pub netdev: String,
+    /// Serve these addresses instead of the interface's (GID table order as given).
+    /// Tests use distinct `127.x.y.z` so several daemons share one loopback.
+    #[serde(default)]
+    pub addrs: Option<Vec<std::net::IpAddr>>,
+}
+
+fn default_type() -> String {
+    "rxe".into()
+}
+
+/// The TOML file's shape.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    socket: Option<PathBuf>,
+    poll: Option<PollMode>,
+    spin_us: Option<u64>,
+    socket_mode: Option<u32>,
+    seed: Option<u64>,
+    #[serde(default)]
+    device: Vec<DeviceSpec>,
+}
+
+/// Everything the daemon needs to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub socket_mode: u32,
+    pub poll: PollMode,
+    pub spin: Duration,
+    pub devices: Vec<DeviceSpec>,
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: wire::client::socket_path(),
+            socket_mode: 0o600,
+            poll: PollMode::Adaptive,
+            spin: Duration::from_micros(50),
+            devices: vec![DeviceSpec {
+                name: "rxe0".into(),
+                link_type: "rxe".into(),
+                netdev: "lo".into(),
+                addrs: None,
+            }],
+            seed: 0x5eed,
+        }
+    }
+}
+
+impl Config {
+    /// Reads a TOML file over the defaults. Errors name the file and the problem.
+    pub fn from_file(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Config::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut cfg = Config::default();
+        if let Some(s) = file.socket {
+            cfg.socket = s;
+        }
+        if let Some(p) = file.poll {
+            cfg.poll = p;
+        }
+        if let Some(us) = file.spin_us {
+            cfg.spin = Duration::from_micros(us);
+        }
+        if let Some(m) = file.socket_mode {
+            if m & !0o777 != 0 {
+                return Err(format!("socket_mode {m:o} is not a permission mode"));
+            }
+            cfg.socket_mode = m;
+        }
+        if let Some(s) = file.seed {
+            cfg.seed = s;
+        }
+        if !file.device.is_empty() {
+            cfg.devices = file.device;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks device names and types.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, d) in self.devices.iter().enumerate() {
+            validate_device_name(&d.name)?;
+            if d.link_type != "rxe" && d.link_type != "siw" {
+                return Err(format!(
+                    "device {}: unknown type {:?} (expected rxe or siw)",
+                    d.name, d.link_type
+                ));
+            }
+            if self.devices[..i].iter().any(|o| o.name == d.name) {
+                return Err(format!("device {} configured twice", d.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Device names as `rdma link add` accepts them: 1..=63 bytes of `[A-Za-z0-9_.-]`.
+pub fn validate_device_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() < 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("invalid device name {name:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults() {
+        let cfg = Config::from_toml(
+            "poll = \"busy\"\nspin_us = 7\n[[device]]\nname = \"rxe1\"\nnetdev = \"eth0\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.poll, PollMode::Busy);
+        assert_eq!(cfg.spin, Duration::from_micros(7));
+        assert_eq!(
+            cfg.devices,
+            vec![DeviceSpec {
+                name: "rxe1".into(),
+                link_type: "rxe".into(),
+                netdev: "eth0".into(),
+                addrs: None
+            }]
+        );
+    }
+
+    #[test]
+    fn bad_config_is_an_error_not_a_panic() {
+        assert!(Config::from_toml("poll = \"fast\"").is_err());
+        assert!(Config::from_toml("bogus = 1").is_err());
+        assert!(Config::from_toml("[[device]]\nname = \"a/b\"\nnetdev = \"lo\"").is_err());
+        assert!(
+            Config::from_toml("[[device]]\nname = \"x\"\ntype = \"ib\"\nnetdev = \"lo\"").is_err()
+        );
+        assert!(Config::from_toml("socket_mode = 4096").is_err());
+    }
+}

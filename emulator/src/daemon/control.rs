@@ -1,0 +1,776 @@
+//! Control requests: every verb a client asks for, validated, then done by the core.
+//!
+//! Every handle in a request must name an object of the requesting session
+//! (another session's handle is ENOENT, as if it did not exist) of the right kind (else
+//! EINVAL); sizes are bounded by the device limits; descriptors must be what the message
+//! says.
+
+use super::engine::{Engine, MAX_OBJECTS_PER_SESSION};
+use super::nic::QpCreate;
+use super::objects::{Channel, Cq, Ctx, Kind, Object, Qp, Ring, SessionId, Srq};
+use super::sys::{self, Mapping};
+use super::{config, device::Device};
+use std::cell::Cell;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Instant;
+use wire::client::proto::Handle;
+use wire::client::ring::SESSION_PAGE_LEN;
+use wire::client::slot::{recv_slot_size, send_slot_size, CQE_LEN};
+use wire::client::verbs::qp_type;
+use wire::client::{
+    CounterSet, GidEntry, QpInitAttr, ReplyBody, RequestBody, RingLayout, PROTOCOL_VERSION,
+};
+
+type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
+
+fn ok(body: ReplyBody) -> Answer {
+    Ok((body, Vec::new()))
+}
+
+/// `/proc` filesystem magic (statfs f_type).
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+
+/// Checks the descriptor is a `/proc/<pid>/mem` file opened for reading and writing.
+fn is_proc_mem(fd: &OwnedFd) -> bool {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
+    if link.file_name().is_none_or(|n| n != "mem") {
+        return false;
+    }
+    // SAFETY: statfs/fcntl on a descriptor we own, with a zeroed out-parameter.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        if libc::fstatfs(fd.as_raw_fd(), &mut st) != 0 || st.f_type as i64 != PROC_SUPER_MAGIC {
+            return false;
+        }
+        libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_RDWR
+    }
+}
+
+/// Checks the descriptor is the write end of a pipe, and makes it nonblocking.
+fn is_pipe_write_end(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat/fcntl on a descriptor we own, with a zeroed out-parameter.
+    let ok = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0
+            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+            && libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_WRONLY
+    };
+    ok && sys::set_nonblocking(fd.as_raw_fd()).is_ok()
+}
+
+/// A sealed memfd holding rings, mapped; its length rounded up to a page.
+fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {
+    let len = usize::try_from(end.next_multiple_of(4096)).map_err(|_| libc::ENOMEM)?;
+    let fd = sys::sealed_memfd(name, len).map_err(|_| libc::ENOMEM)?;
+    let map = Mapping::new(&fd, len).map_err(|_| libc::ENOMEM)?;
+    Ok((fd, map))
+}
+
+fn entries_for(depth: u32) -> Result<u32, i32> {
+    depth.max(1).checked_next_power_of_two().ok_or(libc::EINVAL)
+}
+
+impl Engine {
+    /// An object of the session, or ENOENT.
+    fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
+        match self.objects.get(&h) {
+            Some(o) if o.session == session => Ok(o),
+            _ => Err(libc::ENOENT),
+        }
+    }
+
+    fn device_of(&mut self, session: SessionId, ctx: Handle) -> Result<&mut Device, i32> {
+        let dev = match &self.lookup(session, ctx)?.kind {
+            Kind::Ctx(c) => c.dev,
+            _ => return Err(libc::EINVAL),
+        };
+        self.devices
+            .get_mut(dev)
+            .and_then(Option::as_mut)
+            .ok_or(libc::ENODEV)
+    }
+
+    /// (ctx, core PD id) of a PD handle.
+    fn pd(&self, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
+        match self.lookup(session, pd)? {
+            Object {
+                kind: Kind::Pd { id },
+                ctx,
+                ..
+            } => Ok((*ctx, *id)),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    fn insert(
+        &mut self,
+        session: SessionId,
+        ctx: Option<Handle>,
+        kind: Kind,
+    ) -> Result<Handle, i32> {
+        let s = self.sessions.get_mut(&session).ok_or(libc::ENOENT)?;
+        if s.objects >= MAX_OBJECTS_PER_SESSION {
+            return Err(libc::ENOMEM);
+        }
+        s.objects += 1;
+        let h = self.alloc_handle();
+        self.objects.insert(
+            h,
+            Object {
+                session,
+                ctx: ctx.unwrap_or(h),
+                kind,
+            },
+        );
+        Ok(h)
+    }
+
+    pub(super) fn dispatch(
+        &mut self,
+        session: SessionId,
+        body: RequestBody,
+        mut fds: Vec<OwnedFd>,
+    ) -> Answer {
+        let hello = self.sessions.get(&session).is_some_and(|s| s.hello);
+        let needs_fd = matches!(
+            body,
+            RequestBody::OpenDevice { .. }
+                | RequestBody::CreateCompChannel { .. }
+                | RequestBody::Capture { .. }
+        );
+        if (needs_fd && fds.len() != 1) || (!needs_fd && !fds.is_empty()) {
+            return Err(libc::EINVAL);
+        }
+        if !hello && !matches!(body, RequestBody::Hello { .. }) {
+            return Err(libc::EPROTO);
+        }
+        let now = Instant::now();
+        use RequestBody as R;
+        match body {
+            R::Hello { version, pid: _ } => {
+                if version != PROTOCOL_VERSION {
+                    return Err(libc::EPROTONOSUPPORT);
+                }
+                if let Some(s) = self.sessions.get_mut(&session) {
+                    s.hello = true;
+                }
+                let devices = self.devices.iter().flatten().map(Device::summary).collect();
+                ok(ReplyBody::Hello {
+                    version: PROTOCOL_VERSION,
+                    devices,
+                })
+            }
+            R::OpenDevice { name } => {
+                self.open_device(session, &name, fds.pop().ok_or(libc::EINVAL)?)
+            }
+            R::CloseDevice { ctx } => {
+                if !matches!(self.lookup(session, ctx)?.kind, Kind::Ctx(_)) {
+                    return Err(libc::EINVAL);
+                }
+                self.release_ctx(ctx);
+                ok(ReplyBody::Ok)
+            }
+            R::QueryDevice { ctx } => ok(ReplyBody::DeviceAttr(
+                self.device_of(session, ctx)?.device_attr(),
+            )),
+            R::QueryPort { ctx, port } => {
+                let d = self.device_of(session, ctx)?;
+                if port != 1 {
+                    return Err(libc::EINVAL);
+                }
+                ok(ReplyBody::PortAttr(d.port_attr()))
+            }
+            R::QueryGid { ctx, port, index } => {
+                let d = self.device_of(session, ctx)?;
+                if port != 1 || index >= 1024 {
+                    return Err(libc::EINVAL);
+                }
+                let entry = d
+                    .gid_entries()
+                    .into_iter()
+                    .nth(index as usize)
+                    .unwrap_or(GidEntry {
+                        index,
+                        port_num: 1,
+                        gid: [0; 16],
+                        gid_type: 0,
+                    });
+                ok(ReplyBody::Gid(entry))
+            }
+            R::AllocPd { ctx } => {
+                let d = self.device_of(session, ctx)?;
+                let id = d.nic.alloc_pd(ctx.0)?;
+                let handle = self.insert(session, Some(ctx), Kind::Pd { id })?;
+                ok(ReplyBody::Pd { handle })
+            }
+            R::DeallocPd { pd } => {
+                let (ctx, id) = self.pd(session, pd)?;
+                self.device_of(session, ctx)?.nic.dealloc_pd(id)?;
+                self.forget(pd);
+                ok(ReplyBody::Ok)
+            }
+            R::RegMr {
+                pd,
+                addr,
+                length,
+                iova,
+                access,
+            } => {
+                let (ctx, pd_id) = self.pd(session, pd)?;
+                if !self.mem.probe(ctx.0, addr, length) {
+                    return Err(libc::EFAULT);
+                }
+                let (lkey, rkey) = self
+                    .device_of(session, ctx)?
+                    .nic
+                    .reg_mr(ctx.0, pd_id, addr, length, iova, access)?;
+                let handle = self.insert(session, Some(ctx), Kind::Mr { lkey })?;
+                ok(ReplyBody::Mr { handle, lkey, rkey })
+            }
+            R::DeregMr { mr } => {
+                let (ctx, lkey) = match self.lookup(session, mr)? {
+                    Object {
+                        kind: Kind::Mr { lkey },
+                        ctx,
+                        ..
+                    } => (*ctx, *lkey),
+                    _ => return Err(libc::EINVAL),
+                };
+                self.device_of(session, ctx)?.nic.dereg_mr(lkey)?;
+                self.forget(mr);
+                ok(ReplyBody::Ok)
+            }
+            R::AllocMw { pd, mw_type } => {
+                let (ctx, pd_id) = self.pd(session, pd)?;
+                let (id, rkey) = self
+                    .device_of(session, ctx)?
+                    .nic
+                    .alloc_mw(ctx.0, pd_id, mw_type)?;
+                let mw = Kind::Mw { id, index: rkey >> 8, mw_type };
+                let handle = self.insert(session, Some(ctx), mw)?;
+                ok(ReplyBody::Mw { handle, rkey })
+            }
+            R::DeallocMw { mw } => {
+                let (ctx, id) = match self.lookup(session, mw)? {
+                    Object {
+                        kind: Kind::Mw { id, .. },
+                        ctx,
+                        ..
+                    } => (*ctx, *id),
+                    _ => return Err(libc::EINVAL),
+                };
+                self.device_of(session, ctx)?.nic.dealloc_mw(id)?;
+                self.forget(mw);
+                ok(ReplyBody::Ok)
+            }
+            R::CreateCompChannel { ctx } => {
+                self.device_of(session, ctx)?;
+                let write = fds.pop().ok_or(libc::EINVAL)?;
+                if !is_pipe_write_end(&write) {
+                    return Err(libc::EINVAL);
+                }
+                let handle = self.insert(
+                    session,
+                    Some(ctx),
+                    Kind::Channel(Channel {
+                        write,
+                        users: Cell::new(0),
+                    }),
+                )?;
+                ok(ReplyBody::CompChannel { handle })
+            }
+            R::DestroyCompChannel { channel } => match &self.lookup(session, channel)?.kind {
+                Kind::Channel(ch) if ch.users.get() > 0 => Err(libc::EBUSY),
+                Kind::Channel(_) => {
+                    self.forget(channel);
+                    ok(ReplyBody::Ok)
+                }
+                _ => Err(libc::EINVAL),
+            },
+            R::CreateCq {
+                ctx,
+                cqe,
+                channel,
+                comp_vector: _,
+            } => self.create_cq(session, ctx, cqe, channel),
+            R::DestroyCq { cq } => {
+                let (ctx, id) = match self.lookup(session, cq)? {
+                    Object {
+                        kind: Kind::Cq(c),
+                        ctx,
+                        ..
+                    } => (*ctx, c.id),
+                    _ => return Err(libc::EINVAL),
+                };
+                self.device_of(session, ctx)?.nic.destroy_cq(id)?;
+                self.forget(cq);
+                ok(ReplyBody::Ok)
+            }
+            R::ResizeCq { cq, .. } => {
+                self.lookup(session, cq)?;
+                Err(libc::EOPNOTSUPP)
+            }
+            R::CreateSrq { pd, attr } => self.create_srq(session, pd, attr),
+            R::ModifySrq { srq, attr, mask } => {
+                let (ctx, id) = self.srq(session, srq)?;
+                self.device_of(session, ctx)?
+                    .nic
+                    .modify_srq(id, &attr, mask)?;
+                ok(ReplyBody::Ok)
+            }
+            R::QuerySrq { srq } => {
+                let (ctx, id) = self.srq(session, srq)?;
+                ok(ReplyBody::SrqAttr(
+                    self.device_of(session, ctx)?.nic.query_srq(id)?,
+                ))
+            }
+            R::DestroySrq { srq } => {
+                let (ctx, id) = self.srq(session, srq)?;
+                self.device_of(session, ctx)?.nic.destroy_srq(id)?;
+                self.forget(srq);
+                ok(ReplyBody::Ok)
+            }
+            R::CreateQp { pd, init } => self.create_qp(session, pd, init),
+            R::ModifyQp { qp, attr, mask } => {
+                let (ctx, qpn) = self.qp(session, qp)?;
+                self.device_of(session, ctx)?
+                    .nic
+                    .modify_qp(now, qpn, &attr, mask)?;
+                ok(ReplyBody::Ok)
+            }
+            R::QueryQp { qp, mask: _ } => {
+                let (ctx, qpn) = self.qp(session, qp)?;
+                let init = match &self.lookup(session, qp)?.kind {
+                    Kind::Qp(q) => QpInitAttr {
+                        send_cq: q.send_cq,
+                        recv_cq: q.recv_cq,
+                        srq: q.srq,
+                        cap: q.cap,
+                        qp_type: q.qp_type,
+                        sq_sig_all: q.sq_sig_all,
+                    },
+                    _ => return Err(libc::EINVAL),
+                };
+                let mut attr = self.device_of(session, ctx)?.nic.query_qp(qpn)?;
+                attr.cap = init.cap;
+                ok(ReplyBody::QpAttrs { attr, init })
+            }
+            R::DestroyQp { qp } => {
+                let (ctx, qpn) = self.qp(session, qp)?;
+                self.device_of(session, ctx)?.nic.destroy_qp(qpn)?;
+                self.forget(qp);
+                ok(ReplyBody::Ok)
+            }
+            R::CreateAh { pd, attr } => {
+                let (ctx, pd_id) = self.pd(session, pd)?;
+                let id = self.device_of(session, ctx)?.nic.create_ah(pd_id, &attr)?;
+                let handle = self.insert(session, Some(ctx), Kind::Ah { id })?;
+                ok(ReplyBody::Ah { handle })
+            }
+            R::DestroyAh { ah } => {
+                let (ctx, id) = match self.lookup(session, ah)? {
+                    Object {
+                        kind: Kind::Ah { id },
+                        ctx,
+                        ..
+                    } => (*ctx, *id),
+                    _ => return Err(libc::EINVAL),
+                };
+                self.device_of(session, ctx)?.nic.destroy_ah(id)?;
+                self.forget(ah);
+                ok(ReplyBody::Ok)
+            }
+            R::Stat { device, qpn } => self.stat(device, qpn),
+            R::LinkShow => ok(ReplyBody::Links(
+                self.devices
+                    .iter()
+                    .flatten()
+                    .map(Device::link_info)
+                    .collect(),
+            )),
+            R::LinkAdd {
+                name,
+                link_type,
+                netdev,
+            } => {
+                config::validate_device_name(&name).map_err(|_| libc::EINVAL)?;
+                if self.device_index(&name).is_some() {
+                    return Err(libc::EEXIST);
+                }
+                let spec = config::DeviceSpec {
+                    name,
+                    link_type,
+                    netdev,
+                    addrs: None,
+                };
+                let dev = Device::open(&spec, self.factory, self.cfg.seed).map_err(|e| {
+                    tracing::info!(error = %e, "link add refused");
+                    e.raw_os_error().unwrap_or(match e.kind() {
+                        std::io::ErrorKind::NotFound => libc::ENODEV,
+                        std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+                        std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+                        _ => libc::EINVAL,
+                    })
+                })?;
+                self.add_device(dev)
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+                ok(ReplyBody::Ok)
+            }
+            R::Capture { device } => {
+                let i = self.device_index(&device).ok_or(libc::ENODEV)?;
+                let w = fds.pop().ok_or(libc::EINVAL)?;
+                if !is_pipe_write_end(&w) {
+                    return Err(libc::EINVAL);
+                }
+                let cap = super::capture::Capture::new(w).map_err(|_| libc::EINVAL)?;
+                self.devices[i].as_mut().ok_or(libc::ENODEV)?.captures.push(cap);
+                ok(ReplyBody::Ok)
+            }
+            R::LinkDel { name } => {
+                let i = self.device_index(&name).ok_or(libc::ENODEV)?;
+                let d = self.devices[i].as_ref().ok_or(libc::ENODEV)?;
+                if d.open_ctxs > 0 {
+                    return Err(libc::EBUSY);
+                }
+                for fd in d.udp.fds() {
+                    self.epoll.remove(fd);
+                }
+                tracing::info!(device = %name, "device removed");
+                self.devices[i] = None;
+                ok(ReplyBody::Ok)
+            }
+        }
+    }
+
+    fn srq(&self, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {
+        match self.lookup(session, h)? {
+            Object {
+                kind: Kind::Srq(s),
+                ctx,
+                ..
+            } => Ok((*ctx, s.id)),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    fn qp(&self, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {
+        match self.lookup(session, h)? {
+            Object {
+                kind: Kind::Qp(q),
+                ctx,
+                ..
+            } => Ok((*ctx, q.qpn)),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// (ctx, core id) of a CQ, which must be under `ctx`.
+    fn cq_in(&self, session: SessionId, h: Handle, ctx: Handle) -> Result<u32, i32> {
+        match self.lookup(session, h)? {
+            Object {
+                kind: Kind::Cq(c),
+                ctx: c_ctx,
+                ..
+            } if *c_ctx == ctx => Ok(c.id),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    fn open_device(&mut self, session: SessionId, name: &str, mem: OwnedFd) -> Answer {
+        let dev = self.device_index(name).ok_or(libc::ENODEV)?;
+        if !is_proc_mem(&mem) {
+            return Err(libc::EINVAL);
+        }
+        let (async_r, async_w) = sys::pipe().map_err(|_| libc::EMFILE)?;
+        let doorbell = sys::eventfd().map_err(|_| libc::EMFILE)?;
+        let doorbell_copy = doorbell.try_clone().map_err(|_| libc::EMFILE)?;
+        let page_fd =
+            sys::sealed_memfd("rdma-emu-session", SESSION_PAGE_LEN).map_err(|_| libc::ENOMEM)?;
+        let page = Mapping::new(&page_fd, SESSION_PAGE_LEN).map_err(|_| libc::ENOMEM)?;
+        let ctx_obj = Ctx {
+            dev,
+            doorbell,
+            page,
+            async_w,
+            events_dropped: Cell::new(0),
+        };
+        let db_fd = ctx_obj.doorbell.as_raw_fd();
+        let ctx = self.insert(session, None, Kind::Ctx(ctx_obj))?;
+        if self.epoll.add(db_fd, (2 << 56) | u64::from(ctx.0)).is_err() {
+            self.forget(ctx);
+            return Err(libc::EMFILE);
+        }
+        self.mem.insert(ctx.0, mem);
+        let d = self.devices[dev].as_mut().ok_or(libc::ENODEV)?;
+        d.open_ctxs += 1;
+        tracing::debug!(session, ctx = ctx.0, device = name, "device opened");
+        let body = ReplyBody::DeviceOpened {
+            ctx,
+            device_attr: d.device_attr(),
+            ports: vec![d.port_attr()],
+            gids: d.gid_entries(),
+        };
+        Ok((body, vec![async_r, doorbell_copy, page_fd]))
+    }
+
+    fn create_cq(
+        &mut self,
+        session: SessionId,
+        ctx: Handle,
+        cqe: u32,
+        channel: Option<Handle>,
+    ) -> Answer {
+        let d = self.device_of(session, ctx)?;
+        if cqe == 0 || cqe > d.nic.limits().max_cqe {
+            return Err(libc::EINVAL);
+        }
+        if let Some(ch) = channel {
+            match self.lookup(session, ch)? {
+                Object {
+                    kind: Kind::Channel(_),
+                    ctx: c,
+                    ..
+                } if *c == ctx => {}
+                _ => return Err(libc::EINVAL),
+            }
+        }
+        let d = self.device_of(session, ctx)?;
+        let (id, depth) = d.nic.create_cq(ctx.0, cqe)?;
+        let layout = RingLayout {
+            offset: 0,
+            entries: entries_for(depth)?,
+            slot_size: CQE_LEN as u32,
+        };
+        let built = ring_memfd("rdma-emu-cq", layout.end());
+        let (fd, map) = match built {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = d.nic.destroy_cq(id);
+                return Err(e);
+            }
+        };
+        let cq = Cq {
+            id,
+            map,
+            ring: Ring::new(layout),
+            channel,
+            overflowed: Cell::new(false),
+        };
+        let handle = match self.insert(session, Some(ctx), Kind::Cq(cq)) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_cq(id));
+                return Err(e);
+            }
+        };
+        if let Some(Object {
+            kind: Kind::Channel(ch),
+            ..
+        }) = channel.and_then(|c| self.objects.get(&c))
+        {
+            ch.users.set(ch.users.get() + 1);
+        }
+        self.device_of(session, ctx)?.cq_by_id.insert(id, handle);
+        Ok((
+            ReplyBody::Cq {
+                handle,
+                cqe: depth,
+                ring: layout,
+            },
+            vec![fd],
+        ))
+    }
+
+    fn create_srq(
+        &mut self,
+        session: SessionId,
+        pd: Handle,
+        attr: wire::client::SrqAttr,
+    ) -> Answer {
+        let (ctx, pd_id) = self.pd(session, pd)?;
+        let d = self.device_of(session, ctx)?;
+        let l = d.nic.limits();
+        if attr.max_wr == 0
+            || attr.max_wr > l.max_srq_wr
+            || attr.max_sge == 0
+            || attr.max_sge > l.max_srq_sge
+        {
+            return Err(libc::EINVAL);
+        }
+        let (id, actual) = d.nic.create_srq(ctx.0, pd_id, &attr)?;
+        let slot = recv_slot_size(actual.max_sge).ok_or(libc::EINVAL)?;
+        let layout = RingLayout {
+            offset: 0,
+            entries: entries_for(actual.max_wr)?,
+            slot_size: slot,
+        };
+        let (fd, map) = match ring_memfd("rdma-emu-srq", layout.end()) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = d.nic.destroy_srq(id);
+                return Err(e);
+            }
+        };
+        let srq = Srq {
+            id,
+            map,
+            ring: Ring::new(layout),
+            max_sge: actual.max_sge,
+        };
+        let handle = self.insert(session, Some(ctx), Kind::Srq(srq))?;
+        self.rings.insert(handle);
+        self.device_of(session, ctx)?.srq_by_id.insert(id, handle);
+        Ok((
+            ReplyBody::Srq {
+                handle,
+                attr: actual,
+                ring: layout,
+            },
+            vec![fd],
+        ))
+    }
+
+    fn create_qp(&mut self, session: SessionId, pd: Handle, init: QpInitAttr) -> Answer {
+        let (ctx, pd_id) = self.pd(session, pd)?;
+        let send_cq = self.cq_in(session, init.send_cq, ctx)?;
+        let recv_cq = self.cq_in(session, init.recv_cq, ctx)?;
+        let srq = match init.srq {
+            Some(h) => match self.lookup(session, h)? {
+                Object {
+                    kind: Kind::Srq(s),
+                    ctx: c,
+                    ..
+                } if *c == ctx => Some(s.id),
+                _ => return Err(libc::EINVAL),
+            },
+            None => None,
+        };
+        if !matches!(init.qp_type, qp_type::RC | qp_type::UC | qp_type::UD) {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let d = self.device_of(session, ctx)?;
+        let l = d.nic.limits();
+        let c = init.cap;
+        let rq_ok = srq.is_some() || (c.max_recv_wr <= l.max_qp_wr && c.max_recv_sge <= l.max_sge);
+        if c.max_send_wr > l.max_qp_wr
+            || c.max_send_sge > l.max_sge
+            || c.max_inline_data > l.max_inline
+            || !rq_ok
+        {
+            return Err(libc::EINVAL);
+        }
+        let create = QpCreate {
+            pd: pd_id,
+            send_cq,
+            recv_cq,
+            srq,
+            cap: c,
+            qp_type: init.qp_type,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let (qpn, cap) = d.nic.create_qp(ctx.0, &create)?;
+        let sq_slot = send_slot_size(cap.max_send_sge, cap.max_inline_data).ok_or(libc::EINVAL);
+        let rq_slot = recv_slot_size(cap.max_recv_sge).ok_or(libc::EINVAL);
+        let layouts = sq_slot.and_then(|sq_slot| {
+            let sq = RingLayout {
+                offset: 0,
+                entries: entries_for(cap.max_send_wr)?,
+                slot_size: sq_slot,
+            };
+            let rq = match srq {
+                Some(_) => None,
+                None => Some(RingLayout {
+                    offset: sq.end(),
+                    entries: entries_for(cap.max_recv_wr)?,
+                    slot_size: rq_slot?,
+                }),
+            };
+            Ok((sq, rq))
+        });
+        let built = layouts.and_then(|(sq, rq)| {
+            ring_memfd("rdma-emu-qp", rq.map_or(sq.end(), |r| r.end())).map(|m| (sq, rq, m))
+        });
+        let (sq, rq, (fd, map)) = match built {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = d.nic.destroy_qp(qpn);
+                return Err(e);
+            }
+        };
+        let qp = Qp {
+            qpn,
+            qp_type: init.qp_type,
+            cap,
+            map,
+            sq: Ring::new(sq),
+            rq: rq.map(Ring::new),
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let handle = match self.insert(session, Some(ctx), Kind::Qp(qp)) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_qp(qpn));
+                return Err(e);
+            }
+        };
+        self.rings.insert(handle);
+        self.device_of(session, ctx)?.qp_by_qpn.insert(qpn, handle);
+        tracing::debug!(session, qpn, "QP created");
+        Ok((
+            ReplyBody::Qp {
+                handle,
+                qpn,
+                cap,
+                sq,
+                rq,
+            },
+            vec![fd],
+        ))
+    }
+
+    fn stat(&self, device: Option<String>, qpn: Option<u32>) -> Answer {
+        let mut sets = Vec::new();
+        for d in self.devices.iter().flatten() {
+            if device.as_deref().is_some_and(|n| n != d.name()) {
+                continue;
+            }
+            match qpn {
+                Some(q) => {
+                    if let Some(counters) = d.nic.qp_counters(q) {
+                        sets.push(CounterSet {
+                            device: d.name().into(),
+                            qpn: Some(q),
+                            counters,
+                        });
+                    }
+                }
+                None => {
+                    let mut counters = d.nic.counters();
+                    counters.push(("udp_rx_datagrams".into(), d.rx_datagrams));
+                    counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
+                    counters.push(("udp_tx_errors".into(), d.tx_errors));
+                    counters.push(("bad_client_requests".into(), self.counters.bad_requests));
+                    counters.push(("bad_wqes".into(), self.counters.bad_wqes));
+                    counters.push(("broken_rings".into(), self.counters.broken_rings));
+                    counters.push(("memory_faults".into(), self.mem.faults));
+                    sets.push(CounterSet {
+                        device: d.name().into(),
+                        qpn: None,
+                        counters,
+                    });
+                }
+            }
+        }
+        if sets.is_empty() && (device.is_some() || qpn.is_some()) {
+            return Err(if qpn.is_some() {
+                libc::ENOENT
+            } else {
+                libc::ENODEV
+            });
+        }
+        ok(ReplyBody::Stat(sets))
+    }
+}

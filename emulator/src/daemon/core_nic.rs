@@ -1,0 +1,553 @@
+//! [`Nic`] over the sans-IO core (`emu_core::Device`): the one place where the protocol's
+//! attribute structs and slot reprs become the core's types, and back.
+
+use super::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
+use emu_core as core;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+use wire::client::slot::{CqeRepr, SendData, SendWqeRepr, SgeList};
+use wire::client::verbs::{mtu, qp_attr_mask};
+use wire::client::{self as proto};
+use wire::roce::{Lkey, Psn, Qkey, Qpn, Rkey};
+
+/// A [`super::device::NicFactory`] building the real transport.
+pub fn factory(
+    name: &str,
+    gids: &[IpAddr],
+    mtu_bytes: u32,
+    udp_src_port: u16,
+    _limits: Limits,
+    seed: u64,
+) -> Box<dyn Nic + Send> {
+    let cfg = core::DeviceConfig {
+        name: name.to_string(),
+        gids: gids.iter().map(|ip| core::Gid::from_ip(*ip)).collect(),
+        active_mtu: mtu::from_bytes(mtu_bytes)
+            .and_then(core::Mtu::from_raw)
+            .unwrap_or(core::Mtu::Mtu1024),
+        udp_src_port: Some(udp_src_port),
+        limits: core::DeviceLimits::default(),
+        seed,
+    };
+    Box::new(CoreNic {
+        dev: core::Device::new(cfg),
+    })
+}
+
+pub struct CoreNic {
+    dev: core::Device,
+}
+
+/// The core's view of the daemon's application memory.
+struct Bridge<'a>(&'a mut dyn AppMemory);
+
+impl core::Memory for Bridge<'_> {
+    fn read(
+        &mut self,
+        space: core::AddrSpace,
+        addr: u64,
+        buf: &mut [u8],
+    ) -> Result<(), core::MemoryFault> {
+        self.0
+            .read(space.0, addr, buf)
+            .map_err(|_| core::MemoryFault)
+    }
+    fn write(
+        &mut self,
+        space: core::AddrSpace,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<(), core::MemoryFault> {
+        self.0
+            .write(space.0, addr, data)
+            .map_err(|_| core::MemoryFault)
+    }
+}
+
+fn e(err: core::Errno) -> Errno {
+    err.0
+}
+
+fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
+    list.iter()
+        .map(|s| core::Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: Lkey(s.lkey),
+        })
+        .collect()
+}
+
+fn cap_in(c: proto::QpCap) -> core::QpCap {
+    core::QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+fn cap_out(c: core::QpCap) -> proto::QpCap {
+    proto::QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+fn ah_in(a: &proto::AhAttr) -> core::AhAttr {
+    core::AhAttr {
+        grh: core::GlobalRoute {
+            dgid: core::Gid(a.grh.dgid),
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.is_global != 0,
+        port_num: a.port_num,
+    }
+}
+
+fn ah_out(a: &core::AhAttr) -> proto::AhAttr {
+    proto::AhAttr {
+        grh: proto::GlobalRoute {
+            dgid: a.grh.dgid.0,
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: u8::from(a.is_global),
+        port_num: a.port_num,
+    }
+}
+
+fn state_in(v: u32, needed: bool) -> Result<core::QpState, Errno> {
+    match core::QpState::from_raw(v) {
+        Some(s) => Ok(s),
+        None if needed => Err(libc::EINVAL),
+        None => Ok(core::QpState::Reset),
+    }
+}
+
+fn qp_attr_in(a: &proto::QpAttr, mask: u32) -> Result<core::QpAttr, Errno> {
+    Ok(core::QpAttr {
+        qp_state: state_in(a.qp_state, mask & qp_attr_mask::STATE != 0)?,
+        cur_qp_state: state_in(a.cur_qp_state, mask & qp_attr_mask::CUR_STATE != 0)?,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        qkey: Qkey(a.qkey),
+        rq_psn: Psn::new(a.rq_psn & 0xff_ffff),
+        sq_psn: Psn::new(a.sq_psn & 0xff_ffff),
+        dest_qp_num: Qpn(a.dest_qp_num & 0xff_ffff),
+        qp_access_flags: core::AccessFlags(a.qp_access_flags),
+        cap: cap_in(a.cap),
+        ah_attr: ah_in(&a.ah_attr),
+        alt_ah_attr: ah_in(&a.alt_ah_attr),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify != 0,
+        sq_draining: a.sq_draining != 0,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        rate_limit: a.rate_limit,
+    })
+}
+
+fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
+    proto::QpAttr {
+        qp_state: a.qp_state as u32,
+        cur_qp_state: a.cur_qp_state as u32,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        qkey: a.qkey.0,
+        rq_psn: a.rq_psn.value(),
+        sq_psn: a.sq_psn.value(),
+        dest_qp_num: a.dest_qp_num.0,
+        qp_access_flags: a.qp_access_flags.0,
+        cap: cap_out(a.cap),
+        ah_attr: ah_out(&a.ah_attr),
+        alt_ah_attr: ah_out(&a.alt_ah_attr),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
+        sq_draining: u8::from(a.sq_draining),
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        rate_limit: a.rate_limit,
+    }
+}
+
+fn srq_in(a: &proto::SrqAttr) -> core::SrqAttr {
+    core::SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+fn srq_out(a: &core::SrqAttr) -> proto::SrqAttr {
+    proto::SrqAttr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+/// A send WQE slot as the core's work request.
+fn send_wr(w: &SendWqeRepr<'_>, ah: Option<u32>) -> Result<core::SendWr, Errno> {
+    let opcode = core::WrOpcode::from_raw(u32::from(w.opcode)).ok_or(libc::EINVAL)?;
+    let mut wr = core::SendWr::new(core::WrId(w.wr_id), opcode);
+    wr.send_flags = core::SendFlags(w.send_flags);
+    match w.data {
+        SendData::Sges(list) => wr.sg_list = sges(list),
+        SendData::Inline(d) => wr.inline_data = Some(d.to_vec()),
+    }
+    wr.imm_data = w.imm_data;
+    wr.invalidate_rkey = Rkey(w.imm_data);
+    wr.rdma = core::RdmaInfo {
+        remote_addr: w.remote_addr,
+        rkey: Rkey(w.rkey),
+    };
+    wr.atomic = core::AtomicInfo {
+        remote_addr: w.remote_addr,
+        compare_add: w.compare_add,
+        swap: w.swap,
+        rkey: Rkey(w.rkey),
+    };
+    wr.ud = core::UdInfo {
+        ah: core::AhHandle(ah.unwrap_or(0)),
+        remote_qpn: Qpn(w.remote_qpn & 0xff_ffff),
+        remote_qkey: Qkey(w.remote_qkey),
+    };
+    // Bind MW reuses fields (wire::client::slot): see SendWqeRepr's documentation.
+    wr.bind_mw = core::BindMwInfo {
+        mw_rkey: Rkey(w.rkey),
+        new_rkey: Rkey(w.imm_data),
+        mr_lkey: Lkey(w.swap as u32),
+        addr: w.remote_addr,
+        length: w.compare_add,
+        access: core::AccessFlags(w.remote_qpn),
+    };
+    Ok(wr)
+}
+
+fn cqe_out(wc: &core::WorkCompletion) -> CqeRepr {
+    CqeRepr {
+        wr_id: wc.wr_id.0,
+        status: wc.status as u32,
+        opcode: wc.opcode as u32,
+        vendor_err: wc.vendor_err,
+        byte_len: wc.byte_len,
+        imm_data: wc.imm_data,
+        qp_num: wc.qp_num.0,
+        src_qp: wc.src_qp.0,
+        wc_flags: wc.wc_flags.0,
+        pkey_index: wc.pkey_index,
+        slid: wc.slid,
+        sl: wc.sl,
+        dlid_path_bits: wc.dlid_path_bits,
+    }
+}
+
+/// Counters under the names rxe's hw_counters use (and ours for what rxe lacks).
+fn named(c: &core::Counters) -> Vec<(String, u64)> {
+    [
+        ("sent_pkts", c.sent_pkts),
+        ("rcvd_pkts", c.rcvd_pkts),
+        ("duplicate_request", c.duplicate_requests),
+        ("out_of_sequence", c.seq_naks_sent),
+        ("rcvd_seq_err", c.seq_naks_rcvd),
+        ("send_rnr_err", c.rnr_naks_sent),
+        ("rcvd_rnr_err", c.rnr_naks_rcvd),
+        ("completer_retry_err", c.ack_timeouts),
+        ("retry_exceeded_err", c.retry_exceeded),
+        ("rnr_nak_retry_err", c.rnr_retry_exceeded),
+        ("retransmitted_pkts", c.retransmitted_pkts),
+        ("icrc_errors", c.icrc_errors),
+        ("icrc_solved_ip_id", c.icrc_solved_id),
+        ("malformed_pkts", c.malformed),
+        ("unknown_qp_pkts", c.unknown_qp),
+        ("qkey_violations", c.qkey_violations),
+        ("no_recv_wqe_drops", c.no_recv_wqe_drops),
+        ("cq_overruns", c.cq_overruns),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+impl Nic for CoreNic {
+    fn limits(&self) -> Limits {
+        let l = self.dev.config().limits;
+        Limits {
+            max_qp: l.max_qp,
+            max_qp_wr: l.max_qp_wr,
+            max_sge: l.max_sge,
+            max_cq: l.max_cq,
+            max_cqe: l.max_cqe,
+            max_mr: l.max_mr,
+            max_pd: l.max_pd,
+            max_qp_rd_atom: l.max_qp_rd_atom,
+            max_res_rd_atom: l.max_qp_rd_atom.saturating_mul(128),
+            max_srq: l.max_srq,
+            max_srq_wr: l.max_srq_wr,
+            max_srq_sge: l.max_srq_sge,
+            max_ah: l.max_ah,
+            max_mw: l.max_mw,
+            max_inline: l.max_inline_data,
+            max_msg_sz: 1 << 31,
+        }
+    }
+    fn alloc_pd(&mut self, owner: Owner) -> Result<u32, Errno> {
+        self.dev
+            .alloc_pd(core::ClientId(owner))
+            .map(|p| p.0)
+            .map_err(e)
+    }
+    fn dealloc_pd(&mut self, pd: u32) -> Result<(), Errno> {
+        self.dev.dealloc_pd(core::PdHandle(pd)).map_err(e)
+    }
+    fn reg_mr(
+        &mut self,
+        owner: Owner,
+        pd: u32,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+    ) -> Result<(u32, u32), Errno> {
+        let k = self
+            .dev
+            .reg_mr(
+                core::PdHandle(pd),
+                addr,
+                length,
+                iova,
+                core::AccessFlags(access),
+                core::AddrSpace(owner),
+            )
+            .map_err(e)?;
+        Ok((k.lkey.0, k.rkey.0))
+    }
+    fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {
+        self.dev.dereg_mr(Lkey(lkey)).map_err(e)
+    }
+    fn alloc_mw(&mut self, _owner: Owner, pd: u32, mw_type: u32) -> Result<(u32, u32), Errno> {
+        let (h, rkey) = self.dev.alloc_mw(core::PdHandle(pd), mw_type).map_err(e)?;
+        Ok((h.0, rkey.0))
+    }
+    fn dealloc_mw(&mut self, mw: u32) -> Result<(), Errno> {
+        self.dev.dealloc_mw(core::MwHandle(mw)).map_err(e)
+    }
+    fn create_cq(&mut self, owner: Owner, cqe: u32) -> Result<(u32, u32), Errno> {
+        let (h, depth) = self.dev.create_cq(core::ClientId(owner), cqe).map_err(e)?;
+        Ok((h.0, depth))
+    }
+    fn destroy_cq(&mut self, cq: u32) -> Result<(), Errno> {
+        self.dev.destroy_cq(core::CqHandle(cq)).map_err(e)
+    }
+    fn create_srq(
+        &mut self,
+        owner: Owner,
+        pd: u32,
+        attr: &proto::SrqAttr,
+    ) -> Result<(u32, proto::SrqAttr), Errno> {
+        let h = self
+            .dev
+            .create_srq(core::ClientId(owner), core::PdHandle(pd), srq_in(attr))
+            .map_err(e)?;
+        let actual = self.dev.query_srq(h).map_err(e)?;
+        Ok((h.0, srq_out(&actual)))
+    }
+    fn modify_srq(&mut self, srq: u32, attr: &proto::SrqAttr, mask: u32) -> Result<(), Errno> {
+        self.dev
+            .modify_srq(core::SrqHandle(srq), &srq_in(attr), core::SrqAttrMask(mask))
+            .map_err(e)
+    }
+    fn query_srq(&self, srq: u32) -> Result<proto::SrqAttr, Errno> {
+        self.dev
+            .query_srq(core::SrqHandle(srq))
+            .map(|a| srq_out(&a))
+            .map_err(e)
+    }
+    fn destroy_srq(&mut self, srq: u32) -> Result<(), Errno> {
+        self.dev.destroy_srq(core::SrqHandle(srq)).map_err(e)
+    }
+    fn post_srq_recv(&mut self, srq: u32, wr_id: u64, list: SgeList<'_>) -> Result<(), Errno> {
+        self.dev
+            .post_srq_recv(
+                core::SrqHandle(srq),
+                core::RecvWr {
+                    wr_id: core::WrId(wr_id),
+                    sg_list: sges(list),
+                },
+            )
+            .map_err(e)
+    }
+    fn create_ah(&mut self, pd: u32, attr: &proto::AhAttr) -> Result<u32, Errno> {
+        self.dev
+            .create_ah(core::PdHandle(pd), ah_in(attr))
+            .map(|h| h.0)
+            .map_err(e)
+    }
+    fn destroy_ah(&mut self, ah: u32) -> Result<(), Errno> {
+        self.dev.destroy_ah(core::AhHandle(ah)).map_err(e)
+    }
+    fn create_qp(&mut self, owner: Owner, init: &QpCreate) -> Result<(u32, proto::QpCap), Errno> {
+        let attr = core::QpInitAttr {
+            pd: core::PdHandle(init.pd),
+            send_cq: core::CqHandle(init.send_cq),
+            recv_cq: core::CqHandle(init.recv_cq),
+            srq: init.srq.map(core::SrqHandle),
+            cap: cap_in(init.cap),
+            qp_type: core::QpType::from_raw(init.qp_type).ok_or(libc::EOPNOTSUPP)?,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let (qpn, cap) = self
+            .dev
+            .create_qp(core::ClientId(owner), &attr)
+            .map_err(e)?;
+        Ok((qpn.0, cap_out(cap)))
+    }
+    fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        attr: &proto::QpAttr,
+        mask: u32,
+    ) -> Result<(), Errno> {
+        let a = qp_attr_in(attr, mask)?;
+        self.dev
+            .modify_qp(now, Qpn(qpn), &a, core::QpAttrMask(mask))
+            .map_err(e)
+    }
+    fn query_qp(&self, qpn: u32) -> Result<proto::QpAttr, Errno> {
+        self.dev
+            .query_qp(Qpn(qpn))
+            .map(|(a, _)| qp_attr_out(&a))
+            .map_err(e)
+    }
+    fn destroy_qp(&mut self, qpn: u32) -> Result<(), Errno> {
+        self.dev.destroy_qp(Qpn(qpn)).map_err(e)
+    }
+    fn post_send(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wqe: &SendWqeRepr<'_>,
+        ah: Option<u32>,
+        mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno> {
+        let wr = send_wr(wqe, ah)?;
+        self.dev
+            .post_send(now, Qpn(qpn), wr, &mut Bridge(mem))
+            .map_err(e)
+    }
+    fn post_recv(&mut self, qpn: u32, wr_id: u64, list: SgeList<'_>) -> Result<(), Errno> {
+        self.dev
+            .post_recv(
+                Qpn(qpn),
+                core::RecvWr {
+                    wr_id: core::WrId(wr_id),
+                    sg_list: sges(list),
+                },
+            )
+            .map_err(e)
+    }
+    fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno> {
+        let wr = send_wr(wqe, None)?;
+        self.dev.bind_mw(Qpn(qpn), &wr.bind_mw).map(|k| k.0).map_err(e)
+    }
+    fn qp_to_error(&mut self, now: Instant, qpn: u32) {
+        let attr = core::QpAttr {
+            qp_state: core::QpState::Err,
+            ..core::QpAttr::default()
+        };
+        let _ = self
+            .dev
+            .modify_qp(now, Qpn(qpn), &attr, core::QpAttrMask::STATE);
+    }
+    fn release_client(&mut self, now: Instant, owner: Owner) {
+        self.dev.release_client(now, core::ClientId(owner));
+    }
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+        mem: &mut dyn AppMemory,
+    ) {
+        self.dev
+            .handle_datagram(now, &core::Datagram { src, dst, payload }, &mut Bridge(mem));
+    }
+    fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory) {
+        self.dev.handle_timeout(now, &mut Bridge(mem));
+    }
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn AppMemory,
+        buf: &mut Vec<u8>,
+    ) -> Option<(SocketAddr, SocketAddr)> {
+        let t = self.dev.poll_transmit(now, &mut Bridge(mem), buf)?;
+        buf.truncate(t.len);
+        Some((t.src, t.dst))
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.dev.poll_timeout()
+    }
+    fn poll_completion(&mut self) -> Option<(u32, CqeRepr)> {
+        self.dev
+            .poll_completion()
+            .map(|(cq, wc)| (cq.0, cqe_out(&wc)))
+    }
+    fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)> {
+        let (owner, ev) = self.dev.poll_event()?;
+        let (kind, _) = ev.raw();
+        let element = match ev {
+            core::AsyncEvent::CqErr(c) => EventElement::Cq(c.0),
+            core::AsyncEvent::SrqLimitReached(s) => EventElement::Srq(s.0),
+            core::AsyncEvent::QpFatal(q)
+            | core::AsyncEvent::QpReqErr(q)
+            | core::AsyncEvent::QpAccessErr(q)
+            | core::AsyncEvent::CommEst(q)
+            | core::AsyncEvent::SqDrained(q)
+            | core::AsyncEvent::QpLastWqeReached(q) => EventElement::Qp(q.0),
+        };
+        Some((owner.0, kind, element))
+    }
+    fn counters(&self) -> Vec<(String, u64)> {
+        named(self.dev.counters())
+    }
+    fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>> {
+        self.dev.qp_counters(Qpn(qpn)).map(named)
+    }
+}

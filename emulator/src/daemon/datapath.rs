@@ -1,0 +1,456 @@
+//! The data path: draining SQ/RQ/SRQ rings into the core, driving the core's timers and
+//! output (transmits, completions into CQ rings, async events into pipes).
+
+use super::engine::Engine;
+use super::nic::EventElement;
+use super::objects::{Kind, Object, Qp, Ring};
+use super::sys::{self, Mapping};
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+use wire::client::proto::Handle;
+use wire::client::ring::{ARM_NEXT, ARM_SOLICITED};
+use wire::client::slot::{CqeRepr, RecvWqe, RecvWqeRepr, SendData, SendWqe, SendWqeRepr};
+use wire::client::verbs::{event_type, qp_type, send_flags, wc_opcode, wc_status, wr_opcode};
+use wire::client::{AsyncEventRecord, CompEventRecord, Consumer, Producer, RingError};
+
+/// WQEs taken from one ring per pass (fairness between QPs).
+const RING_BATCH: usize = 64;
+/// Largest slot the daemon creates (send WQE with 32 SGEs or 512 inline bytes).
+const MAX_SLOT: usize = 1024;
+/// Transmits per pass.
+const TX_BATCH: usize = 512;
+
+/// Writes an async event record to a context's pipe; counts it if the pipe is full.
+pub(super) fn send_event(
+    objects: &BTreeMap<Handle, Object>,
+    ctx: Handle,
+    event: u32,
+    element: u32,
+) {
+    if let Some(Object {
+        kind: Kind::Ctx(c), ..
+    }) = objects.get(&ctx)
+    {
+        let rec = AsyncEventRecord {
+            event_type: event,
+            element,
+        }
+        .to_bytes();
+        if !matches!(sys::write_record(c.async_w.as_raw_fd(), &rec), Ok(true)) {
+            c.events_dropped.set(c.events_dropped.get() + 1);
+        }
+    }
+}
+
+/// Puts a completion into a CQ ring and fires its channel if armed. Overflow raises
+/// IBV_EVENT_CQ_ERR once.
+pub(super) fn deliver_cqe(objects: &BTreeMap<Handle, Object>, cq_h: Handle, cqe: &CqeRepr) {
+    let Some(Object {
+        kind: Kind::Cq(cq),
+        ctx,
+        ..
+    }) = objects.get(&cq_h)
+    else {
+        return;
+    };
+    let Some(view) = cq.ring.view(&cq.map) else {
+        return;
+    };
+    let mut slot = [0u8; 64];
+    if cqe.emit(&mut slot).is_err() {
+        return;
+    }
+    let mut p = Producer::with_index(view, cq.ring.index.get());
+    match p.push(&slot) {
+        Ok(()) => cq.ring.index.set(p.index()),
+        Err(_) => {
+            if !cq.overflowed.replace(true) {
+                tracing::debug!(cq = cq_h.0, "CQ overrun");
+                send_event(objects, *ctx, event_type::CQ_ERR, cq_h.0);
+            }
+            return;
+        }
+    }
+    let arm = view.arm();
+    let solicited = cqe.opcode & wc_opcode::RECV != 0 || cqe.status != wc_status::SUCCESS;
+    if (arm == ARM_NEXT || (arm == ARM_SOLICITED && solicited)) && view.take_arm() != 0 {
+        if let Some(Object {
+            kind: Kind::Channel(ch),
+            ..
+        }) = cq.channel.and_then(|c| objects.get(&c))
+        {
+            let _ = sys::write_record(
+                ch.write.as_raw_fd(),
+                &CompEventRecord { cq: cq_h }.to_bytes(),
+            );
+        }
+    }
+}
+
+/// The completion opcode of a send WQE opcode (for error completions the daemon makes).
+fn wc_of_wr(op: u8) -> u32 {
+    match op {
+        wr_opcode::RDMA_WRITE | wr_opcode::RDMA_WRITE_WITH_IMM => wc_opcode::RDMA_WRITE,
+        wr_opcode::RDMA_READ => wc_opcode::RDMA_READ,
+        wr_opcode::ATOMIC_CMP_AND_SWP => wc_opcode::COMP_SWAP,
+        wr_opcode::ATOMIC_FETCH_AND_ADD => wc_opcode::FETCH_ADD,
+        wr_opcode::BIND_MW => wc_opcode::BIND_MW,
+        wr_opcode::LOCAL_INV => wc_opcode::LOCAL_INV,
+        _ => wc_opcode::SEND,
+    }
+}
+
+fn error_cqe(wr_id: u64, opcode: u32, status: u32, errno: i32, qpn: u32) -> CqeRepr {
+    CqeRepr {
+        wr_id,
+        status,
+        opcode,
+        vendor_err: errno as u32,
+        qp_num: qpn,
+        ..CqeRepr::default()
+    }
+}
+
+/// Checks a send WQE against the QP it was posted to (what rdma-core/rxe's post_send
+/// refuses with EINVAL); the core checks the rest.
+fn check_send(wqe: &SendWqeRepr<'_>, qp: &Qp) -> Result<(), (u32, i32)> {
+    match wqe.data {
+        SendData::Sges(s) if s.len() as u32 > qp.cap.max_send_sge => {
+            return Err((wc_status::LOC_LEN_ERR, libc::EINVAL))
+        }
+        SendData::Inline(d) if d.len() as u32 > qp.cap.max_inline_data => {
+            return Err((wc_status::LOC_LEN_ERR, libc::EINVAL))
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Whether any SQ/RQ/SRQ ring holds unconsumed work (checked before sleeping).
+    pub(super) fn rings_pending(&self) -> bool {
+        let pending = |ring: &Ring, map: &Mapping| {
+            !ring.broken.get()
+                && !ring.blocked.get()
+                && ring.view(map).is_some_and(|v| {
+                    Consumer::with_index(v, ring.index.get())
+                        .available()
+                        .map_or(true, |n| n > 0)
+                })
+        };
+        self.rings
+            .iter()
+            .any(|h| match self.objects.get(h).map(|o| &o.kind) {
+                Some(Kind::Qp(qp)) => {
+                    pending(&qp.sq, &qp.map)
+                        || qp.rq.as_ref().is_some_and(|rq| pending(rq, &qp.map))
+                }
+                Some(Kind::Srq(srq)) => pending(&srq.ring, &srq.map),
+                _ => false,
+            })
+    }
+
+    /// Moves posted work from every ring into the cores. Whether any was found.
+    pub(super) fn drain_rings(&mut self, now: Instant) -> bool {
+        let handles: Vec<Handle> = self.rings.iter().copied().collect();
+        let mut worked = false;
+        for h in handles {
+            worked |= self.drain_sq(now, h);
+            worked |= self.drain_rq(h);
+        }
+        worked
+    }
+
+    fn ctx_dev(&self, ctx: Handle) -> Option<usize> {
+        match self.objects.get(&ctx) {
+            Some(Object {
+                kind: Kind::Ctx(c), ..
+            }) => Some(c.dev),
+            _ => None,
+        }
+    }
+
+    /// A ring's indices went wild: the QP goes to error and its owner hears of it.
+    fn ring_broken(&mut self, now: Instant, h: Handle) {
+        self.counters.broken_rings += 1;
+        let Some(obj) = self.objects.get(&h) else {
+            return;
+        };
+        let dev = self.ctx_dev(obj.ctx);
+        let (event, qpn) = match &obj.kind {
+            Kind::Qp(qp) => (event_type::QP_FATAL, Some(qp.qpn)),
+            _ => (event_type::SRQ_ERR, None),
+        };
+        tracing::debug!(handle = h.0, "broken ring");
+        if let (Some(qpn), Some(d)) = (
+            qpn,
+            dev.and_then(|i| self.devices.get_mut(i))
+                .and_then(Option::as_mut),
+        ) {
+            d.nic.qp_to_error(now, qpn);
+        }
+        send_event(&self.objects, obj.ctx, event, h.0);
+    }
+
+    fn drain_sq(&mut self, now: Instant, h: Handle) -> bool {
+        let mut slot = [0u8; MAX_SLOT];
+        let mut worked = false;
+        let mut broken = false;
+        {
+            let Some(obj) = self.objects.get(&h) else {
+                return false;
+            };
+            let Kind::Qp(qp) = &obj.kind else {
+                return false;
+            };
+            let Some(dev) = self.ctx_dev(obj.ctx) else {
+                return false;
+            };
+            if qp.sq.broken.get() || qp.sq.blocked.get() {
+                return false;
+            }
+            let Some(view) = qp.sq.view(&qp.map) else {
+                return false;
+            };
+            let size = (qp.sq.layout.slot_size as usize).min(MAX_SLOT);
+            let mut cons = Consumer::with_index(view, qp.sq.index.get());
+            for _ in 0..RING_BATCH {
+                match cons.peek(&mut slot[..size]) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(RingError::Broken) | Err(_) => {
+                        broken = true;
+                        qp.sq.broken.set(true);
+                        break;
+                    }
+                }
+                worked = true;
+                let wqe = SendWqe::new_unchecked(&slot[..size]);
+                let (wr_id, op) = (wqe.wr_id(), wqe.opcode());
+                let result = match SendWqeRepr::parse(&wqe) {
+                    Err(_) => Err((wc_status::LOC_LEN_ERR, libc::EINVAL)),
+                    Ok(repr) => check_send(&repr, qp).and_then(|()| {
+                        if repr.opcode == wr_opcode::BIND_MW
+                            && self.objects.values().any(|o| {
+                                o.session == obj.session
+                                    && matches!(o.kind, Kind::Mw { index, mw_type: 1, .. } if index == repr.rkey >> 8)
+                            })
+                        {
+                            // Type 1 windows bind at once (ibv_bind_mw), outside the
+                            // send queue's order.
+                            let Some(Some(d)) = self.devices.get_mut(dev) else {
+                                return Err((wc_status::FATAL_ERR, libc::ENODEV));
+                            };
+                            d.nic
+                                .bind_mw_type1(qp.qpn, &repr)
+                                .map_err(|e| (wc_status::MW_BIND_ERR, e))?;
+                            if qp.sq_sig_all || repr.send_flags & send_flags::SIGNALED != 0 {
+                                let cqe = CqeRepr {
+                                    wr_id,
+                                    opcode: wc_opcode::BIND_MW,
+                                    qp_num: qp.qpn,
+                                    ..CqeRepr::default()
+                                };
+                                deliver_cqe(&self.objects, qp.send_cq, &cqe);
+                            }
+                            return Ok(());
+                        }
+                        let ah = if qp.qp_type == qp_type::UD {
+                            match self.objects.get(&Handle(repr.ah)) {
+                                Some(Object {
+                                    kind: Kind::Ah { id },
+                                    session,
+                                    ..
+                                }) if *session == obj.session => Some(*id),
+                                _ => return Err((wc_status::LOC_QP_OP_ERR, libc::EINVAL)),
+                            }
+                        } else {
+                            None
+                        };
+                        let Some(Some(d)) = self.devices.get_mut(dev) else {
+                            return Err((wc_status::FATAL_ERR, libc::ENODEV));
+                        };
+                        d.nic
+                            .post_send(now, qp.qpn, &repr, ah, &mut self.mem)
+                            .map_err(|e| (wc_status::LOC_QP_OP_ERR, e))
+                    }),
+                };
+                if matches!(result, Err((_, libc::ENOMEM))) {
+                    // The core's send queue is full: leave the WQE in the ring until
+                    // completions make room.
+                    qp.sq.blocked.set(true);
+                    break;
+                }
+                cons.advance();
+                if let Err((status, errno)) = result {
+                    self.counters.bad_wqes += 1;
+                    tracing::debug!(qpn = qp.qpn, wr_id, errno, "send WQE refused");
+                    deliver_cqe(
+                        &self.objects,
+                        qp.send_cq,
+                        &error_cqe(wr_id, wc_of_wr(op), status, errno, qp.qpn),
+                    );
+                }
+            }
+            qp.sq.index.set(cons.index());
+        }
+        if broken {
+            self.ring_broken(now, h);
+        }
+        worked
+    }
+
+    fn drain_rq(&mut self, h: Handle) -> bool {
+        let mut slot = [0u8; MAX_SLOT];
+        let mut worked = false;
+        let mut broken = false;
+        let now = Instant::now();
+        {
+            let Some(obj) = self.objects.get(&h) else {
+                return false;
+            };
+            let Some(dev) = self.ctx_dev(obj.ctx) else {
+                return false;
+            };
+            let (ring, map, max_sge, target) = match &obj.kind {
+                Kind::Qp(qp) => match &qp.rq {
+                    Some(rq) => (rq, &qp.map, qp.cap.max_recv_sge, Ok((qp.qpn, qp.recv_cq))),
+                    None => return false,
+                },
+                Kind::Srq(srq) => (&srq.ring, &srq.map, srq.max_sge, Err(srq.id)),
+                _ => return false,
+            };
+            if ring.broken.get() || ring.blocked.get() {
+                return false;
+            }
+            let Some(view) = ring.view(map) else {
+                return false;
+            };
+            let size = (ring.layout.slot_size as usize).min(MAX_SLOT);
+            let mut cons = Consumer::with_index(view, ring.index.get());
+            for _ in 0..RING_BATCH {
+                match cons.peek(&mut slot[..size]) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(_) => {
+                        broken = true;
+                        ring.broken.set(true);
+                        break;
+                    }
+                }
+                worked = true;
+                let wqe = RecvWqe::new_unchecked(&slot[..size]);
+                let wr_id = wqe.wr_id();
+                let result = match RecvWqeRepr::parse(&wqe) {
+                    Err(_) => Err(libc::EINVAL),
+                    Ok(r) if r.sg_list.len() as u32 > max_sge => Err(libc::EINVAL),
+                    Ok(r) => match self.devices.get_mut(dev) {
+                        Some(Some(d)) => match target {
+                            Ok((qpn, _)) => d.nic.post_recv(qpn, r.wr_id, r.sg_list),
+                            Err(srq) => d.nic.post_srq_recv(srq, r.wr_id, r.sg_list),
+                        },
+                        _ => Err(libc::ENODEV),
+                    },
+                };
+                if result == Err(libc::ENOMEM) {
+                    ring.blocked.set(true);
+                    break;
+                }
+                cons.advance();
+                if let Err(errno) = result {
+                    self.counters.bad_wqes += 1;
+                    match target {
+                        Ok((qpn, cq)) => deliver_cqe(
+                            &self.objects,
+                            cq,
+                            &error_cqe(wr_id, wc_opcode::RECV, wc_status::LOC_LEN_ERR, errno, qpn),
+                        ),
+                        Err(_) => send_event(&self.objects, obj.ctx, event_type::SRQ_ERR, h.0),
+                    }
+                }
+            }
+            ring.index.set(cons.index());
+        }
+        if broken {
+            self.ring_broken(now, h);
+        }
+        worked
+    }
+
+    /// Timers, transmits, completions and events of every device. Whether any happened.
+    pub(super) fn drive_cores(&mut self, now: Instant) -> bool {
+        let mut worked = false;
+        let mut unblock = false;
+        for d in self.devices.iter_mut().flatten() {
+            if d.nic.poll_timeout().is_some_and(|t| t <= now) {
+                d.nic.handle_timeout(now, &mut self.mem);
+                worked = true;
+            }
+            for _ in 0..TX_BATCH {
+                self.tx_buf.clear();
+                let Some((src, dst)) = d.nic.poll_transmit(now, &mut self.mem, &mut self.tx_buf)
+                else {
+                    break;
+                };
+                worked = true;
+                match d.udp.send(src, dst, &self.tx_buf) {
+                    Ok(()) => {
+                        d.tx_datagrams += 1;
+                        for c in &mut d.captures {
+                            c.record(d.netdev.mac, src, dst, &self.tx_buf);
+                        }
+                    }
+                    Err(e) => {
+                        d.tx_errors += 1;
+                        tracing::trace!(%src, %dst, error = %e, "UDP send failed");
+                    }
+                }
+            }
+            if !d.captures.is_empty() {
+                d.captures.iter_mut().for_each(super::capture::Capture::flush);
+                d.captures.retain(|c| !c.is_closed());
+            }
+            while let Some((cq, cqe)) = d.nic.poll_completion() {
+                worked = true;
+                unblock = true;
+                if let Some(h) = d.cq_by_id.get(&cq) {
+                    deliver_cqe(&self.objects, *h, &cqe);
+                }
+            }
+            while let Some((owner, event, element)) = d.nic.poll_event() {
+                worked = true;
+                let element = match element {
+                    EventElement::Qp(qpn) => d.qp_by_qpn.get(&qpn).map(|h| h.0),
+                    EventElement::Cq(id) => d.cq_by_id.get(&id).map(|h| h.0),
+                    EventElement::Srq(id) => d.srq_by_id.get(&id).map(|h| h.0),
+                    EventElement::Port(p) => Some(u32::from(p)),
+                    EventElement::Device => Some(0),
+                };
+                if let Some(element) = element {
+                    send_event(&self.objects, Handle(owner), event, element);
+                }
+            }
+        }
+        if unblock {
+            self.unblock_rings();
+        }
+        worked
+    }
+
+    /// Completions made room in the cores' queues: retry rings that were full.
+    fn unblock_rings(&self) {
+        for h in &self.rings {
+            match self.objects.get(h).map(|o| &o.kind) {
+                Some(Kind::Qp(qp)) => {
+                    qp.sq.blocked.set(false);
+                    if let Some(rq) = &qp.rq {
+                        rq.blocked.set(false);
+                    }
+                }
+                Some(Kind::Srq(srq)) => srq.ring.blocked.set(false),
+                _ => {}
+            }
+        }
+    }
+}

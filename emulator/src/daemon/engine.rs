@@ -1,0 +1,545 @@
+//! The engine: one thread that serves the control socket, every device's transport core,
+//! the shared-memory rings and the network, with adaptive polling.
+
+use super::config::{Config, PollMode};
+use super::device::{Device, NicFactory};
+use super::memory::ProcMem;
+use super::objects::{Kind, Object, SessionId};
+use super::sys::{self, Epoll};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wire::client::proto::Handle;
+use wire::client::{Reply, Request, MAX_MESSAGE_LEN};
+
+const T_LISTENER: u64 = 1;
+const T_TIMER: u64 = 2;
+const T_WAKE: u64 = 3;
+const T_SESSION: u64 = 1 << 56;
+const T_DOORBELL: u64 = 2 << 56;
+const T_UDP: u64 = 3 << 56;
+const T_KIND: u64 = 0xff << 56;
+
+/// Most objects one session may hold.
+pub const MAX_OBJECTS_PER_SESSION: usize = 1 << 18;
+
+/// A connected client.
+pub struct Session {
+    pub sock: OwnedFd,
+    pub pid: u32,
+    pub uid: u32,
+    pub hello: bool,
+    pub objects: usize,
+}
+
+/// Counters of hostile or broken input that never reaches a core.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DaemonCounters {
+    pub bad_requests: u64,
+    pub sessions_closed_for_garbage: u64,
+    pub bad_wqes: u64,
+    pub broken_rings: u64,
+}
+
+/// A way to stop a running engine from another thread or a signal handler.
+#[derive(Clone)]
+pub struct Shutdown {
+    pub(super) flag: Arc<AtomicBool>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Shutdown {
+    pub fn new() -> io::Result<Shutdown> {
+        Ok(Shutdown {
+            flag: Arc::new(AtomicBool::new(false)),
+            wake: Arc::new(sys::eventfd()?),
+        })
+    }
+
+    pub fn trigger(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        let _ = sys::eventfd_signal(self.wake.as_raw_fd());
+    }
+
+    /// The eventfd a signal handler may write to (after setting nothing else).
+    pub fn wake_fd(&self) -> std::os::fd::RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    fn requested(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
+pub struct Engine {
+    pub(super) cfg: Config,
+    pub(super) epoll: Epoll,
+    listener: OwnedFd,
+    timer: OwnedFd,
+    shutdown: Shutdown,
+    pub(super) factory: NicFactory,
+    pub(super) devices: Vec<Option<Device>>,
+    pub(super) sessions: HashMap<SessionId, Session>,
+    pub(super) objects: BTreeMap<Handle, Object>,
+    /// QPs and SRQs whose rings the engine drains.
+    pub(super) rings: BTreeSet<Handle>,
+    pub(super) mem: ProcMem,
+    pub(super) counters: DaemonCounters,
+    next_handle: u32,
+    next_session: SessionId,
+    pub(super) tx_buf: Vec<u8>,
+    rx_buf: Vec<u8>,
+    msg_buf: Vec<u8>,
+}
+
+impl Engine {
+    /// Opens the devices and the control socket. Errors say which and why.
+    pub fn new(cfg: Config, factory: NicFactory, shutdown: Shutdown) -> io::Result<Engine> {
+        cfg.validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut devices = Vec::new();
+        for spec in &cfg.devices {
+            devices.push(Some(Device::open(spec, factory, cfg.seed)?));
+        }
+        if let Some(dir) = cfg.socket.parent() {
+            if !dir.as_os_str().is_empty() && !dir.exists() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode_0700()
+                    .create(dir)?;
+            }
+        }
+        let listener = sys::seqpacket_listen(&cfg.socket, cfg.socket_mode).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("control socket {}: {e}", cfg.socket.display()),
+            )
+        })?;
+        let epoll = Epoll::new()?;
+        let timer = sys::timerfd()?;
+        epoll.add(listener.as_raw_fd(), T_LISTENER)?;
+        epoll.add(timer.as_raw_fd(), T_TIMER)?;
+        epoll.add(shutdown.wake_fd(), T_WAKE)?;
+        let mut engine = Engine {
+            cfg,
+            epoll,
+            listener,
+            timer,
+            shutdown,
+            factory,
+            devices: Vec::new(),
+            sessions: HashMap::new(),
+            objects: BTreeMap::new(),
+            rings: BTreeSet::new(),
+            mem: ProcMem::default(),
+            counters: DaemonCounters::default(),
+            next_handle: 1,
+            next_session: 1,
+            tx_buf: Vec::with_capacity(9000),
+            rx_buf: vec![0u8; 65536],
+            msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
+        };
+        for dev in devices {
+            engine.add_device(dev.expect("just opened"))?;
+        }
+        Ok(engine)
+    }
+
+    /// Registers a device's sockets and makes it visible to clients.
+    pub(super) fn add_device(&mut self, dev: Device) -> io::Result<usize> {
+        let index = self
+            .devices
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.devices.len());
+        for (i, fd) in dev.udp.fds().enumerate() {
+            self.epoll
+                .add(fd, T_UDP | (index as u64) << 16 | i as u64)?;
+        }
+        tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids, "device up");
+        if index == self.devices.len() {
+            self.devices.push(Some(dev));
+        } else {
+            self.devices[index] = Some(dev);
+        }
+        Ok(index)
+    }
+
+    pub(super) fn device_index(&self, name: &str) -> Option<usize> {
+        self.devices
+            .iter()
+            .position(|d| d.as_ref().is_some_and(|d| d.name() == name))
+    }
+
+    /// A fresh handle, never 0, never one in use.
+    pub(super) fn alloc_handle(&mut self) -> Handle {
+        loop {
+            let h = Handle(self.next_handle);
+            self.next_handle = self.next_handle.wrapping_add(1).max(1);
+            if !self.objects.contains_key(&h) {
+                return h;
+            }
+        }
+    }
+
+    /// Runs until shutdown is requested, then stops cleanly.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut ready = Vec::new();
+        let mut last_work = Instant::now();
+        loop {
+            if self.shutdown.requested() {
+                self.stop();
+                return Ok(());
+            }
+            let worked = self.process(&ready)?;
+            let now = Instant::now();
+            if worked {
+                last_work = now;
+            }
+            let spin = match self.cfg.poll {
+                PollMode::Busy => true,
+                PollMode::Adaptive => worked || now.duration_since(last_work) < self.cfg.spin,
+                PollMode::Sleep => worked,
+            };
+            if spin {
+                self.epoll.wait(&mut ready, Some(Duration::ZERO))?;
+                continue;
+            }
+            // Sleep: tell clients to ring the doorbell, then look once more (no lost wake-up).
+            self.set_sleeping(true);
+            if self.rings_pending() {
+                self.set_sleeping(false);
+                self.epoll.wait(&mut ready, Some(Duration::ZERO))?;
+                continue;
+            }
+            let deadline = self
+                .devices
+                .iter()
+                .flatten()
+                .filter_map(|d| d.nic.poll_timeout())
+                .min();
+            sys::timerfd_set(
+                self.timer.as_raw_fd(),
+                deadline.map(|d| d.saturating_duration_since(Instant::now())),
+            )?;
+            self.epoll.wait(&mut ready, None)?;
+            self.set_sleeping(false);
+        }
+    }
+
+    /// One pass: ready descriptors, rings, timers, output. Whether anything happened.
+    fn process(&mut self, ready: &[u64]) -> io::Result<bool> {
+        let mut worked = false;
+        let now = Instant::now();
+        for &token in ready {
+            match token & T_KIND {
+                0 => match token {
+                    T_LISTENER => self.accept_all()?,
+                    T_TIMER => sys::drain_counter(self.timer.as_raw_fd()),
+                    T_WAKE => {
+                        // Only a shutdown (or a signal handler) writes the wake eventfd.
+                        sys::drain_counter(self.shutdown.wake_fd());
+                        self.shutdown.flag.store(true, Ordering::SeqCst);
+                    }
+                    _ => {}
+                },
+                T_SESSION => self.serve_session(token & !T_KIND),
+                T_DOORBELL => {
+                    if let Some(Object {
+                        kind: Kind::Ctx(c), ..
+                    }) = self.objects.get(&Handle((token & 0xffff_ffff) as u32))
+                    {
+                        sys::drain_counter(c.doorbell.as_raw_fd());
+                    }
+                }
+                T_UDP => {
+                    self.receive(
+                        now,
+                        ((token >> 16) & 0xffff) as usize,
+                        (token & 0xffff) as usize,
+                    );
+                }
+                _ => {}
+            }
+            worked = true;
+        }
+        worked |= self.drain_rings(now);
+        worked |= self.drive_cores(now);
+        Ok(worked)
+    }
+
+    fn receive(&mut self, now: Instant, dev: usize, sock: usize) {
+        let Some(Some(d)) = self.devices.get_mut(dev) else {
+            return;
+        };
+        for _ in 0..256 {
+            match d.udp.recv(sock, &mut self.rx_buf) {
+                Ok(Some((n, src, dst))) => {
+                    d.rx_datagrams += 1;
+                    d.nic
+                        .handle_datagram(now, src, dst, &self.rx_buf[..n], &mut self.mem);
+                    for c in &mut d.captures {
+                        c.record(d.netdev.mac, src, dst, &self.rx_buf[..n]);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(device = d.name(), error = %e, "UDP receive error");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn set_sleeping(&self, sleeping: bool) {
+        for obj in self.objects.values() {
+            if let Kind::Ctx(c) = &obj.kind {
+                if let Some(page) = wire::client::SessionPage::new(c.page.words()) {
+                    page.set_sleeping(sleeping);
+                }
+            }
+        }
+    }
+
+    fn accept_all(&mut self) -> io::Result<()> {
+        while let Some(sock) = sys::accept(self.listener.as_raw_fd())? {
+            let (pid, uid, _gid) =
+                sys::peer_cred(sock.as_raw_fd()).unwrap_or((0, u32::MAX, u32::MAX));
+            let id = self.next_session;
+            self.next_session += 1;
+            self.epoll.add(sock.as_raw_fd(), T_SESSION | id)?;
+            tracing::debug!(session = id, pid, uid, "client connected");
+            self.sessions.insert(
+                id,
+                Session {
+                    sock,
+                    pid,
+                    uid,
+                    hello: false,
+                    objects: 0,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn serve_session(&mut self, id: SessionId) {
+        for _ in 0..64 {
+            let Some(session) = self.sessions.get(&id) else {
+                return;
+            };
+            let got = match sys::recv_msg(session.sock.as_raw_fd(), &mut self.msg_buf) {
+                Ok(Some(got)) => got,
+                Ok(None) => return,
+                Err(_) => return self.close_session(id),
+            };
+            if got.len == 0 && got.fds.is_empty() {
+                return self.close_session(id);
+            }
+            let bytes = self.msg_buf[..got.len.min(MAX_MESSAGE_LEN)].to_vec();
+            let decoded = if got.truncated || got.len > MAX_MESSAGE_LEN {
+                Err(wire::client::proto::DecodeError)
+            } else {
+                Request::decode(&bytes)
+            };
+            let (seq, result) = match decoded {
+                Ok(req) => (req.seq, self.dispatch(id, req.body, got.fds)),
+                Err(_) => {
+                    self.counters.bad_requests += 1;
+                    match Request::decode_seq(&bytes) {
+                        Some(seq) => (seq, Err(libc::EINVAL)),
+                        None => {
+                            self.counters.sessions_closed_for_garbage += 1;
+                            return self.close_session(id);
+                        }
+                    }
+                }
+            };
+            if !self.reply(id, seq, result) {
+                return self.close_session(id);
+            }
+        }
+    }
+
+    /// Sends a reply; false if the session must be closed.
+    fn reply(
+        &mut self,
+        id: SessionId,
+        seq: u64,
+        result: Result<(wire::client::ReplyBody, Vec<OwnedFd>), i32>,
+    ) -> bool {
+        let Some(session) = self.sessions.get(&id) else {
+            return false;
+        };
+        let (result, fds) = match result {
+            Ok((body, fds)) => (Ok(body), fds),
+            Err(e) => (Err(e), Vec::new()),
+        };
+        let bytes = match (Reply { seq, result }).encode() {
+            Ok(b) => b,
+            Err(_) => match (Reply {
+                seq,
+                result: Err(libc::EMSGSIZE),
+            })
+            .encode()
+            {
+                Ok(b) => b,
+                Err(_) => return false,
+            },
+        };
+        let raw: Vec<_> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        sys::send_msg(session.sock.as_raw_fd(), &bytes, &raw).is_ok()
+    }
+
+    /// A client went away: everything it held is released.
+    pub(super) fn close_session(&mut self, id: SessionId) {
+        let Some(session) = self.sessions.remove(&id) else {
+            return;
+        };
+        self.epoll.remove(session.sock.as_raw_fd());
+        let ctxs: Vec<Handle> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.session == id && matches!(o.kind, Kind::Ctx(_)))
+            .map(|(h, _)| *h)
+            .collect();
+        for ctx in ctxs {
+            self.release_ctx(ctx);
+        }
+        tracing::debug!(
+            session = id,
+            pid = session.pid,
+            uid = session.uid,
+            "client gone, resources released"
+        );
+    }
+
+    /// Closes one device context: the core forgets its owner, every object under it goes.
+    pub(super) fn release_ctx(&mut self, ctx: Handle) {
+        let now = Instant::now();
+        let Some(Object {
+            kind: Kind::Ctx(c),
+            session,
+            ..
+        }) = self.objects.get(&ctx)
+        else {
+            return;
+        };
+        let (dev, session) = (c.dev, *session);
+        self.epoll.remove(c.doorbell.as_raw_fd());
+        if let Some(Some(d)) = self.devices.get_mut(dev) {
+            d.nic.release_client(now, ctx.0);
+            d.open_ctxs = d.open_ctxs.saturating_sub(1);
+        }
+        let children: Vec<Handle> = self
+            .objects
+            .iter()
+            .filter(|(h, o)| o.ctx == ctx && **h != ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in children {
+            self.forget(h);
+        }
+        self.forget(ctx);
+        self.mem.remove(ctx.0);
+        // The core may have completions or events for objects now gone: they are dropped.
+        self.drive_cores(now);
+        tracing::debug!(session, ctx = ctx.0, "device context closed");
+    }
+
+    /// Removes an object from the tables (the core already destroyed or released it).
+    pub(super) fn forget(&mut self, h: Handle) {
+        let Some(obj) = self.objects.remove(&h) else {
+            return;
+        };
+        self.rings.remove(&h);
+        if let Some(s) = self.sessions.get_mut(&obj.session) {
+            s.objects = s.objects.saturating_sub(1);
+        }
+        let dev = match self.objects.get(&obj.ctx) {
+            Some(Object {
+                kind: Kind::Ctx(c), ..
+            }) => Some(c.dev),
+            _ => None,
+        };
+        let d = dev
+            .and_then(|i| self.devices.get_mut(i))
+            .and_then(Option::as_mut);
+        match (&obj.kind, d) {
+            (Kind::Cq(cq), Some(d)) => {
+                d.cq_by_id.remove(&cq.id);
+                if let Some(Object {
+                    kind: Kind::Channel(ch),
+                    ..
+                }) = cq.channel.and_then(|c| self.objects.get(&c))
+                {
+                    ch.users.set(ch.users.get().saturating_sub(1));
+                }
+            }
+            (Kind::Qp(qp), Some(d)) => {
+                d.qp_by_qpn.remove(&qp.qpn);
+            }
+            (Kind::Srq(srq), Some(d)) => {
+                d.srq_by_id.remove(&srq.id);
+            }
+            _ => {}
+        }
+    }
+
+    /// SIGTERM: QPs to error, completions flushed into the rings, DEVICE_FATAL to every
+    /// client, socket removed.
+    fn stop(&mut self) {
+        let now = Instant::now();
+        tracing::info!("shutting down");
+        let qps: Vec<(usize, u32)> = self
+            .objects
+            .values()
+            .filter_map(|o| match (&o.kind, self.objects.get(&o.ctx)) {
+                (
+                    Kind::Qp(qp),
+                    Some(Object {
+                        kind: Kind::Ctx(c), ..
+                    }),
+                ) => Some((c.dev, qp.qpn)),
+                _ => None,
+            })
+            .collect();
+        for (dev, qpn) in qps {
+            if let Some(Some(d)) = self.devices.get_mut(dev) {
+                d.nic.qp_to_error(now, qpn);
+            }
+        }
+        self.drain_rings(now);
+        for _ in 0..4 {
+            self.drive_cores(now);
+        }
+        let ctxs: Vec<Handle> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| matches!(o.kind, Kind::Ctx(_)))
+            .map(|(h, _)| *h)
+            .collect();
+        for ctx in ctxs {
+            super::datapath::send_event(
+                &self.objects,
+                ctx,
+                wire::client::verbs::event_type::DEVICE_FATAL,
+                0,
+            );
+        }
+        let _ = std::fs::remove_file(&self.cfg.socket);
+    }
+}
+
+trait DirBuilderExt {
+    fn mode_0700(&mut self) -> &mut Self;
+}
+
+impl DirBuilderExt for std::fs::DirBuilder {
+    fn mode_0700(&mut self) -> &mut Self {
+        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
+    }
+}

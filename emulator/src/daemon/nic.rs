@@ -1,0 +1,173 @@
+//! The daemon's view of one device's transport engine, in the protocol's vocabulary.
+//!
+//! The engine loop, sessions and rings talk to a [`Nic`]; [`super::core_nic`] implements it
+//! over `emu_core::Device` (translating `wire::client` attributes into the core's types in
+//! one place). Object names here are the core's numeric identifiers (`PdHandle.0`,
+//! `CqHandle.0`, a QPN, an lkey...), never the protocol's session handles.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+use wire::client::slot::{CqeRepr, SendWqeRepr, SgeList};
+use wire::client::{AhAttr, QpAttr, QpCap, SrqAttr};
+
+/// Who owns an object: one device context of one session. Also the address space its
+/// memory registrations cover (the context's `/proc/self/mem`).
+pub type Owner = u32;
+
+/// An errno value (positive).
+pub type Errno = i32;
+
+/// A read or write of application memory failed (unmapped page, unknown owner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemFault;
+
+/// Application memory, as the NIC's DMA engine reaches it.
+pub trait AppMemory {
+    fn read(&mut self, owner: Owner, addr: u64, buf: &mut [u8]) -> Result<(), MemFault>;
+    fn write(&mut self, owner: Owner, addr: u64, data: &[u8]) -> Result<(), MemFault>;
+}
+
+/// What an async event concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventElement {
+    Qp(u32),
+    Cq(u32),
+    Srq(u32),
+    Port(u8),
+    Device,
+}
+
+/// QP creation in core identifiers.
+#[derive(Debug, Clone, Copy)]
+pub struct QpCreate {
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: Option<u32>,
+    pub cap: QpCap,
+    pub qp_type: u32,
+    pub sq_sig_all: bool,
+}
+
+/// Device limits and identity, for `ibv_query_device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_res_rd_atom: u32,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
+    pub max_ah: u32,
+    pub max_mw: u32,
+    pub max_inline: u32,
+    pub max_msg_sz: u32,
+}
+
+impl Default for Limits {
+    /// At least rxe's (`ibv_devinfo -v` on rxe).
+    fn default() -> Self {
+        Limits {
+            max_qp: 1 << 16,
+            max_qp_wr: 1 << 20,
+            max_sge: 32,
+            max_cq: 1 << 16,
+            max_cqe: 32767,
+            max_mr: 1 << 18,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: 128,
+            max_res_rd_atom: 1 << 14,
+            max_srq: 1 << 16,
+            max_srq_wr: 1 << 20,
+            max_srq_sge: 27,
+            max_ah: 1 << 16,
+            max_mw: 1 << 16,
+            max_inline: 512,
+            max_msg_sz: 1 << 31,
+        }
+    }
+}
+
+/// One device's transport engine.
+pub trait Nic {
+    fn limits(&self) -> Limits;
+    fn alloc_pd(&mut self, owner: Owner) -> Result<u32, Errno>;
+    fn dealloc_pd(&mut self, pd: u32) -> Result<(), Errno>;
+    /// Returns (lkey, rkey).
+    fn reg_mr(
+        &mut self,
+        owner: Owner,
+        pd: u32,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+    ) -> Result<(u32, u32), Errno>;
+    fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno>;
+    /// Returns (mw id, rkey).
+    fn alloc_mw(&mut self, owner: Owner, pd: u32, mw_type: u32) -> Result<(u32, u32), Errno>;
+    fn dealloc_mw(&mut self, mw: u32) -> Result<(), Errno>;
+    /// Returns (cq, actual depth).
+    fn create_cq(&mut self, owner: Owner, cqe: u32) -> Result<(u32, u32), Errno>;
+    fn destroy_cq(&mut self, cq: u32) -> Result<(), Errno>;
+    fn create_srq(
+        &mut self,
+        owner: Owner,
+        pd: u32,
+        attr: &SrqAttr,
+    ) -> Result<(u32, SrqAttr), Errno>;
+    fn modify_srq(&mut self, srq: u32, attr: &SrqAttr, mask: u32) -> Result<(), Errno>;
+    fn query_srq(&self, srq: u32) -> Result<SrqAttr, Errno>;
+    fn destroy_srq(&mut self, srq: u32) -> Result<(), Errno>;
+    fn post_srq_recv(&mut self, srq: u32, wr_id: u64, sges: SgeList<'_>) -> Result<(), Errno>;
+    fn create_ah(&mut self, pd: u32, attr: &AhAttr) -> Result<u32, Errno>;
+    fn destroy_ah(&mut self, ah: u32) -> Result<(), Errno>;
+    /// Returns (qpn, actual capabilities).
+    fn create_qp(&mut self, owner: Owner, init: &QpCreate) -> Result<(u32, QpCap), Errno>;
+    fn modify_qp(&mut self, now: Instant, qpn: u32, attr: &QpAttr, mask: u32) -> Result<(), Errno>;
+    fn query_qp(&self, qpn: u32) -> Result<QpAttr, Errno>;
+    fn destroy_qp(&mut self, qpn: u32) -> Result<(), Errno>;
+    /// `ah` is already translated to the core's AH identifier (UD).
+    fn post_send(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wqe: &SendWqeRepr<'_>,
+        ah: Option<u32>,
+        mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno>;
+    fn post_recv(&mut self, qpn: u32, wr_id: u64, sges: SgeList<'_>) -> Result<(), Errno>;
+    /// Binds a type 1 window at once (`ibv_bind_mw`; the WQE's bind fields as in
+    /// `wire::client::slot`); returns the window's new R_Key.
+    fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno>;
+    /// Moves a QP to the error state (a broken ring, daemon shutdown).
+    fn qp_to_error(&mut self, now: Instant, qpn: u32);
+    fn release_client(&mut self, now: Instant, owner: Owner);
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+        mem: &mut dyn AppMemory,
+    );
+    fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory);
+    /// Fills `buf` with BTH..ICRC; returns (source, destination).
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn AppMemory,
+        buf: &mut Vec<u8>,
+    ) -> Option<(SocketAddr, SocketAddr)>;
+    fn poll_timeout(&self) -> Option<Instant>;
+    fn poll_completion(&mut self) -> Option<(u32, CqeRepr)>;
+    fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)>;
+    fn counters(&self) -> Vec<(String, u64)>;
+    fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>>;
+}

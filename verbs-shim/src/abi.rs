@@ -1,0 +1,800 @@
+//! `#[repr(C)]` mirrors of the rdma-core v44 structs the shim reads or writes
+//! (`/usr/include/infiniband/verbs.h`). Field names are the C names, so the layout
+//! test (`tests/abi_layout.rs`) can compare every `offsetof` with the system header.
+//!
+//! Only x86_64/aarch64 Linux (LP64, glibc) is targeted: `pthread_mutex_t` and
+//! `pthread_cond_t` come from `libc`.
+#![allow(non_camel_case_types, non_snake_case)]
+
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use libc::{pthread_cond_t, pthread_mutex_t};
+
+/// `union ibv_gid`: 16 raw bytes (the `global` view is the same bytes as two
+/// big-endian u64s, which gives the union its 8-byte alignment).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ibv_gid {
+    pub raw: [u8; 16],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_gid_entry {
+    pub gid: ibv_gid,
+    pub gid_index: u32,
+    pub port_num: u32,
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: c_uint,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_int,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_odp_caps {
+    pub general_caps: u64,
+    pub per_transport_caps: [u32; 3],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_tso_caps {
+    pub max_tso: u32,
+    pub supported_qpts: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_rss_caps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_packet_pacing_caps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    pub supported_qpts: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_tm_caps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_cq_moderation_caps {
+    pub max_cq_count: u16,
+    pub max_cq_period: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_pci_atomic_caps {
+    pub fetch_add: u16,
+    pub swap: u16,
+    pub compare_swap: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: ibv_odp_caps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: ibv_tso_caps,
+    pub rss_caps: ibv_rss_caps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: ibv_packet_pacing_caps,
+    pub raw_packet_caps: u32,
+    pub tm_caps: ibv_tm_caps,
+    pub cq_mod_caps: ibv_cq_moderation_caps,
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: ibv_pci_atomic_caps,
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_port_attr {
+    pub state: c_int,
+    pub max_mtu: c_int,
+    pub active_mtu: c_int,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+    pub port_cap_flags2: u16,
+}
+
+/// `struct ibv_async_event`: the element union is one pointer-sized word.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_async_event {
+    pub element: *mut c_void,
+    pub event_type: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_wc {
+    pub wr_id: u64,
+    pub status: c_int,
+    pub opcode: c_int,
+    pub vendor_err: u32,
+    pub byte_len: u32,
+    /// `imm_data` (network order) or `invalidated_rkey` (anonymous union in C).
+    pub imm_data: u32,
+    pub qp_num: u32,
+    pub src_qp: u32,
+    pub wc_flags: c_uint,
+    pub pkey_index: u16,
+    pub slid: u16,
+    pub sl: u8,
+    pub dlid_path_bits: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind_info {
+    pub mr: *mut ibv_mr,
+    pub addr: u64,
+    pub length: u64,
+    pub mw_access_flags: c_uint,
+}
+
+#[repr(C)]
+pub struct ibv_pd {
+    pub context: *mut ibv_context,
+    pub handle: u32,
+}
+
+#[repr(C)]
+pub struct ibv_mr {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub addr: *mut c_void,
+    pub length: usize,
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+pub struct ibv_mw {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub rkey: u32,
+    pub handle: u32,
+    pub type_: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_global_route {
+    pub dgid: ibv_gid,
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_grh {
+    pub version_tclass_flow: u32,
+    pub paylen: u16,
+    pub next_hdr: u8,
+    pub hop_limit: u8,
+    pub sgid: ibv_gid,
+    pub dgid: ibv_gid,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_ah_attr {
+    pub grh: ibv_global_route,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_tm_cap {
+    pub max_num_tags: u32,
+    pub max_ops: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
+    pub comp_mask: u32,
+    pub srq_type: c_int,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub cq: *mut ibv_cq,
+    pub tm_cap: ibv_tm_cap,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_qp_cap {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_qp_attr {
+    pub qp_state: c_int,
+    pub cur_qp_state: c_int,
+    pub path_mtu: c_int,
+    pub path_mig_state: c_int,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: c_uint,
+    pub cap: ibv_qp_cap,
+    pub ah_attr: ibv_ah_attr,
+    pub alt_ah_attr: ibv_ah_attr,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub rate_limit: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct ibv_sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_send_wr_rdma {
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_send_wr_atomic {
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_ud {
+    pub ah: *mut ibv_ah,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// The `wr` union of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_wr {
+    pub rdma: ibv_send_wr_rdma,
+    pub atomic: ibv_send_wr_atomic,
+    pub ud: ibv_send_wr_ud,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_bind_mw {
+    pub mw: *mut ibv_mw,
+    pub rkey: u32,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr_tso {
+    pub hdr: *mut c_void,
+    pub hdr_sz: u16,
+    pub mss: u16,
+}
+
+/// The last (anonymous in C) union of `struct ibv_send_wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_ext {
+    pub bind_mw: ibv_send_wr_bind_mw,
+    pub tso: ibv_send_wr_tso,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_send_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_send_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+    pub opcode: c_int,
+    pub send_flags: c_uint,
+    /// `imm_data` (network order) or `invalidate_rkey` (anonymous union in C).
+    pub imm_data: u32,
+    pub wr: ibv_send_wr_wr,
+    /// `qp_type.xrc.remote_srqn`.
+    pub qp_type: u32,
+    /// `bind_mw` / `tso` (anonymous union in C; its members are named on the C side).
+    pub bind_mw: ibv_send_wr_ext,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_recv_wr {
+    pub wr_id: u64,
+    pub next: *mut ibv_recv_wr,
+    pub sg_list: *mut ibv_sge,
+    pub num_sge: c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_mw_bind {
+    pub wr_id: u64,
+    pub send_flags: c_uint,
+    pub bind_info: ibv_mw_bind_info,
+}
+
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+pub struct ibv_qp {
+    pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut ibv_srq,
+    pub handle: u32,
+    pub qp_num: u32,
+    pub state: c_int,
+    pub qp_type: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+type QpEx = *mut ibv_qp_ex;
+
+/// `struct ibv_qp_ex`: the `ibv_wr_*` API's function table follows the base QP.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(QpEx, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(QpEx, u32, u64, u64)>,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(QpEx, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(QpEx, u32)>,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(QpEx, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(QpEx, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(QpEx, u32, u64, u32)>,
+    pub wr_send: Option<unsafe extern "C" fn(QpEx)>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(QpEx, u32)>,
+    pub wr_send_inv: Option<unsafe extern "C" fn(QpEx, u32)>,
+    pub wr_send_tso: Option<unsafe extern "C" fn(QpEx, *mut c_void, u16, u16)>,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(QpEx, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(QpEx, u32)>,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(QpEx, *mut c_void, usize)>,
+    pub wr_set_inline_data_list: Option<unsafe extern "C" fn(QpEx, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(QpEx, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(QpEx, usize, *const ibv_sge)>,
+    pub wr_start: Option<unsafe extern "C" fn(QpEx)>,
+    pub wr_complete: Option<unsafe extern "C" fn(QpEx) -> c_int>,
+    pub wr_abort: Option<unsafe extern "C" fn(QpEx)>,
+    pub wr_atomic_write: Option<unsafe extern "C" fn(QpEx, u32, u64, *const c_void)>,
+}
+
+#[repr(C)]
+pub struct ibv_comp_channel {
+    pub context: *mut ibv_context,
+    pub fd: c_int,
+    pub refcnt: c_int,
+}
+
+#[repr(C)]
+pub struct ibv_cq {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+}
+
+type CqEx = *mut ibv_cq_ex;
+
+/// `struct ibv_cq_ex`: `struct ibv_cq` followed by the `ibv_start_poll` /
+/// `ibv_wc_read_*` function table.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+    pub comp_mask: u32,
+    pub status: c_int,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(CqEx, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(CqEx) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(CqEx)>,
+    pub read_opcode: Option<unsafe extern "C" fn(CqEx) -> c_int>,
+    pub read_vendor_err: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_byte_len: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_imm_data: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_qp_num: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_src_qp: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_wc_flags: Option<unsafe extern "C" fn(CqEx) -> c_uint>,
+    pub read_slid: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_sl: Option<unsafe extern "C" fn(CqEx) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(CqEx) -> u8>,
+    pub read_completion_ts: Option<unsafe extern "C" fn(CqEx) -> u64>,
+    pub read_cvlan: Option<unsafe extern "C" fn(CqEx) -> u16>,
+    pub read_flow_tag: Option<unsafe extern "C" fn(CqEx) -> u32>,
+    pub read_tm_info: Option<unsafe extern "C" fn(CqEx, *mut c_void)>,
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(CqEx) -> u64>,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+#[repr(C)]
+pub struct ibv_ah {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+}
+
+#[repr(C)]
+pub struct _ibv_device_ops {
+    pub _dummy1: Option<unsafe extern "C" fn(*mut ibv_device, c_int) -> *mut ibv_context>,
+    pub _dummy2: Option<unsafe extern "C" fn(*mut ibv_context)>,
+}
+
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+#[repr(C)]
+pub struct ibv_device {
+    pub _ops: _ibv_device_ops,
+    pub node_type: c_int,
+    pub transport_type: c_int,
+    pub name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub dev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+}
+
+type Ctx = *mut ibv_context;
+type Compat = Option<unsafe extern "C" fn() -> *mut c_void>;
+
+/// `struct ibv_context_ops`: only the data-path entries are live in v44; the
+/// `_compat_*` slots are never called by rdma-core's headers.
+#[repr(C)]
+pub struct ibv_context_ops {
+    pub _compat_query_device: Option<unsafe extern "C" fn(Ctx, *mut ibv_device_attr) -> c_int>,
+    pub _compat_query_port: Option<unsafe extern "C" fn(Ctx, u8, *mut c_void) -> c_int>,
+    pub _compat_alloc_pd: Compat,
+    pub _compat_dealloc_pd: Compat,
+    pub _compat_reg_mr: Compat,
+    pub _compat_rereg_mr: Compat,
+    pub _compat_dereg_mr: Compat,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_int) -> *mut ibv_mw>,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
+    pub _compat_create_cq: Compat,
+    pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
+    pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
+    pub _compat_cq_event: Compat,
+    pub _compat_resize_cq: Compat,
+    pub _compat_destroy_cq: Compat,
+    pub _compat_create_srq: Compat,
+    pub _compat_modify_srq: Compat,
+    pub _compat_query_srq: Compat,
+    pub _compat_destroy_srq: Compat,
+    pub post_srq_recv: Option<
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
+    pub _compat_create_qp: Compat,
+    pub _compat_query_qp: Compat,
+    pub _compat_modify_qp: Compat,
+    pub _compat_destroy_qp: Compat,
+    pub post_send:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
+    pub post_recv:
+        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
+    pub _compat_create_ah: Compat,
+    pub _compat_destroy_ah: Compat,
+    pub _compat_attach_mcast: Compat,
+    pub _compat_detach_mcast: Compat,
+    pub _compat_async_event: Compat,
+}
+
+#[repr(C)]
+pub struct ibv_context {
+    pub device: *mut ibv_device,
+    pub ops: ibv_context_ops,
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+    pub num_comp_vectors: c_int,
+    pub mutex: pthread_mutex_t,
+    pub abi_compat: *mut c_void,
+}
+
+/// `__VERBS_ABI_IS_EXTENDED`: `ibv_context.abi_compat` says a `verbs_context` surrounds it.
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
+type Unused = Option<unsafe extern "C" fn()>;
+
+/// `struct verbs_context`: extended ops "grow up" in front of the `ibv_context`;
+/// `sz` tells rdma-core's inline helpers which ones exist. Slots we do not
+/// implement stay `None`, so the inlines return `EOPNOTSUPP` as with real drivers.
+#[repr(C)]
+pub struct verbs_context {
+    pub query_port: Option<unsafe extern "C" fn(Ctx, u8, *mut ibv_port_attr, usize) -> c_int>,
+    pub advise_mr: Unused,
+    pub alloc_null_mr: Unused,
+    pub read_counters: Unused,
+    pub attach_counters_point_flow: Unused,
+    pub create_counters: Unused,
+    pub destroy_counters: Unused,
+    pub reg_dm_mr: Unused,
+    pub alloc_dm: Unused,
+    pub free_dm: Unused,
+    pub modify_flow_action_esp: Unused,
+    pub destroy_flow_action: Unused,
+    pub create_flow_action_esp: Unused,
+    pub modify_qp_rate_limit: Unused,
+    pub alloc_parent_domain: Unused,
+    pub dealloc_td: Unused,
+    pub alloc_td: Unused,
+    pub modify_cq: Unused,
+    pub post_srq_ops: Unused,
+    pub destroy_rwq_ind_table: Unused,
+    pub create_rwq_ind_table: Unused,
+    pub destroy_wq: Unused,
+    pub modify_wq: Unused,
+    pub create_wq: Unused,
+    pub query_rt_values: Unused,
+    pub create_cq_ex: Option<unsafe extern "C" fn(Ctx, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
+    pub priv_: *mut c_void,
+    pub query_device_ex:
+        Option<unsafe extern "C" fn(Ctx, *const c_void, *mut ibv_device_attr_ex, usize) -> c_int>,
+    pub ibv_destroy_flow: Unused,
+    pub ABI_placeholder2: Unused,
+    pub ibv_create_flow: Unused,
+    pub ABI_placeholder1: Unused,
+    pub open_qp: Unused,
+    pub create_qp_ex: Option<unsafe extern "C" fn(Ctx, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
+    pub get_srq_num: Unused,
+    pub create_srq_ex: Option<unsafe extern "C" fn(Ctx, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq>,
+    pub open_xrcd: Unused,
+    pub close_xrcd: Unused,
+    pub _ABI_placeholder3: u64,
+    pub sz: usize,
+    pub context: ibv_context,
+}
+
+// Enum values from verbs.h used by the shim.
+pub const IBV_NODE_CA: c_int = 1;
+pub const IBV_TRANSPORT_IB: c_int = 0;
+pub const IBV_TRANSPORT_IWARP: c_int = 1;
+pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+pub const IBV_PORT_ACTIVE: c_int = 4;
+pub const IBV_GID_TYPE_IB: u32 = 0;
+pub const IBV_GID_TYPE_ROCE_V1: u32 = 1;
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+pub const IBV_SEND_INLINE: c_uint = 1 << 3;
+pub const IBV_QPT_RC: c_int = 2;
+pub const IBV_QPT_UC: c_int = 3;
+pub const IBV_QPT_UD: c_int = 4;
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
+pub const IBV_WR_RDMA_WRITE: c_int = 0;
+pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_int = 1;
+pub const IBV_WR_SEND: c_int = 2;
+pub const IBV_WR_SEND_WITH_IMM: c_int = 3;
+pub const IBV_WR_RDMA_READ: c_int = 4;
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_int = 5;
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+pub const IBV_WR_LOCAL_INV: c_int = 7;
+pub const IBV_WR_BIND_MW: c_int = 8;
+pub const IBV_WR_SEND_WITH_INV: c_int = 9;

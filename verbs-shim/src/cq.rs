@@ -1,0 +1,249 @@
+//! Completion channels and completion queues (`ibv_poll_cq` itself is in
+//! [`crate::datapath`], the `ibv_start_poll` API in [`crate::cq_ex`]).
+use crate::abi::*;
+use crate::device::Context;
+use crate::ffi::{self, Errno, VResult};
+use crate::mmap::Mapping;
+use crate::verbs::obj;
+use core::ffi::{c_int, c_uint, c_void};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Mutex;
+use wire::client::{Handle, ReplyBody, RequestBody, RingLayout};
+
+fn ctx_of<'a>(p: *mut ibv_context) -> VResult<&'a Context> {
+    Context::from_ibv(p)
+}
+
+// ---- completion channels ---------------------------------------------------------------------
+
+#[repr(C)]
+pub struct CompChannel {
+    pub ch: ibv_comp_channel,
+    pub handle: Handle,
+    pub read_end: OwnedFd,
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    ffi::ptr(|| {
+        let ctx = ctx_of(context)?;
+        let mut fds = [0 as c_int; 2];
+        // SAFETY: pipe2 writes two descriptors into `fds`.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(Errno::last());
+        }
+        // SAFETY: both descriptors are fresh and ours.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (reply, _) = ctx.session.call(
+            RequestBody::CreateCompChannel { ctx: ctx.handle },
+            &[write_end.as_raw_fd()],
+        )?;
+        drop(write_end);
+        let ReplyBody::CompChannel { handle } = reply else {
+            return Err(Errno::EIO);
+        };
+        let fd = read_end.as_raw_fd();
+        let ch = Box::new(CompChannel {
+            ch: ibv_comp_channel {
+                context,
+                fd,
+                refcnt: 0,
+            },
+            handle,
+            read_end,
+        });
+        Ok(Box::into_raw(ch) as *mut ibv_comp_channel)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    ffi::errno(|| {
+        // SAFETY: every ibv_comp_channel the shim returns is the first field of a CompChannel.
+        let c: &CompChannel = unsafe { obj(channel)? };
+        if c.ch.refcnt != 0 {
+            return Err(Errno(libc::EBUSY));
+        }
+        ctx_of(c.ch.context)?.call(RequestBody::DestroyCompChannel { channel: c.handle })?;
+        // SAFETY: boxed in ibv_create_comp_channel.
+        drop(unsafe { Box::from_raw(channel as *mut CompChannel) });
+        Ok(())
+    })
+}
+
+// ---- completion queues ------------------------------------------------------------------------
+
+/// A CQ. Every CQ is an `ibv_cq_ex` (whose head is `struct ibv_cq`); the poll table is
+/// filled for all of them, as rdma-core's providers do.
+#[repr(C)]
+pub struct Cq {
+    pub cq: ibv_cq_ex,
+    pub handle: Handle,
+    pub ring: Mapping,
+    pub layout: RingLayout,
+    pub poll: Mutex<CqPoll>,
+}
+
+/// The consumer side of a CQ ring: the private consumer index and, for the
+/// `ibv_start_poll` API, the completion being read.
+pub struct CqPoll {
+    pub tail: u64,
+    pub current: wire::client::slot::CqeRepr,
+}
+
+pub fn cq_of<'a>(p: *mut ibv_cq) -> VResult<&'a Cq> {
+    // SAFETY: every ibv_cq the shim returns is the first field of a Cq.
+    unsafe { obj(p) }
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    ffi::ptr(|| {
+        let cqe = u32::try_from(cqe).map_err(|_| Errno::EINVAL)?;
+        let comp_vector = u32::try_from(comp_vector).map_err(|_| Errno::EINVAL)?;
+        create_cq(context, cqe, cq_context, channel, comp_vector).map(|c| c as *mut ibv_cq)
+    })
+}
+
+/// Creates a CQ (both `ibv_create_cq` and `ibv_create_cq_ex`).
+pub fn create_cq(
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+) -> VResult<*mut Cq> {
+    let ctx = ctx_of(context)?;
+    let ch = if channel.is_null() {
+        None
+    } else {
+        // SAFETY: a non-NULL channel is one this shim returned.
+        Some(unsafe { obj::<CompChannel, _>(channel)? })
+    };
+    let (reply, fds) = ctx.session.call(
+        RequestBody::CreateCq {
+            ctx: ctx.handle,
+            cqe,
+            channel: ch.map(|c| c.handle),
+            comp_vector,
+        },
+        &[],
+    )?;
+    let ReplyBody::Cq { handle, cqe, ring } = reply else {
+        return Err(Errno::EIO);
+    };
+    let fd = fds.into_iter().next().ok_or(Errno::EIO)?;
+    let map = Mapping::map(&fd, ring.end() as usize)?;
+    let tail = wire::client::RingView::new(map.words(), ring)
+        .map_err(|_| Errno::EIO)?
+        .consumer_index();
+    let mut cqx = crate::cq_ex::cq_ex_table();
+    cqx.context = context;
+    cqx.channel = channel;
+    cqx.cq_context = cq_context;
+    cqx.handle = handle.0;
+    cqx.cqe = cqe as c_int;
+    let cq = Box::into_raw(Box::new(Cq {
+        cq: cqx,
+        handle,
+        ring: map,
+        layout: ring,
+        poll: Mutex::new(CqPoll {
+            tail,
+            current: Default::default(),
+        }),
+    }));
+    if let Some(c) = ch {
+        // SAFETY: refcnt is only touched under the application's own serialization,
+        // as in rdma-core (which uses the context mutex).
+        unsafe { (*(c as *const CompChannel as *mut CompChannel)).ch.refcnt += 1 };
+    }
+    ctx.objects
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .cqs
+        .insert(handle.0, cq as usize);
+    Ok(cq)
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    ffi::errno(|| {
+        let c = cq_of(cq)?;
+        let ctx = ctx_of(c.cq.context)?;
+        ctx.call(RequestBody::DestroyCq { cq: c.handle })?;
+        ctx.objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cqs
+            .remove(&c.handle.0);
+        if !c.cq.channel.is_null() {
+            // SAFETY: the channel outlives its CQs (destroy_comp_channel refuses while used).
+            unsafe { (*c.cq.channel).refcnt -= 1 };
+        }
+        // SAFETY: boxed in ibv_create_cq; the daemon released it.
+        drop(unsafe { Box::from_raw(cq as *mut Cq) });
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    ffi::errno(|| {
+        cq_of(cq)?;
+        u32::try_from(cqe).map_err(|_| Errno::EINVAL)?;
+        // The ring lives in a sealed memfd of fixed size: a resize needs a new ring
+        // handed over with the reply, which the protocol's `ResizeCq` does not carry yet.
+        Err(Errno::EOPNOTSUPP)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    ffi::minus_one(|| {
+        // SAFETY: a channel this shim returned.
+        let ch: &CompChannel = unsafe { obj(channel)? };
+        let mut rec = [0u8; 8];
+        // SAFETY: reading 8 bytes into a live buffer.
+        let n = unsafe { libc::read(ch.ch.fd, rec.as_mut_ptr() as *mut c_void, 8) };
+        if n != 8 {
+            return Err(if n < 0 { Errno::last() } else { Errno::EIO });
+        }
+        let rec = wire::client::CompEventRecord::from_bytes(rec).ok_or(Errno::EIO)?;
+        let ctx = ctx_of(ch.ch.context)?;
+        let objects = ctx.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let p = objects.cqs.get(&rec.cq.0).copied().ok_or(Errno::EIO)? as *mut ibv_cq;
+        drop(objects);
+        *ffi::nonnull(cq)? = p;
+        // SAFETY: p is a live CQ registered in this context.
+        *ffi::nonnull(cq_context)? = unsafe { (*p).cq_context };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    ffi::value((), || {
+        if let Ok(c) = cq_of(cq) {
+            let p = &c.cq as *const ibv_cq_ex as *mut ibv_cq_ex;
+            // SAFETY: the CQ's own mutex/cond, initialised at creation.
+            unsafe {
+                libc::pthread_mutex_lock(&mut (*p).mutex);
+                (*p).comp_events_completed = (*p).comp_events_completed.wrapping_add(nevents);
+                libc::pthread_cond_signal(&mut (*p).cond);
+                libc::pthread_mutex_unlock(&mut (*p).mutex);
+            }
+        }
+    })
+}

@@ -1,0 +1,369 @@
+//! Queue pairs: create (plain and extended), modify, query, destroy.
+use crate::abi::*;
+use crate::cq::cq_of;
+use crate::device::Context;
+use crate::ffi::{self, Errno, VResult};
+use crate::mmap::Mapping;
+use crate::verbs::{ah_attr_from_wire, ah_attr_to_wire, obj, pd_of, srq_of};
+use core::ffi::c_int;
+use std::sync::Mutex;
+use wire::client::{Handle, QpAttr, QpCap, QpInitAttr, ReplyBody, RequestBody, RingLayout};
+
+/// The send queue's private state (serialised by the QP's lock, like a provider's
+/// SQ spinlock).
+pub struct SendQueue {
+    pub layout: RingLayout,
+    /// Producer index, as last published.
+    pub head: u64,
+    /// Scratch slot.
+    pub slot: Vec<u8>,
+    /// WQEs built by the `ibv_wr_*` API since `wr_start`, one slot each, staged and
+    /// published by `wr_complete`, dropped by `wr_abort`.
+    pub batch: Vec<u8>,
+    /// The `ibv_wr_*` WQE being built (extended API).
+    pub pending: Option<crate::wr_api::PendingWqe>,
+    /// Scratch for `ibv_post_send`: inline data and the SGE list of one WR.
+    pub inline: Vec<u8>,
+    pub sges: Vec<wire::client::slot::Sge>,
+    pub error: Option<Errno>,
+}
+
+pub struct RecvQueue {
+    pub layout: RingLayout,
+    pub head: u64,
+    pub slot: Vec<u8>,
+    pub sges: Vec<wire::client::slot::Sge>,
+}
+
+#[repr(C)]
+pub struct Qp {
+    /// `ibv_qp_ex` starts with `ibv_qp`; plain QPs simply leave the `wr_*` table unused.
+    pub qpx: ibv_qp_ex,
+    pub handle: Handle,
+    pub ring: Mapping,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+    /// Created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: `ibv_qp_to_qp_ex` answers.
+    pub extended: bool,
+    pub sq: Mutex<SendQueue>,
+    pub rq: Option<Mutex<RecvQueue>>,
+}
+
+pub fn qp_of<'a>(p: *mut ibv_qp) -> VResult<&'a Qp> {
+    // SAFETY: every ibv_qp the shim returns is the first field of a Qp.
+    unsafe { obj(p) }
+}
+
+fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VResult<*mut ibv_qp> {
+    let p = pd_of(pd)?;
+    let ctx = Context::from_ibv(p.pd.context)?;
+    let send_cq = cq_of(init.send_cq)?;
+    let recv_cq = cq_of(init.recv_cq)?;
+    let srq = if init.srq.is_null() {
+        None
+    } else {
+        Some(srq_of(init.srq)?)
+    };
+    let c = &init.cap;
+    let wire_init = QpInitAttr {
+        send_cq: send_cq.handle,
+        recv_cq: recv_cq.handle,
+        srq: srq.map(|s| s.handle),
+        cap: QpCap {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+        },
+        qp_type: init.qp_type as u32,
+        sq_sig_all: init.sq_sig_all != 0,
+    };
+    let (reply, fds) = ctx.session.call(
+        RequestBody::CreateQp {
+            pd: p.handle,
+            init: wire_init,
+        },
+        &[],
+    )?;
+    let ReplyBody::Qp {
+        handle,
+        qpn,
+        cap,
+        sq,
+        rq,
+    } = reply
+    else {
+        return Err(Errno::EIO);
+    };
+    let fd = fds.into_iter().next().ok_or(Errno::EIO)?;
+    let len = rq.map_or(sq.end(), |r| r.end().max(sq.end()));
+    let ring = Mapping::map(&fd, len as usize)?;
+    let view = |l| wire::client::RingView::new(ring.words(), l).map_err(|_| Errno::EIO);
+    let sq_head = view(sq)?.producer_index();
+    let rq_state = match rq {
+        Some(l) => Some(Mutex::new(RecvQueue {
+            layout: l,
+            head: view(l)?.producer_index(),
+            slot: vec![0; l.slot_size as usize],
+            sges: Vec::with_capacity(cap.max_recv_sge as usize),
+        })),
+        None => None,
+    };
+    init.cap = ibv_qp_cap {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+    };
+    let mut qpx = crate::wr_api::qp_ex_table();
+    qpx.qp_base = ibv_qp {
+        context: p.pd.context,
+        qp_context: init.qp_context,
+        pd,
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        srq: init.srq,
+        handle: handle.0,
+        qp_num: qpn,
+        state: 0,
+        qp_type: init.qp_type,
+        // SAFETY: all-zero is the glibc static initializer for both.
+        mutex: unsafe { core::mem::zeroed() },
+        // SAFETY: as above.
+        cond: unsafe { core::mem::zeroed() },
+        events_completed: 0,
+    };
+    let qp = Box::into_raw(Box::new(Qp {
+        qpx,
+        handle,
+        ring,
+        cap,
+        sq_sig_all: init.sq_sig_all != 0,
+        extended,
+        sq: Mutex::new(SendQueue {
+            layout: sq,
+            head: sq_head,
+            batch: Vec::new(),
+            slot: vec![0; sq.slot_size as usize],
+            pending: None,
+            inline: Vec::with_capacity(cap.max_inline_data as usize),
+            sges: Vec::with_capacity(cap.max_send_sge as usize),
+            error: None,
+        }),
+        rq: rq_state,
+    }));
+    ctx.objects
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .qps
+        .insert(handle.0, qp as usize);
+    Ok(qp as *mut ibv_qp)
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    ffi::ptr(|| create_qp(pd, ffi::nonnull(init)?, false))
+}
+
+const SUPPORTED_INIT_MASK: u32 = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+
+/// `verbs_context.create_qp_ex`: plain QPs plus the `ibv_wr_*` send API.
+///
+/// # Safety
+/// `context` is a context this library opened; `attr` is NULL or a valid
+/// `ibv_qp_init_attr_ex` (called through rdma-core's inline `ibv_create_qp_ex`).
+pub unsafe extern "C" fn vctx_create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    ffi::ptr(|| {
+        let a = ffi::nonnull(attr)?;
+        if a.comp_mask & !SUPPORTED_INIT_MASK != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if a.create_flags != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if Context::from_ibv(context).is_err() {
+            return Err(Errno::EINVAL);
+        }
+        let extended = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
+        if extended && a.send_ops_flags & !crate::wr_api::SUPPORTED_SEND_OPS != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let mut init = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let qp = create_qp(a.pd, &mut init, extended)?;
+        a.cap = init.cap;
+        Ok(qp)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    ffi::value(core::ptr::null_mut(), || match qp_of(qp) {
+        Ok(q) if q.extended => qp as *mut ibv_qp_ex,
+        _ => core::ptr::null_mut(),
+    })
+}
+
+fn qp_attr_to_wire(a: &ibv_qp_attr) -> QpAttr {
+    let c = &a.cap;
+    QpAttr {
+        qp_state: a.qp_state as u32,
+        cur_qp_state: a.cur_qp_state as u32,
+        path_mtu: a.path_mtu as u32,
+        path_mig_state: a.path_mig_state as u32,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags,
+        cap: QpCap {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+        },
+        ah_attr: ah_attr_to_wire(&a.ah_attr),
+        alt_ah_attr: ah_attr_to_wire(&a.alt_ah_attr),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify,
+        sq_draining: a.sq_draining,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        rate_limit: a.rate_limit,
+    }
+}
+
+fn qp_attr_from_wire(a: &QpAttr) -> ibv_qp_attr {
+    let c = &a.cap;
+    ibv_qp_attr {
+        qp_state: a.qp_state as c_int,
+        cur_qp_state: a.cur_qp_state as c_int,
+        path_mtu: a.path_mtu as c_int,
+        path_mig_state: a.path_mig_state as c_int,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags,
+        cap: ibv_qp_cap {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+        },
+        ah_attr: ah_attr_from_wire(&a.ah_attr),
+        alt_ah_attr: ah_attr_from_wire(&a.alt_ah_attr),
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        en_sqd_async_notify: a.en_sqd_async_notify,
+        sq_draining: a.sq_draining,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        rate_limit: a.rate_limit,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    ffi::errno(|| {
+        let q = qp_of(qp)?;
+        let a = ffi::nonnull(attr)?;
+        let mask = attr_mask as u32;
+        Context::from_ibv(q.qpx.qp_base.context)?.call(RequestBody::ModifyQp {
+            qp: q.handle,
+            attr: qp_attr_to_wire(a),
+            mask,
+        })?;
+        if mask & wire::client::verbs::qp_attr_mask::STATE != 0 {
+            // SAFETY: `state` is the application-visible mirror; rdma-core updates it
+            // the same way after a successful modify.
+            unsafe { (*qp).state = a.qp_state };
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    ffi::errno(|| {
+        let q = qp_of(qp)?;
+        let out = ffi::nonnull(attr)?;
+        let out_init = ffi::nonnull(init_attr)?;
+        let reply = Context::from_ibv(q.qpx.qp_base.context)?.call(RequestBody::QueryQp {
+            qp: q.handle,
+            mask: attr_mask as u32,
+        })?;
+        let ReplyBody::QpAttrs { attr, init } = reply else {
+            return Err(Errno::EIO);
+        };
+        *out = qp_attr_from_wire(&attr);
+        let b = &q.qpx.qp_base;
+        *out_init = ibv_qp_init_attr {
+            qp_context: b.qp_context,
+            send_cq: b.send_cq,
+            recv_cq: b.recv_cq,
+            srq: b.srq,
+            cap: out.cap,
+            qp_type: init.qp_type as c_int,
+            sq_sig_all: c_int::from(init.sq_sig_all),
+        };
+        // SAFETY: the application-visible state mirror, as rdma-core refreshes it.
+        unsafe { (*qp).state = out.qp_state };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    ffi::errno(|| {
+        let q = qp_of(qp)?;
+        let ctx = Context::from_ibv(q.qpx.qp_base.context)?;
+        ctx.call(RequestBody::DestroyQp { qp: q.handle })?;
+        ctx.objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .qps
+            .remove(&q.handle.0);
+        // SAFETY: boxed in create_qp; the daemon released it.
+        drop(unsafe { Box::from_raw(qp as *mut Qp) });
+        Ok(())
+    })
+}

@@ -1,0 +1,603 @@
+//! Control-path verbs: PDs, MRs, AHs, completion channels, CQs, SRQs, async events.
+//! Each object is a `#[repr(C)]` struct whose first field is the `ibv_*` struct the
+//! application sees, followed by the shim's state.
+use crate::abi::*;
+use crate::device::Context;
+use crate::ffi::{self, Errno, VResult};
+use crate::mmap::Mapping;
+use core::ffi::{c_int, c_uint, c_void};
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use wire::client::{AhAttr, GlobalRoute, Handle, ReplyBody, RequestBody, RingLayout, SrqAttr};
+
+/// Casts an application pointer back to the shim object whose first field it is.
+///
+/// # Safety
+/// `p` must be NULL or a pointer this shim returned for an object of type `T`.
+pub unsafe fn obj<'a, T, I>(p: *mut I) -> VResult<&'a T> {
+    // SAFETY: per the caller contract, p points at the first field of a live T.
+    unsafe { (p as *const T).as_ref() }.ok_or(Errno::EINVAL)
+}
+
+fn ctx_of<'a>(p: *mut ibv_context) -> VResult<&'a Context> {
+    Context::from_ibv(p)
+}
+
+fn zeroed_sync<T>() -> T {
+    // SAFETY: only used for pthread_mutex_t / pthread_cond_t, whose all-zero value is
+    // the static initializer on glibc.
+    unsafe { core::mem::zeroed() }
+}
+
+// ---- protection domains ----------------------------------------------------------------
+
+#[repr(C)]
+pub struct Pd {
+    pub pd: ibv_pd,
+    pub handle: Handle,
+}
+
+pub fn pd_of<'a>(p: *mut ibv_pd) -> VResult<&'a Pd> {
+    // SAFETY: every ibv_pd the shim returns is the first field of a Pd.
+    unsafe { obj(p) }
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    ffi::ptr(|| {
+        let ctx = ctx_of(context)?;
+        let ReplyBody::Pd { handle } = ctx.call(RequestBody::AllocPd { ctx: ctx.handle })? else {
+            return Err(Errno::EIO);
+        };
+        let pd = Box::new(Pd {
+            pd: ibv_pd {
+                context,
+                handle: handle.0,
+            },
+            handle,
+        });
+        Ok(Box::into_raw(pd) as *mut ibv_pd)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    ffi::errno(|| {
+        let p = pd_of(pd)?;
+        ctx_of(p.pd.context)?.call(RequestBody::DeallocPd { pd: p.handle })?;
+        // SAFETY: boxed in ibv_alloc_pd; the daemon released it.
+        drop(unsafe { Box::from_raw(pd as *mut Pd) });
+        Ok(())
+    })
+}
+
+// ---- memory regions ---------------------------------------------------------------------
+
+#[repr(C)]
+pub struct Mr {
+    pub mr: ibv_mr,
+    pub handle: Handle,
+}
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: hints a device may ignore (rdma-core strips them).
+const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+
+fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> VResult<*mut ibv_mr> {
+    let p = pd_of(pd)?;
+    let ctx = ctx_of(p.pd.context)?;
+    let reply = ctx.call(RequestBody::RegMr {
+        pd: p.handle,
+        addr: addr as u64,
+        length: length as u64,
+        iova,
+        access: access & !ACCESS_OPTIONAL_RANGE,
+    })?;
+    let ReplyBody::Mr { handle, lkey, rkey } = reply else {
+        return Err(Errno::EIO);
+    };
+    let mr = Box::new(Mr {
+        mr: ibv_mr {
+            context: p.pd.context,
+            pd,
+            addr,
+            length,
+            handle: handle.0,
+            lkey,
+            rkey,
+        },
+        handle,
+    });
+    Ok(Box::into_raw(mr) as *mut ibv_mr)
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    ffi::ptr(|| reg_mr(pd, addr, length, addr as u64, access as c_uint))
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    ffi::ptr(|| reg_mr(pd, addr, length, iova, access as c_uint))
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    ffi::ptr(|| reg_mr(pd, addr, length, iova, access))
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    ffi::errno(|| {
+        // SAFETY: every ibv_mr the shim returns is the first field of an Mr.
+        let m: &Mr = unsafe { obj(mr)? };
+        ctx_of(m.mr.context)?.call(RequestBody::DeregMr { mr: m.handle })?;
+        // SAFETY: boxed in reg_mr; the daemon released it.
+        drop(unsafe { Box::from_raw(mr as *mut Mr) });
+        Ok(())
+    })
+}
+
+// ---- address handles ----------------------------------------------------------------------
+
+#[repr(C)]
+pub struct Ah {
+    pub ah: ibv_ah,
+    pub handle: Handle,
+}
+
+pub fn ah_attr_to_wire(a: &ibv_ah_attr) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute {
+            dgid: a.grh.dgid.raw,
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.is_global,
+        port_num: a.port_num,
+    }
+}
+
+pub fn ah_attr_from_wire(a: &AhAttr) -> ibv_ah_attr {
+    ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: ibv_gid { raw: a.grh.dgid },
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.is_global,
+        port_num: a.port_num,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    ffi::ptr(|| {
+        let p = pd_of(pd)?;
+        let attr = ffi::nonnull(attr)?;
+        let reply = ctx_of(p.pd.context)?.call(RequestBody::CreateAh {
+            pd: p.handle,
+            attr: ah_attr_to_wire(attr),
+        })?;
+        let ReplyBody::Ah { handle } = reply else {
+            return Err(Errno::EIO);
+        };
+        let ah = Box::new(Ah {
+            ah: ibv_ah {
+                context: p.pd.context,
+                pd,
+                handle: handle.0,
+            },
+            handle,
+        });
+        Ok(Box::into_raw(ah) as *mut ibv_ah)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    ffi::errno(|| {
+        // SAFETY: every ibv_ah the shim returns is the first field of an Ah.
+        let a: &Ah = unsafe { obj(ah)? };
+        ctx_of(a.ah.context)?.call(RequestBody::DestroyAh { ah: a.handle })?;
+        // SAFETY: boxed in ibv_create_ah; the daemon released it.
+        drop(unsafe { Box::from_raw(ah as *mut Ah) });
+        Ok(())
+    })
+}
+
+/// The GIDs of a received GRH area (40 bytes before the payload). On RoCE v2 over
+/// IPv4 the area holds the IPv4 header in its last 20 bytes (as rxe does); a GRH
+/// proper (IPv6 / IB) starts with version 6.
+fn gids_from_grh(grh: &[u8; 40]) -> ([u8; 16], [u8; 16], u32, u8, u8) {
+    if grh[0] >> 4 == 6 {
+        let mut s = [0; 16];
+        let mut d = [0; 16];
+        s.copy_from_slice(&grh[8..24]);
+        d.copy_from_slice(&grh[24..40]);
+        let vtf = u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]);
+        (s, d, vtf & 0xfffff, ((vtf >> 20) & 0xff) as u8, grh[7])
+    } else {
+        let ip = &grh[20..40];
+        let mapped = |a: &[u8]| {
+            let mut g = [0u8; 16];
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(a);
+            g
+        };
+        (mapped(&ip[12..16]), mapped(&ip[16..20]), 0, ip[1], ip[8])
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_init_ah_from_wc(
+    context: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    ffi::minus_one(|| {
+        let ctx = ctx_of(context)?;
+        let wc = ffi::nonnull(wc)?;
+        let out = ffi::nonnull(ah_attr)?;
+        *out = ibv_ah_attr {
+            port_num,
+            sl: wc.sl,
+            dlid: wc.slid,
+            ..Default::default()
+        };
+        // IBV_WC_GRH = 1: RoCE always has one.
+        if wc.wc_flags & 1 == 0 {
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: the caller passes the 40-byte GRH area of the received buffer.
+        let raw: &[u8; 40] = unsafe { (grh as *const [u8; 40]).as_ref() }.ok_or(Errno::EINVAL)?;
+        let (sgid, dgid, flow, tclass, hop) = gids_from_grh(raw);
+        let sgid_index = ctx
+            .gids
+            .iter()
+            .filter(|g| g.port_num == port_num && g.gid == dgid)
+            .min_by_key(|g| {
+                if g.gid_type == IBV_GID_TYPE_ROCE_V2 {
+                    0
+                } else {
+                    1
+                }
+            })
+            .map(|g| g.index)
+            .ok_or(Errno::ENOENT)?;
+        out.is_global = 1;
+        out.grh = ibv_global_route {
+            dgid: ibv_gid { raw: sgid },
+            flow_label: flow,
+            sgid_index: sgid_index as u8,
+            hop_limit: if hop == 0 { 0xff } else { hop },
+            traffic_class: tclass,
+        };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port_num: u8,
+) -> *mut ibv_ah {
+    ffi::ptr(|| {
+        let p = pd_of(pd)?;
+        let mut attr = ibv_ah_attr::default();
+        if ibv_init_ah_from_wc(p.pd.context, port_num, wc, grh, &mut attr) != 0 {
+            return Err(Errno::last());
+        }
+        let ah = ibv_create_ah(pd, &mut attr);
+        if ah.is_null() {
+            Err(Errno::last())
+        } else {
+            Ok(ah)
+        }
+    })
+}
+
+// ---- shared receive queues ---------------------------------------------------------------------
+
+#[repr(C)]
+pub struct Srq {
+    pub srq: ibv_srq,
+    pub handle: Handle,
+    pub ring: Mapping,
+    pub layout: RingLayout,
+    pub max_sge: u32,
+    /// The producer side: private index and scratch space.
+    pub rq: Mutex<crate::qp::RecvQueue>,
+}
+
+pub fn srq_of<'a>(p: *mut ibv_srq) -> VResult<&'a Srq> {
+    // SAFETY: every ibv_srq the shim returns is the first field of an Srq.
+    unsafe { obj(p) }
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    ffi::ptr(|| {
+        let p = pd_of(pd)?;
+        let init = ffi::nonnull(init)?;
+        let ctx = ctx_of(p.pd.context)?;
+        let a = &init.attr;
+        let attr = SrqAttr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        };
+        let (reply, fds) = ctx
+            .session
+            .call(RequestBody::CreateSrq { pd: p.handle, attr }, &[])?;
+        let ReplyBody::Srq { handle, attr, ring } = reply else {
+            return Err(Errno::EIO);
+        };
+        let fd = fds.into_iter().next().ok_or(Errno::EIO)?;
+        let map = Mapping::map(&fd, ring.end() as usize)?;
+        let head = wire::client::RingView::new(map.words(), ring)
+            .map_err(|_| Errno::EIO)?
+            .producer_index();
+        init.attr = ibv_srq_attr {
+            max_wr: attr.max_wr,
+            max_sge: attr.max_sge,
+            srq_limit: attr.srq_limit,
+        };
+        let srq = Box::into_raw(Box::new(Srq {
+            srq: ibv_srq {
+                context: p.pd.context,
+                srq_context: init.srq_context,
+                pd,
+                handle: handle.0,
+                mutex: zeroed_sync(),
+                cond: zeroed_sync(),
+                events_completed: 0,
+            },
+            handle,
+            ring: map,
+            layout: ring,
+            max_sge: attr.max_sge,
+            rq: Mutex::new(crate::qp::RecvQueue {
+                layout: ring,
+                head,
+                slot: vec![0; ring.slot_size as usize],
+                sges: Vec::with_capacity(attr.max_sge as usize),
+            }),
+        }));
+        ctx.objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .srqs
+            .insert(handle.0, srq as usize);
+        Ok(srq as *mut ibv_srq)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
+    ffi::errno(|| {
+        let s = srq_of(srq)?;
+        let a = ffi::nonnull(attr)?;
+        let attr = SrqAttr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        };
+        ctx_of(s.srq.context)?.call(RequestBody::ModifySrq {
+            srq: s.handle,
+            attr,
+            mask: mask as u32,
+        })?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    ffi::errno(|| {
+        let s = srq_of(srq)?;
+        let out = ffi::nonnull(attr)?;
+        let ReplyBody::SrqAttr(a) =
+            ctx_of(s.srq.context)?.call(RequestBody::QuerySrq { srq: s.handle })?
+        else {
+            return Err(Errno::EIO);
+        };
+        *out = ibv_srq_attr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    ffi::errno(|| {
+        let s = srq_of(srq)?;
+        let ctx = ctx_of(s.srq.context)?;
+        ctx.call(RequestBody::DestroySrq { srq: s.handle })?;
+        ctx.objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .srqs
+            .remove(&s.handle.0);
+        // SAFETY: boxed in ibv_create_srq; the daemon released it.
+        drop(unsafe { Box::from_raw(srq as *mut Srq) });
+        Ok(())
+    })
+}
+
+// ---- asynchronous events ------------------------------------------------------------------------
+
+#[no_mangle]
+pub extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    ffi::minus_one(|| {
+        let ctx = ctx_of(context)?;
+        let out = ffi::nonnull(event)?;
+        let mut rec = [0u8; 8];
+        // SAFETY: reading 8 bytes into a live buffer.
+        let n = unsafe { libc::read(ctx.async_fd.as_raw_fd(), rec.as_mut_ptr() as *mut c_void, 8) };
+        if n != 8 {
+            return Err(if n < 0 { Errno::last() } else { Errno::EIO });
+        }
+        let wire::client::AsyncEventRecord {
+            event_type,
+            element,
+        } = wire::client::AsyncEventRecord::from_bytes(rec);
+        use wire::client::verbs::event_type as ev;
+        let objects = ctx.objects.lock().unwrap_or_else(|p| p.into_inner());
+        let ptr = match event_type {
+            ev::CQ_ERR => objects.cqs.get(&element).copied().unwrap_or(0),
+            ev::QP_FATAL..=ev::PATH_MIG_ERR | ev::QP_LAST_WQE_REACHED => {
+                objects.qps.get(&element).copied().unwrap_or(0)
+            }
+            ev::SRQ_ERR | ev::SRQ_LIMIT_REACHED => objects.srqs.get(&element).copied().unwrap_or(0),
+            _ => element as usize,
+        };
+        *out = ibv_async_event {
+            element: ptr as *mut c_void,
+            event_type: event_type as c_int,
+        };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    ffi::value((), || {
+        let Ok(e) = ffi::nonnull(event) else { return };
+        use wire::client::verbs::event_type as ev;
+        let t = e.event_type as u32;
+        if e.element.is_null() {
+            return;
+        }
+        // SAFETY: the element was filled by ibv_get_async_event from live objects; the
+        // counters are bumped under the object's own mutex as rdma-core does.
+        unsafe {
+            let (m, c, n): (
+                *mut libc::pthread_mutex_t,
+                *mut libc::pthread_cond_t,
+                *mut u32,
+            ) = match t {
+                ev::CQ_ERR => {
+                    let cq = e.element as *mut ibv_cq;
+                    (
+                        &mut (*cq).mutex,
+                        &mut (*cq).cond,
+                        &mut (*cq).async_events_completed,
+                    )
+                }
+                ev::QP_FATAL..=ev::PATH_MIG_ERR | ev::QP_LAST_WQE_REACHED => {
+                    let qp = e.element as *mut ibv_qp;
+                    (
+                        &mut (*qp).mutex,
+                        &mut (*qp).cond,
+                        &mut (*qp).events_completed,
+                    )
+                }
+                ev::SRQ_ERR | ev::SRQ_LIMIT_REACHED => {
+                    let srq = e.element as *mut ibv_srq;
+                    (
+                        &mut (*srq).mutex,
+                        &mut (*srq).cond,
+                        &mut (*srq).events_completed,
+                    )
+                }
+                _ => return,
+            };
+            libc::pthread_mutex_lock(m);
+            *n = n.read().wrapping_add(1);
+            libc::pthread_cond_signal(c);
+            libc::pthread_mutex_unlock(m);
+        }
+    })
+}
+
+// ---- memory windows ----------------------------------------------------------------------------
+
+#[repr(C)]
+pub struct Mw {
+    pub mw: ibv_mw,
+    pub handle: Handle,
+}
+
+/// `ops.alloc_mw` (rdma-core's inline `ibv_alloc_mw`).
+pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: c_int) -> *mut ibv_mw {
+    ffi::ptr(|| {
+        let p = pd_of(pd)?;
+        let mw_type = u32::try_from(type_).map_err(|_| Errno::EINVAL)?;
+        let reply = ctx_of(p.pd.context)?.call(RequestBody::AllocMw {
+            pd: p.handle,
+            mw_type,
+        })?;
+        let ReplyBody::Mw { handle, rkey } = reply else {
+            return Err(Errno::EIO);
+        };
+        let mw = Box::new(Mw {
+            mw: ibv_mw {
+                context: p.pd.context,
+                pd,
+                rkey,
+                handle: handle.0,
+                type_,
+            },
+            handle,
+        });
+        Ok(Box::into_raw(mw) as *mut ibv_mw)
+    })
+}
+
+/// `ops.dealloc_mw` (rdma-core's inline `ibv_dealloc_mw`).
+pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    ffi::errno(|| {
+        // SAFETY: every ibv_mw the shim returns is the first field of an Mw.
+        let m: &Mw = unsafe { obj(mw)? };
+        ctx_of(m.mw.context)?.call(RequestBody::DeallocMw { mw: m.handle })?;
+        // SAFETY: boxed in alloc_mw; the daemon released it.
+        drop(unsafe { Box::from_raw(mw as *mut Mw) });
+        Ok(())
+    })
+}

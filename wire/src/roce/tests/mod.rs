@@ -1,0 +1,5 @@
+//! Unit tests of `wire::roce`: real rxe captures, round-trip properties, bad input.
+
+mod corpus;
+mod errors;
+mod props;
