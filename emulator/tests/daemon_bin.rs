@@ -165,3 +165,73 @@ fn rdma_emu_run_prefixes_the_shim_folder_or_says_where_it_looked() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn idle_daemon_with_100_clients_uses_under_one_percent_cpu() {
+    let r = start("idle", 203);
+    let mut clients = Vec::new();
+    for _ in 0..100 {
+        let (mut c, _) = emulator::daemon::client::Client::connect(&r.socket).unwrap();
+        let ctx = open_device(&mut c);
+        clients.push((c, ctx));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_ticks(r.child.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(r.child.id()) - before;
+    // 2 s at 100 ticks/s: 1 % is 2 ticks.
+    assert!(used <= 2, "{used} ticks in 2 s");
+}
+
+#[test]
+fn daemonize_writes_the_pid_file_before_returning() {
+    let dir = std::env::temp_dir().join(format!("rdma-emu-bin-{}-daemonize", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (socket, cfg, pid_file) = (
+        dir.join("s.sock"),
+        dir.join("emud.toml"),
+        dir.join("emud.pid"),
+    );
+    let addr = format!("127.{}.204.9", 1 + std::process::id() % 250);
+    std::fs::write(
+        &cfg,
+        format!("[[device]]\nname = \"rxe0\"\nnetdev = \"lo\"\naddrs = [\"{addr}\"]\n"),
+    )
+    .unwrap();
+    let status = Command::new(EMUD)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--daemonize")
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("pid file exists")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(socket.exists());
+    emulator::daemon::client::Client::connect(&socket).expect("the background daemon serves");
+    // SAFETY: signalling the daemon we started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let gone = wait_for(Duration::from_secs(10), || {
+        (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+    assert!(gone.is_some(), "stops on SIGTERM");
+    assert!(!pid_file.exists(), "pid file removed");
+    let _ = std::fs::remove_dir_all(&dir);
+}

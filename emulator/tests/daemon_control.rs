@@ -620,3 +620,23 @@ mod garbage {
         }
     }
 }
+
+#[test]
+fn a_second_daemon_on_the_same_socket_is_refused() {
+    let d = TestDaemon::start();
+    let cfg = emulator::daemon::Config {
+        socket: d.socket.clone(),
+        devices: vec![emulator::daemon::DeviceSpec {
+            name: "rxe0".into(),
+            link_type: "rxe".into(),
+            netdev: "lo".into(),
+            addrs: Some(vec!["127.0.0.254".parse().unwrap()]),
+        }],
+        ..emulator::daemon::Config::default()
+    };
+    let err = emulator::daemon::Daemon::start(cfg).err().expect("refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
+    let mut c = d.connect();
+    open_device(&mut c);
+    d.stop();
+}

@@ -91,11 +91,12 @@ impl Device {
         };
         let mut wcs = Vec::new();
         for w in qp.sq.drain(..) {
+            // Completions are reported in order (IBA ch. 10): after an error every WR still
+            // queued completes with a flush
+            // error, even one the peer already executed.
             let status = match w.done {
                 Some(s) if s != WcStatus::Success => s,
-                Some(_) if !w.signaled => continue,
-                Some(s) => s,
-                None => WcStatus::WrFlushErr,
+                _ => WcStatus::WrFlushErr,
             };
             wcs.push((
                 qp.init.send_cq,

@@ -1,6 +1,6 @@
 //! The device: object tables and the verbs that create, change and destroy them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use wire::roce::{Lkey, Qpn, Rkey};
 
@@ -52,12 +52,12 @@ pub(crate) struct Mw {
 /// Everything but the QPs, so a QP and the rest can be borrowed at once.
 #[derive(Debug, Default)]
 pub(crate) struct Objects {
-    pub pds: HashMap<u32, Pd>,
+    pub pds: U32Map<Pd>,
     pub keys: Keys,
-    pub cqs: HashMap<u32, Cq>,
-    pub srqs: HashMap<u32, Srq>,
-    pub ahs: HashMap<u32, Ah>,
-    pub mws: HashMap<u32, Mw>,
+    pub cqs: U32Map<Cq>,
+    pub srqs: U32Map<Srq>,
+    pub ahs: U32Map<Ah>,
+    pub mws: U32Map<Mw>,
     pub completions: VecDeque<(CqHandle, WorkCompletion)>,
     pub events: VecDeque<(ClientId, AsyncEvent)>,
     pub counters: Counters,
@@ -113,7 +113,7 @@ impl Objects {
 pub struct Device {
     pub(crate) cfg: DeviceConfig,
     pub(crate) o: Objects,
-    pub(crate) qps: HashMap<u32, Qp>,
+    pub(crate) qps: U32Map<Qp>,
     pub(crate) next_qpn: u32,
 }
 
@@ -127,7 +127,7 @@ impl Device {
         Device {
             cfg,
             o,
-            qps: HashMap::new(),
+            qps: U32Map::default(),
             next_qpn: 16,
         }
     }

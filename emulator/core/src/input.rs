@@ -13,22 +13,32 @@ use crate::types::*;
 
 impl Device {
     /// Dispatches one received RoCE v2 datagram (BTH through ICRC).
+    ///
+    /// `d.dst` should carry the local IP the packet arrived on (`IP_PKTINFO`); when it is
+    /// unspecified, each local GID of the same family is tried. IPv4-mapped IPv6 socket
+    /// addresses count as IPv4. Packets whose ICRC does not verify are dropped and counted.
     pub fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
-        let ok = match (d.src, d.dst) {
-            (SocketAddr::V4(s), SocketAddr::V4(t)) => {
-                match icrc::verify_udp4_any_id(*s.ip(), *t.ip(), s.port(), t.port(), d.payload) {
-                    icrc::IcrcCheck::Valid => true,
-                    icrc::IcrcCheck::ValidWithSolvedId(_) => {
-                        self.o.counters.icrc_solved_id += 1;
-                        true
-                    }
-                    icrc::IcrcCheck::Invalid => false,
-                }
-            }
-            (SocketAddr::V6(s), SocketAddr::V6(t)) => {
-                icrc::verify_udp6(*s.ip(), *t.ip(), s.port(), t.port(), d.payload)
-            }
-            _ => false,
+        let src = canonical(d.src);
+        let dst = canonical(d.dst);
+        let ok = if dst.ip().is_unspecified() {
+            let candidates: Vec<SocketAddr> = self
+                .cfg
+                .gids
+                .iter()
+                .filter(|g| !g.is_zero())
+                .map(|g| SocketAddr::new(g.to_ip(), dst.port()))
+                .filter(|a| a.is_ipv4() == src.is_ipv4())
+                .collect();
+            candidates
+                .into_iter()
+                .any(|t| self.check_icrc(src, t, d.payload))
+        } else {
+            self.check_icrc(src, dst, d.payload)
+        };
+        let d = &Datagram {
+            src,
+            dst,
+            payload: d.payload,
         };
         if !ok {
             self.o.counters.icrc_errors += 1;
@@ -43,6 +53,25 @@ impl Device {
             return;
         };
         self.handle_packet(now, d, &repr, mem);
+    }
+
+    fn check_icrc(&mut self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> bool {
+        match (src, dst) {
+            (SocketAddr::V4(s), SocketAddr::V4(t)) => {
+                match icrc::verify_udp4_any_id(*s.ip(), *t.ip(), s.port(), t.port(), payload) {
+                    icrc::IcrcCheck::Valid => true,
+                    icrc::IcrcCheck::ValidWithSolvedId(_) => {
+                        self.o.counters.icrc_solved_id += 1;
+                        true
+                    }
+                    icrc::IcrcCheck::Invalid => false,
+                }
+            }
+            (SocketAddr::V6(s), SocketAddr::V6(t)) => {
+                icrc::verify_udp6(*s.ip(), *t.ip(), s.port(), t.port(), payload)
+            }
+            _ => false,
+        }
     }
 
     fn handle_packet(
@@ -94,5 +123,16 @@ impl Device {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             self.o.schedule(qp);
         }
+    }
+}
+
+/// An IPv4-mapped IPv6 socket address as IPv4 (dual-stack sockets report them so).
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => a,
+        },
+        v4 => v4,
     }
 }

@@ -16,11 +16,29 @@
 //!   ranges, after the key, PD, bounds and access checks.
 //!
 //! The driver calls the pollers until they are empty, then sleeps until the deadline.
+//!
+//! # Conventions the driver relies on
+//!
+//! - Numbering is libibverbs': [`WcStatus`], [`WcOpcode`], [`WrOpcode`], [`QpState`],
+//!   [`QpType`] and the flag types convert with `as u32` / `from_raw`; [`QpAttr::path_mtu`]
+//!   is the raw `enum ibv_mtu` value (an invalid one fails `modify_qp` with EINVAL).
+//! - Immediate data crosses as the `__be32` field's raw value: `SendWr::imm_data` and
+//!   `WorkCompletion::imm_data` are `u32`s whose little-endian bytes are the wire bytes,
+//!   so WQE and CQE slots copy them unchanged.
+//! - [`AddrSpace`] is whose memory an MR covers; inline data not yet copied
+//!   (`IBV_SEND_INLINE` without `inline_data`) is read from `AddrSpace(owner.0)`.
+//! - [`Datagram::dst`] should be the local address the packet arrived on (the ICRC covers
+//!   it); when unspecified every local GID is tried.
+//! - Packets leave with `src` = the GID at the path's `sgid_index` and a UDP source port
+//!   hashed from the QP pair into `0xC000..=0xFFFF` (or `DeviceConfig::udp_src_port`),
+//!   `dst` = dgid:4791, and an ICRC computed as a kernel UDP socket with DF sends them
+//!   (IPv4 ID 0).
 
 pub mod attr;
 mod completer;
 mod device;
 mod dma;
+mod execute;
 mod input;
 mod memory;
 mod mr;

@@ -1,7 +1,7 @@
 //! Memory regions and windows: key lookup with the PD, bounds and access checks of
 //! IBA 10.6 (local) and 9.7.5.1.x / 10.6.7 (remote).
 
-use std::collections::HashMap;
+use crate::types::U32Map;
 
 use crate::types::{AccessFlags, AddrSpace, ClientId, PdHandle};
 
@@ -45,7 +45,7 @@ pub(crate) enum KeyError {
 /// MRs and MWs by index (the key's upper 24 bits).
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
-    pub by_index: HashMap<u32, Region>,
+    pub by_index: U32Map<Region>,
     next_index: u32,
 }
 

@@ -50,8 +50,10 @@ impl Device {
     }
 
     /// Binds (or, with `length == 0`, unbinds) a window to part of an MR: the work of
-    /// `ibv_bind_mw` (type 1) and of an `IBV_WR_BIND_MW` WR (type 2, then `qpn` is the QP
-    /// the window is bound to and `new_rkey` its new key). Returns the window's new R_Key.
+    /// [`Device::bind_mw`] (type 1, `qpn` = None) and of an `IBV_WR_BIND_MW` WR (type 1 or
+    /// 2; a type 2 window is then bound to the QP `qpn`). `new_rkey` must keep the
+    /// window's index (type 1 may pass 0: the key byte is incremented). Returns the new
+    /// R_Key.
     pub(crate) fn bind_window(
         &mut self,
         qp_pd: PdHandle,
@@ -61,14 +63,18 @@ impl Device {
         let idx = info.mw_rkey.0 >> 8;
         let mr = self.o.keys.get(info.mr_lkey.0).cloned();
         let w = self.o.keys.by_index.get(&idx).ok_or(WcStatus::MwBindErr)?;
-        if w.window_of.is_none() || w.pd != qp_pd || w.mw_type2 != qpn.is_some() {
+        // Type 2 windows are bound only through a QP's send queue; type 1 either way
+        // (rxe's ibv_bind_mw posts a BIND_MW WR too).
+        if w.window_of.is_none() || w.pd != qp_pd || (w.mw_type2 && qpn.is_none()) {
             return Err(WcStatus::MwBindErr);
         }
-        let new_key = if qpn.is_some() {
-            if info.new_rkey.0 >> 8 != idx {
-                return Err(WcStatus::MwBindErr);
-            }
+        let type2 = w.mw_type2;
+        // The new key keeps the window's index; its low byte is the caller's choice
+        // (`new_rkey`), or for a type 1 window without one, the next value.
+        let new_key = if info.new_rkey.0 >> 8 == idx {
             info.new_rkey.0
+        } else if type2 {
+            return Err(WcStatus::MwBindErr);
         } else {
             (idx << 8) | ((w.key + 1) & 0xff)
         };
@@ -115,7 +121,7 @@ impl Device {
         w.access = AccessFlags(info.access.0 & 0x2e);
         w.valid = true;
         w.key = new_key;
-        w.bound_qp = qpn.map(|q| q.0);
+        w.bound_qp = if type2 { qpn.map(|q| q.0) } else { None };
         Ok(Rkey(new_key))
     }
 

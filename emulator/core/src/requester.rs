@@ -287,8 +287,13 @@ impl Device {
         let hlen = body.header_len();
         let pad = usize::from(packet::pad_count(n as usize));
         let total = hlen + n as usize + pad + ICRC_LEN;
-        buf.clear();
-        buf.resize(total, 0);
+        // Reuse the buffer without zero-filling it: headers and payload overwrite it, the
+        // pad is cleared below and the ICRC written last.
+        if buf.len() < total {
+            buf.resize(total, 0);
+        }
+        buf.truncate(total);
+        buf[total - ICRC_LEN - pad..total - ICRC_LEN].fill(0);
         packet::emit_headers(&header, &body, n as usize, buf);
         let gathered = {
             let qp = self.qps.get(&qpn)?;

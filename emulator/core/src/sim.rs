@@ -363,9 +363,18 @@ pub fn make_end(f: &mut Fabric, node: usize, o: &ConnOpts) -> End {
         max_recv_sge: 4,
         max_inline_data: 256,
     };
-    let srq = o
-        .use_srq
-        .then(|| d.create_srq(client, pd, SrqAttr { max_wr: o.depth, max_sge: 4, srq_limit: 0 }).expect("srq"));
+    let srq = o.use_srq.then(|| {
+        d.create_srq(
+            client,
+            pd,
+            SrqAttr {
+                max_wr: o.depth,
+                max_sge: 4,
+                srq_limit: 0,
+            },
+        )
+        .expect("srq")
+    });
     let init = QpInitAttr {
         pd,
         send_cq: scq,

@@ -440,3 +440,27 @@ impl AsyncEvent {
         }
     }
 }
+
+/// A hasher for the core's `u32`-keyed tables (QPNs, handles, key indices): one
+/// multiply instead of SipHash on the per-packet path. Keys are allocated by the core,
+/// not chosen by peers, so flooding is not a concern.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct U32Hasher(u64);
+
+impl std::hash::Hasher for U32Hasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8 | u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = u64::from(v).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 7;
+    }
+}
+
+/// A `HashMap` keyed by `u32` with [`U32Hasher`].
+pub(crate) type U32Map<V> =
+    std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<U32Hasher>>;

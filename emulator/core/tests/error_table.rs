@@ -430,21 +430,61 @@ fn cq_overrun_raises_cq_err_and_srq_limit_fires_once() {
 #[test]
 fn srq_receives_sends_and_raises_the_limit_event_once() {
     let mut f = Fabric::new(3, 2, Mtu::Mtu1024, GOOD);
-    let (a, b) = connect(&mut f, &ConnOpts { use_srq: true, ..ConnOpts::default() });
+    let (a, b) = connect(
+        &mut f,
+        &ConnOpts {
+            use_srq: true,
+            ..ConnOpts::default()
+        },
+    );
     let srq = b.srq.unwrap();
     let d = &mut f.nodes[1].dev;
     for i in 0..5 {
-        let sge = Sge { addr: b.base + i * 64, length: 64, lkey: b.mr.lkey };
-        d.post_srq_recv(srq, RecvWr { wr_id: WrId(i), sg_list: vec![sge] }).unwrap();
+        let sge = Sge {
+            addr: b.base + i * 64,
+            length: 64,
+            lkey: b.mr.lkey,
+        };
+        d.post_srq_recv(
+            srq,
+            RecvWr {
+                wr_id: WrId(i),
+                sg_list: vec![sge],
+            },
+        )
+        .unwrap();
     }
     // Posting to the QP's own RQ is refused when it has an SRQ.
-    let sge = Sge { addr: b.base, length: 64, lkey: b.mr.lkey };
-    assert_eq!(d.post_recv(b.qpn, RecvWr { wr_id: WrId(9), sg_list: vec![sge] }), Err(Errno::EINVAL));
-    d.modify_srq(srq, &SrqAttr { srq_limit: 3, ..Default::default() }, SrqAttrMask::LIMIT).unwrap();
+    let sge = Sge {
+        addr: b.base,
+        length: 64,
+        lkey: b.mr.lkey,
+    };
+    assert_eq!(
+        d.post_recv(
+            b.qpn,
+            RecvWr {
+                wr_id: WrId(9),
+                sg_list: vec![sge]
+            }
+        ),
+        Err(Errno::EINVAL)
+    );
+    d.modify_srq(
+        srq,
+        &SrqAttr {
+            srq_limit: 3,
+            ..Default::default()
+        },
+        SrqAttrMask::LIMIT,
+    )
+    .unwrap();
     for i in 0..4 {
         let now = f.now;
         let n = &mut f.nodes[0];
-        n.dev.post_send(now, a.qpn, send(&a, 16, i), &mut n.mem).unwrap();
+        n.dev
+            .post_send(now, a.qpn, send(&a, 16, i), &mut n.mem)
+            .unwrap();
     }
     assert!(f.run(Duration::from_secs(1)));
     let mut ids = Vec::new();
@@ -453,7 +493,156 @@ fn srq_receives_sends_and_raises_the_limit_event_once() {
         ids.push(wc.wr_id.0);
     }
     assert_eq!(ids, [0, 1, 2, 3]);
-    assert_eq!(f.nodes[1].dev.poll_event(), Some((b.client, AsyncEvent::SrqLimitReached(srq))));
+    assert_eq!(
+        f.nodes[1].dev.poll_event(),
+        Some((b.client, AsyncEvent::SrqLimitReached(srq)))
+    );
     assert_eq!(f.nodes[1].dev.poll_event(), None);
-    assert_eq!(f.nodes[1].dev.query_srq(srq).unwrap().srq_limit, 0, "disarmed after firing");
+    assert_eq!(
+        f.nodes[1].dev.query_srq(srq).unwrap().srq_limit,
+        0,
+        "disarmed after firing"
+    );
+}
+
+#[test]
+fn a_dead_client_is_released_and_its_peer_sees_retry_exceeded_not_a_hang() {
+    let o = ConnOpts {
+        timeout: 4,
+        retry_cnt: 1,
+        ..ConnOpts::default()
+    };
+    let mut f = Fabric::new(4, 2, Mtu::Mtu1024, GOOD);
+    let (a, b) = connect(&mut f, &o);
+    recv(&mut f, &b, 64);
+    let now = f.now;
+    f.nodes[1].dev.release_client(now, b.client);
+    assert_eq!(f.nodes[1].dev.query_qp(b.qpn), Err(Errno::EINVAL));
+    assert!(
+        f.nodes[1].dev.poll_completion().is_none(),
+        "nothing of the dead client completes"
+    );
+    let n = &mut f.nodes[0];
+    n.dev
+        .post_send(now, a.qpn, send(&a, 8, 1), &mut n.mem)
+        .unwrap();
+    assert!(f.run(Duration::from_secs(1)));
+    let (_, wc) = f.nodes[0].dev.poll_completion().unwrap();
+    assert_eq!(wc.status, WcStatus::RetryExcErr);
+    assert!(f.nodes[1].dev.counters().unknown_qp > 0);
+}
+
+#[test]
+fn sqd_stops_new_work_and_reports_sq_drained() {
+    let mut f = Fabric::new(4, 2, Mtu::Mtu1024, GOOD);
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let now = f.now;
+    let sqd = QpAttr {
+        qp_state: QpState::Sqd,
+        en_sqd_async_notify: true,
+        ..QpAttr::default()
+    };
+    let d = &mut f.nodes[0].dev;
+    d.modify_qp(
+        now,
+        a.qpn,
+        &sqd,
+        QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY,
+    )
+    .unwrap();
+    assert_eq!(
+        d.poll_event(),
+        Some((a.client, AsyncEvent::SqDrained(a.qpn)))
+    );
+    recv(&mut f, &b, 64);
+    let n = &mut f.nodes[0];
+    n.dev
+        .post_send(now, a.qpn, send(&a, 8, 1), &mut n.mem)
+        .unwrap();
+    assert!(f.run(Duration::from_secs(1)));
+    assert!(
+        f.nodes[0].dev.poll_completion().is_none(),
+        "no new WR starts in SQD"
+    );
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    let now = f.now;
+    f.nodes[0]
+        .dev
+        .modify_qp(now, a.qpn, &rts, QpAttrMask::STATE)
+        .unwrap();
+    assert!(f.run(Duration::from_secs(1)));
+    assert_eq!(
+        f.nodes[0].dev.poll_completion().unwrap().1.status,
+        WcStatus::Success
+    );
+}
+
+#[test]
+fn first_packet_in_rtr_raises_comm_est() {
+    let mut f = Fabric::new(4, 2, Mtu::Mtu1024, GOOD);
+    let o = ConnOpts::default();
+    let a = make_end(&mut f, 0, &o);
+    let b = make_end(&mut f, 1, &o);
+    bring_up(&mut f, &a, Some((&b, 1100)), &o, 100);
+    // B only to RTR (no RTS): reset and redo INIT/RTR by hand.
+    bring_up(&mut f, &b, Some((&a, 100)), &o, 1100);
+    let now = f.now;
+    let d = &mut f.nodes[1].dev;
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    d.modify_qp(now, b.qpn, &reset, QpAttrMask::STATE).unwrap();
+    use QpAttrMask as M;
+    let mut at = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: o.access,
+        ..QpAttr::default()
+    };
+    d.modify_qp(
+        now,
+        b.qpn,
+        &at,
+        M::STATE | M::PORT | M::PKEY_INDEX | M::ACCESS_FLAGS,
+    )
+    .unwrap();
+    at = QpAttr {
+        qp_state: QpState::Rtr,
+        ..f.nodes[0].dev.query_qp(a.qpn).unwrap().0
+    };
+    at.ah_attr.grh.dgid = Gid::from_ip(f.nodes[0].ip);
+    at.dest_qp_num = a.qpn;
+    at.rq_psn = Psn::new(100);
+    let d = &mut f.nodes[1].dev;
+    d.modify_qp(
+        now,
+        b.qpn,
+        &at,
+        M::STATE
+            | M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER,
+    )
+    .unwrap();
+    recv(&mut f, &b, 64);
+    let n = &mut f.nodes[0];
+    n.dev
+        .post_send(now, a.qpn, send(&a, 8, 1), &mut n.mem)
+        .unwrap();
+    assert!(f.run(Duration::from_secs(1)));
+    assert_eq!(
+        f.nodes[1].dev.poll_event(),
+        Some((b.client, AsyncEvent::CommEst(b.qpn)))
+    );
+    assert_eq!(
+        f.nodes[0].dev.poll_completion().unwrap().1.status,
+        WcStatus::Success
+    );
 }

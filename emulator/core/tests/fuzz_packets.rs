@@ -22,7 +22,9 @@ impl Memory for Checked<'_> {
     fn write(&mut self, space: AddrSpace, addr: u64, data: &[u8]) -> Result<(), MemoryFault> {
         let end = addr + data.len() as u64;
         assert!(
-            self.ranges.iter().any(|&(s, b, l)| s == space && addr >= b && end <= b + l),
+            self.ranges
+                .iter()
+                .any(|&(s, b, l)| s == space && addr >= b && end <= b + l),
             "write outside a registered range: {space:?} {addr:#x}+{}",
             data.len()
         );
@@ -31,14 +33,19 @@ impl Memory for Checked<'_> {
 }
 
 const OPCODES: &[u8] = &[
-    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10,
-    0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x20, 0x24, 0x26, 0x2a, 0x64, 0x65, 0x81, 0x15, 0x40, 0xff,
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+    0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x20, 0x24, 0x26, 0x2a, 0x64, 0x65, 0x81, 0x15, 0x40,
+    0xff,
 ];
 
 fn random_packet(rng: &mut Rng, qpn: Qpn, psn: u32, rkey: Rkey, base: u64, len: u64) -> Vec<u8> {
     let op = OPCODES[rng.below(OPCODES.len() as u64) as usize];
     let hlen = Opcode(op).layout().map_or(12, |l| l.header_len());
-    let payload = if rng.chance(0.5) { rng.below(300) as usize } else { 0 };
+    let payload = if rng.chance(0.5) {
+        rng.below(300) as usize
+    } else {
+        0
+    };
     let n = (hlen + payload + 3) & !3;
     let mut b: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
     b[0] = op;
@@ -72,19 +79,54 @@ fn arbitrary_packets_into_established_qps_never_panic_nor_write_outside_mrs() {
     for seed in 0..60u64 {
         let mut rng = Rng::new(seed);
         let qp_type = [QpType::Rc, QpType::Uc, QpType::Ud][(seed % 3) as usize];
-        let opts = ConnOpts { qp_type, mtu: Mtu::Mtu256, buf_len: 1 << 16, timeout: 3, retry_cnt: 1, rnr_retry: 1, ..ConnOpts::default() };
+        let opts = ConnOpts {
+            qp_type,
+            mtu: Mtu::Mtu256,
+            buf_len: 1 << 16,
+            timeout: 3,
+            retry_cnt: 1,
+            rnr_retry: 1,
+            ..ConnOpts::default()
+        };
         let mut f = Fabric::new(seed, 2, Mtu::Mtu1024, LinkModel::default());
         let (a, b) = connect(&mut f, &opts);
         for i in 0..8 {
-            let sge = Sge { addr: b.base + i * 512, length: 512, lkey: b.mr.lkey };
-            f.nodes[1].dev.post_recv(b.qpn, RecvWr { wr_id: WrId(i), sg_list: vec![sge] }).unwrap();
+            let sge = Sge {
+                addr: b.base + i * 512,
+                length: 512,
+                lkey: b.mr.lkey,
+            };
+            f.nodes[1]
+                .dev
+                .post_recv(
+                    b.qpn,
+                    RecvWr {
+                        wr_id: WrId(i),
+                        sg_list: vec![sge],
+                    },
+                )
+                .unwrap();
         }
         // Outstanding WRs on B's send side, so responses to B mean something.
         if qp_type == QpType::Rc {
             for i in 0..4 {
-                let mut wr = SendWr::new(WrId(i), if i % 2 == 0 { WrOpcode::RdmaRead } else { WrOpcode::Send });
-                wr.sg_list = vec![Sge { addr: b.base + 4096 + i * 1024, length: 700, lkey: b.mr.lkey }];
-                wr.rdma = RdmaInfo { remote_addr: a.base, rkey: a.mr.rkey };
+                let mut wr = SendWr::new(
+                    WrId(i),
+                    if i % 2 == 0 {
+                        WrOpcode::RdmaRead
+                    } else {
+                        WrOpcode::Send
+                    },
+                );
+                wr.sg_list = vec![Sge {
+                    addr: b.base + 4096 + i * 1024,
+                    length: 700,
+                    lkey: b.mr.lkey,
+                }];
+                wr.rdma = RdmaInfo {
+                    remote_addr: a.base,
+                    rkey: a.mr.rkey,
+                };
                 let now = f.now;
                 let n = &mut f.nodes[1];
                 n.dev.post_send(now, b.qpn, wr, &mut n.mem).unwrap();
@@ -96,25 +138,65 @@ fn arbitrary_packets_into_established_qps_never_panic_nor_write_outside_mrs() {
             // A fatal error moved the QP to error: bring it back so fuzzing goes on.
             if f.nodes[1].dev.query_qp(b.qpn).unwrap().0.qp_state == QpState::Err {
                 let now = f.now;
-                let reset = QpAttr { qp_state: QpState::Reset, ..QpAttr::default() };
-                f.nodes[1].dev.modify_qp(now, b.qpn, &reset, QpAttrMask::STATE).unwrap();
+                let reset = QpAttr {
+                    qp_state: QpState::Reset,
+                    ..QpAttr::default()
+                };
+                f.nodes[1]
+                    .dev
+                    .modify_qp(now, b.qpn, &reset, QpAttrMask::STATE)
+                    .unwrap();
                 let remote = (qp_type != QpType::Ud).then_some((&a, psn));
                 bring_up(&mut f, &b, remote, &opts, psn.wrapping_add(1000));
                 for i in 0..8 {
-                    let sge = Sge { addr: b.base + i * 512, length: 512, lkey: b.mr.lkey };
-                    f.nodes[1].dev.post_recv(b.qpn, RecvWr { wr_id: WrId(i), sg_list: vec![sge] }).unwrap();
+                    let sge = Sge {
+                        addr: b.base + i * 512,
+                        length: 512,
+                        lkey: b.mr.lkey,
+                    };
+                    f.nodes[1]
+                        .dev
+                        .post_recv(
+                            b.qpn,
+                            RecvWr {
+                                wr_id: WrId(i),
+                                sg_list: vec![sge],
+                            },
+                        )
+                        .unwrap();
                 }
             }
             // Requests near B's expected PSN, responses near B's send PSN.
-            let near = if rng.chance(0.5) { psn } else { psn.wrapping_add(1000) };
+            let near = if rng.chance(0.5) {
+                psn
+            } else {
+                psn.wrapping_add(1000)
+            };
             let near = near.wrapping_add(rng.below(8) as u32);
             let mut pkt = random_packet(&mut rng, b.qpn, near, b.mr.rkey, b.base, b.len);
-            let c = icrc::for_udp4(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2), src.port(), 4791, &pkt);
+            let c = icrc::for_udp4(
+                Ipv4Addr::new(10, 0, 0, 1),
+                Ipv4Addr::new(10, 0, 0, 2),
+                src.port(),
+                4791,
+                &pkt,
+            );
             pkt.extend_from_slice(&c.to_le_bytes());
             let now = f.now;
             let node = &mut f.nodes[1];
-            let mut mem = Checked { inner: &mut node.mem, ranges: ranges.clone() };
-            node.dev.handle_datagram(now, &Datagram { src, dst, payload: &pkt }, &mut mem);
+            let mut mem = Checked {
+                inner: &mut node.mem,
+                ranges: ranges.clone(),
+            };
+            node.dev.handle_datagram(
+                now,
+                &Datagram {
+                    src,
+                    dst,
+                    payload: &pkt,
+                },
+                &mut mem,
+            );
             let mut buf = Vec::new();
             while node.dev.poll_transmit(now, &mut mem, &mut buf).is_some() {}
             while node.dev.poll_completion().is_some() {}
@@ -129,5 +211,8 @@ fn arbitrary_packets_into_established_qps_never_panic_nor_write_outside_mrs() {
         writes += f.nodes[1].mem.writes;
     }
     // The fuzzer reaches the transport, not just the header checks.
-    assert!(accepted > 1000 && writes > 10, "accepted {accepted} writes {writes}");
+    assert!(
+        accepted > 1000 && writes > 10,
+        "accepted {accepted} writes {writes}"
+    );
 }

@@ -7,8 +7,14 @@ use emu_core::sim::*;
 use emu_core::*;
 
 fn opts() -> ConnOpts {
-    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    ConnOpts { access: all | AccessFlags::MW_BIND, ..ConnOpts::default() }
+    let all = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    ConnOpts {
+        access: all | AccessFlags::MW_BIND,
+        ..ConnOpts::default()
+    }
 }
 
 fn post(f: &mut Fabric, node: usize, qpn: Qpn, wr: SendWr) {
@@ -19,8 +25,15 @@ fn post(f: &mut Fabric, node: usize, qpn: Qpn, wr: SendWr) {
 
 fn write_to(a: &End, va: u64, rkey: Rkey, id: u64) -> SendWr {
     let mut wr = SendWr::new(WrId(id), WrOpcode::RdmaWrite);
-    wr.sg_list = vec![Sge { addr: a.base, length: 64, lkey: a.mr.lkey }];
-    wr.rdma = RdmaInfo { remote_addr: va, rkey };
+    wr.sg_list = vec![Sge {
+        addr: a.base,
+        length: 64,
+        lkey: a.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: va,
+        rkey,
+    };
     wr
 }
 
@@ -48,10 +61,16 @@ fn type1_window_grants_exactly_its_range() {
     let rkey = f.nodes[1].dev.bind_mw(b.qpn, &info).unwrap();
     post(&mut f, 0, a.qpn, write_to(&a, b.base + 4096, rkey, 1));
     assert!(f.run(Duration::from_secs(1)));
-    assert_eq!(statuses(&mut f, 0), [(1, WcStatus::Success, 0, WcFlags::EMPTY)]);
+    assert_eq!(
+        statuses(&mut f, 0),
+        [(1, WcStatus::Success, 0, WcFlags::EMPTY)]
+    );
     post(&mut f, 0, a.qpn, write_to(&a, b.base + 8192 - 32, rkey, 2));
     assert!(f.run(Duration::from_secs(1)));
-    assert_eq!(statuses(&mut f, 0), [(2, WcStatus::RemAccessErr, 0, WcFlags::EMPTY)]);
+    assert_eq!(
+        statuses(&mut f, 0),
+        [(2, WcStatus::RemAccessErr, 0, WcFlags::EMPTY)]
+    );
     // The window is in use: its MR cannot be deregistered.
     assert_eq!(f.nodes[1].dev.dereg_mr(b.mr.lkey), Err(Errno::EBUSY));
 }
@@ -73,22 +92,54 @@ fn type2_window_bound_by_wr_is_invalidated_by_send_with_inv() {
     };
     post(&mut f, 1, b.qpn, bind);
     assert!(f.run(Duration::from_secs(1)));
-    assert_eq!(statuses(&mut f, 1), [(10, WcStatus::Success, 0, WcFlags::EMPTY)]);
+    assert_eq!(
+        statuses(&mut f, 1),
+        [(10, WcStatus::Success, 0, WcFlags::EMPTY)]
+    );
     post(&mut f, 0, a.qpn, write_to(&a, b.base, new_rkey, 1));
     assert!(f.run(Duration::from_secs(1)));
-    assert_eq!(statuses(&mut f, 0), [(1, WcStatus::Success, 0, WcFlags::EMPTY)]);
+    assert_eq!(
+        statuses(&mut f, 0),
+        [(1, WcStatus::Success, 0, WcFlags::EMPTY)]
+    );
     // SEND_WITH_INV: B's receive completion says which rkey went.
-    let sge = Sge { addr: b.base + 65536, length: 64, lkey: b.mr.lkey };
-    f.nodes[1].dev.post_recv(b.qpn, RecvWr { wr_id: WrId(20), sg_list: vec![sge] }).unwrap();
+    let sge = Sge {
+        addr: b.base + 65536,
+        length: 64,
+        lkey: b.mr.lkey,
+    };
+    f.nodes[1]
+        .dev
+        .post_recv(
+            b.qpn,
+            RecvWr {
+                wr_id: WrId(20),
+                sg_list: vec![sge],
+            },
+        )
+        .unwrap();
     let mut inv = SendWr::new(WrId(2), WrOpcode::SendWithInv);
-    inv.sg_list = vec![Sge { addr: a.base, length: 8, lkey: a.mr.lkey }];
+    inv.sg_list = vec![Sge {
+        addr: a.base,
+        length: 8,
+        lkey: a.mr.lkey,
+    }];
     inv.invalidate_rkey = new_rkey;
     post(&mut f, 0, a.qpn, inv);
     assert!(f.run(Duration::from_secs(1)));
-    assert_eq!(statuses(&mut f, 0), [(2, WcStatus::Success, 0, WcFlags::EMPTY)]);
-    assert_eq!(statuses(&mut f, 1), [(20, WcStatus::Success, new_rkey.0, WcFlags::WITH_INV)]);
+    assert_eq!(
+        statuses(&mut f, 0),
+        [(2, WcStatus::Success, 0, WcFlags::EMPTY)]
+    );
+    assert_eq!(
+        statuses(&mut f, 1),
+        [(20, WcStatus::Success, new_rkey.0, WcFlags::WITH_INV)]
+    );
     // The window is gone.
     post(&mut f, 0, a.qpn, write_to(&a, b.base, new_rkey, 3));
     assert!(f.run(Duration::from_secs(1)));
-    assert_eq!(statuses(&mut f, 0), [(3, WcStatus::RemAccessErr, 0, WcFlags::EMPTY)]);
+    assert_eq!(
+        statuses(&mut f, 0),
+        [(3, WcStatus::RemAccessErr, 0, WcFlags::EMPTY)]
+    );
 }

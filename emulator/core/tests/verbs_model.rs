@@ -17,8 +17,16 @@ fn model_required(from: S, to: S) -> Option<QpAttrMask> {
         (_, S::Reset) | (_, S::Err) => m(0),
         (S::Reset, S::Init) => m((M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).0),
         (S::Init, S::Init) => m(0),
-        (S::Init, S::Rtr) => m((M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER).0),
-        (S::Rtr, S::Rts) => m((M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).0),
+        (S::Init, S::Rtr) => m((M::AV
+            | M::PATH_MTU
+            | M::DEST_QPN
+            | M::RQ_PSN
+            | M::MAX_DEST_RD_ATOMIC
+            | M::MIN_RNR_TIMER)
+            .0),
+        (S::Rtr, S::Rts) => {
+            m((M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC).0)
+        }
         (S::Rts, S::Rts) | (S::Rts, S::Sqd) | (S::Sqd, S::Rts) | (S::Sqd, S::Sqd) => m(0),
         _ => None,
     }
@@ -48,7 +56,15 @@ fn attr() -> QpAttr {
     QpAttr {
         port_num: 1,
         qp_access_flags: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-        ah_attr: AhAttr { grh: GlobalRoute { dgid, ..Default::default() }, is_global: true, port_num: 1, ..Default::default() },
+        ah_attr: AhAttr {
+            grh: GlobalRoute {
+                dgid,
+                ..Default::default()
+            },
+            is_global: true,
+            port_num: 1,
+            ..Default::default()
+        },
         path_mtu: 3,
         dest_qp_num: Qpn(99),
         max_dest_rd_atomic: 4,

@@ -187,20 +187,32 @@ fn run(cmd: &[String]) -> Result<(), String> {
 }
 
 /// Streams the daemon's pcap records for `device` into `file`, whole records only.
-fn capture(cli: &Cli, device: &str, file: &std::path::Path, count: Option<u64>) -> Result<(), String> {
+fn capture(
+    cli: &Cli,
+    device: &str,
+    file: &std::path::Path,
+    count: Option<u64>,
+) -> Result<(), String> {
     use emulator::daemon::sys;
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
     let mut out = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let (r, w) = sys::pipe().map_err(|e| e.to_string())?;
     let mut c = connect(cli)?;
-    c.call(RequestBody::Capture { device: device.to_string() }, &[w.as_raw_fd()]).map_err(|e| match e {
+    c.call(
+        RequestBody::Capture {
+            device: device.to_string(),
+        },
+        &[w.as_raw_fd()],
+    )
+    .map_err(|e| match e {
         CallError::Errno(n) => std::io::Error::from_raw_os_error(n).to_string(),
         e => e.to_string(),
     })?;
     drop(w);
     let stop = sys::eventfd().map_err(|e| e.to_string())?;
-    sys::forward_signals(stop.as_raw_fd(), &[libc::SIGINT, libc::SIGTERM], &[]).map_err(|e| e.to_string())?;
+    sys::forward_signals(stop.as_raw_fd(), &[libc::SIGINT, libc::SIGTERM], &[])
+        .map_err(|e| e.to_string())?;
     let mut pipe = std::fs::File::from(r);
     let mut buf: Vec<u8> = Vec::new();
     let mut header_done = false;
@@ -208,8 +220,16 @@ fn capture(cli: &Cli, device: &str, file: &std::path::Path, count: Option<u64>) 
     let mut chunk = vec![0u8; 1 << 16];
     loop {
         let mut fds = [
-            libc::pollfd { fd: pipe.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: pipe.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: two valid pollfds.
         unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
@@ -230,14 +250,16 @@ fn capture(cli: &Cli, device: &str, file: &std::path::Path, count: Option<u64>) 
             header_done = true;
         }
         while header_done && buf.len() >= at + 16 {
-            let incl = u32::from_le_bytes([buf[at + 8], buf[at + 9], buf[at + 10], buf[at + 11]]) as usize;
+            let incl =
+                u32::from_le_bytes([buf[at + 8], buf[at + 9], buf[at + 10], buf[at + 11]]) as usize;
             if buf.len() < at + 16 + incl || count.is_some_and(|c| frames >= c) {
                 break;
             }
             at += 16 + incl;
             frames += 1;
         }
-        out.write_all(&buf[..at]).map_err(|e| format!("{}: {e}", file.display()))?;
+        out.write_all(&buf[..at])
+            .map_err(|e| format!("{}: {e}", file.display()))?;
         buf.drain(..at);
         if count.is_some_and(|c| frames >= c) {
             break;
@@ -302,7 +324,11 @@ fn main() -> ExitCode {
             }
             other => Err(format!("unexpected reply {other:?}")),
         }),
-        Command::Capture { device, file, count } => capture(&cli, device, file, *count),
+        Command::Capture {
+            device,
+            file,
+            count,
+        } => capture(&cli, device, file, *count),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -102,12 +102,12 @@ fn main() -> ExitCode {
         }
     };
     if args.daemonize {
-        if let Err(e) = daemon::sys::daemonize() {
+        if let Err(e) = daemon::sys::daemonize(args.pid_file.as_deref()) {
             eprintln!("rdma-emud: daemonize: {e}");
             return ExitCode::FAILURE;
         }
     }
-    if let Some(pid_file) = &args.pid_file {
+    if let Some(pid_file) = args.pid_file.as_ref().filter(|_| !args.daemonize) {
         if let Err(e) = std::fs::write(pid_file, format!("{}\n", std::process::id())) {
             tracing::error!("pid file {}: {e}", pid_file.display());
             return ExitCode::FAILURE;

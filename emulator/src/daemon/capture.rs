@@ -37,7 +37,12 @@ impl Capture {
     /// Starts a stream on the write end of a pipe (made nonblocking).
     pub fn new(fd: OwnedFd) -> std::io::Result<Capture> {
         sys::set_nonblocking(fd.as_raw_fd())?;
-        let mut c = Capture { fd, pending: pcap_header().to_vec(), dropped: 0, closed: false };
+        let mut c = Capture {
+            fd,
+            pending: pcap_header().to_vec(),
+            dropped: 0,
+            closed: false,
+        };
         c.flush();
         Ok(c)
     }
@@ -52,16 +57,25 @@ impl Capture {
         if self.closed || src.is_ipv4() != dst.is_ipv4() {
             return;
         }
-        let addrs = FrameAddrs { eth_src: mac, eth_dst: mac, src: src.ip(), dst: dst.ip() };
+        let addrs = FrameAddrs {
+            eth_src: mac,
+            eth_dst: mac,
+            src: src.ip(),
+            dst: dst.ip(),
+        };
         let frame = build_udp(&addrs, src.port(), dst.port(), 0, payload);
         if self.pending.len() + frame.len() + 16 > MAX_PENDING {
             self.dropped += 1;
             return;
         }
-        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let ts = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         let len = frame.len() as u32;
-        self.pending.extend_from_slice(&(ts.as_secs() as u32).to_le_bytes());
-        self.pending.extend_from_slice(&ts.subsec_micros().to_le_bytes());
+        self.pending
+            .extend_from_slice(&(ts.as_secs() as u32).to_le_bytes());
+        self.pending
+            .extend_from_slice(&ts.subsec_micros().to_le_bytes());
         self.pending.extend_from_slice(&len.to_le_bytes());
         self.pending.extend_from_slice(&len.to_le_bytes());
         self.pending.extend_from_slice(&frame);

@@ -6,8 +6,7 @@
 //! says.
 
 use super::engine::{Engine, MAX_OBJECTS_PER_SESSION};
-use super::nic::QpCreate;
-use super::objects::{Channel, Cq, Ctx, Kind, Object, Qp, Ring, SessionId, Srq};
+use super::objects::{Channel, Ctx, Kind, Object, SessionId};
 use super::sys::{self, Mapping};
 use super::{config, device::Device};
 use std::cell::Cell;
@@ -15,15 +14,11 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
-use wire::client::slot::{recv_slot_size, send_slot_size, CQE_LEN};
-use wire::client::verbs::qp_type;
-use wire::client::{
-    CounterSet, GidEntry, QpInitAttr, ReplyBody, RequestBody, RingLayout, PROTOCOL_VERSION,
-};
+use wire::client::{GidEntry, QpInitAttr, ReplyBody, RequestBody, PROTOCOL_VERSION};
 
-type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
+pub(super) type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
 
-fn ok(body: ReplyBody) -> Answer {
+pub(super) fn ok(body: ReplyBody) -> Answer {
     Ok((body, Vec::new()))
 }
 
@@ -58,28 +53,20 @@ fn is_pipe_write_end(fd: &OwnedFd) -> bool {
     ok && sys::set_nonblocking(fd.as_raw_fd()).is_ok()
 }
 
-/// A sealed memfd holding rings, mapped; its length rounded up to a page.
-fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {
-    let len = usize::try_from(end.next_multiple_of(4096)).map_err(|_| libc::ENOMEM)?;
-    let fd = sys::sealed_memfd(name, len).map_err(|_| libc::ENOMEM)?;
-    let map = Mapping::new(&fd, len).map_err(|_| libc::ENOMEM)?;
-    Ok((fd, map))
-}
-
-fn entries_for(depth: u32) -> Result<u32, i32> {
-    depth.max(1).checked_next_power_of_two().ok_or(libc::EINVAL)
-}
-
 impl Engine {
     /// An object of the session, or ENOENT.
-    fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
+    pub(super) fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
         match self.objects.get(&h) {
             Some(o) if o.session == session => Ok(o),
             _ => Err(libc::ENOENT),
         }
     }
 
-    fn device_of(&mut self, session: SessionId, ctx: Handle) -> Result<&mut Device, i32> {
+    pub(super) fn device_of(
+        &mut self,
+        session: SessionId,
+        ctx: Handle,
+    ) -> Result<&mut Device, i32> {
         let dev = match &self.lookup(session, ctx)?.kind {
             Kind::Ctx(c) => c.dev,
             _ => return Err(libc::EINVAL),
@@ -91,7 +78,7 @@ impl Engine {
     }
 
     /// (ctx, core PD id) of a PD handle.
-    fn pd(&self, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
+    pub(super) fn pd(&self, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
         match self.lookup(session, pd)? {
             Object {
                 kind: Kind::Pd { id },
@@ -102,7 +89,7 @@ impl Engine {
         }
     }
 
-    fn insert(
+    pub(super) fn insert(
         &mut self,
         session: SessionId,
         ctx: Option<Handle>,
@@ -143,6 +130,20 @@ impl Engine {
         }
         if !hello && !matches!(body, RequestBody::Hello { .. }) {
             return Err(libc::EPROTO);
+        }
+        // Changing devices or watching every client's traffic is for the daemon's own user
+        // (or root), not for everyone the socket's group lets in.
+        let admin = matches!(
+            body,
+            RequestBody::LinkAdd { .. } | RequestBody::LinkDel { .. } | RequestBody::Capture { .. }
+        );
+        if admin
+            && !self
+                .sessions
+                .get(&session)
+                .is_some_and(|s| s.uid == 0 || s.uid == sys::euid())
+        {
+            return Err(libc::EPERM);
         }
         let now = Instant::now();
         use RequestBody as R;
@@ -246,7 +247,11 @@ impl Engine {
                     .device_of(session, ctx)?
                     .nic
                     .alloc_mw(ctx.0, pd_id, mw_type)?;
-                let mw = Kind::Mw { id, index: rkey >> 8, mw_type };
+                let mw = Kind::Mw {
+                    id,
+                    index: rkey >> 8,
+                    mw_type,
+                };
                 let handle = self.insert(session, Some(ctx), mw)?;
                 ok(ReplyBody::Mw { handle, rkey })
             }
@@ -423,7 +428,11 @@ impl Engine {
                     return Err(libc::EINVAL);
                 }
                 let cap = super::capture::Capture::new(w).map_err(|_| libc::EINVAL)?;
-                self.devices[i].as_mut().ok_or(libc::ENODEV)?.captures.push(cap);
+                self.devices[i]
+                    .as_mut()
+                    .ok_or(libc::ENODEV)?
+                    .captures
+                    .push(cap);
                 ok(ReplyBody::Ok)
             }
             R::LinkDel { name } => {
@@ -465,7 +474,7 @@ impl Engine {
     }
 
     /// (ctx, core id) of a CQ, which must be under `ctx`.
-    fn cq_in(&self, session: SessionId, h: Handle, ctx: Handle) -> Result<u32, i32> {
+    pub(super) fn cq_in(&self, session: SessionId, h: Handle, ctx: Handle) -> Result<u32, i32> {
         match self.lookup(session, h)? {
             Object {
                 kind: Kind::Cq(c),
@@ -496,7 +505,11 @@ impl Engine {
         };
         let db_fd = ctx_obj.doorbell.as_raw_fd();
         let ctx = self.insert(session, None, Kind::Ctx(ctx_obj))?;
-        if self.epoll.add(db_fd, (2 << 56) | u64::from(ctx.0)).is_err() {
+        if self
+            .epoll
+            .add(db_fd, super::engine::T_DOORBELL | u64::from(ctx.0))
+            .is_err()
+        {
             self.forget(ctx);
             return Err(libc::EMFILE);
         }
@@ -511,266 +524,5 @@ impl Engine {
             gids: d.gid_entries(),
         };
         Ok((body, vec![async_r, doorbell_copy, page_fd]))
-    }
-
-    fn create_cq(
-        &mut self,
-        session: SessionId,
-        ctx: Handle,
-        cqe: u32,
-        channel: Option<Handle>,
-    ) -> Answer {
-        let d = self.device_of(session, ctx)?;
-        if cqe == 0 || cqe > d.nic.limits().max_cqe {
-            return Err(libc::EINVAL);
-        }
-        if let Some(ch) = channel {
-            match self.lookup(session, ch)? {
-                Object {
-                    kind: Kind::Channel(_),
-                    ctx: c,
-                    ..
-                } if *c == ctx => {}
-                _ => return Err(libc::EINVAL),
-            }
-        }
-        let d = self.device_of(session, ctx)?;
-        let (id, depth) = d.nic.create_cq(ctx.0, cqe)?;
-        let layout = RingLayout {
-            offset: 0,
-            entries: entries_for(depth)?,
-            slot_size: CQE_LEN as u32,
-        };
-        let built = ring_memfd("rdma-emu-cq", layout.end());
-        let (fd, map) = match built {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = d.nic.destroy_cq(id);
-                return Err(e);
-            }
-        };
-        let cq = Cq {
-            id,
-            map,
-            ring: Ring::new(layout),
-            channel,
-            overflowed: Cell::new(false),
-        };
-        let handle = match self.insert(session, Some(ctx), Kind::Cq(cq)) {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_cq(id));
-                return Err(e);
-            }
-        };
-        if let Some(Object {
-            kind: Kind::Channel(ch),
-            ..
-        }) = channel.and_then(|c| self.objects.get(&c))
-        {
-            ch.users.set(ch.users.get() + 1);
-        }
-        self.device_of(session, ctx)?.cq_by_id.insert(id, handle);
-        Ok((
-            ReplyBody::Cq {
-                handle,
-                cqe: depth,
-                ring: layout,
-            },
-            vec![fd],
-        ))
-    }
-
-    fn create_srq(
-        &mut self,
-        session: SessionId,
-        pd: Handle,
-        attr: wire::client::SrqAttr,
-    ) -> Answer {
-        let (ctx, pd_id) = self.pd(session, pd)?;
-        let d = self.device_of(session, ctx)?;
-        let l = d.nic.limits();
-        if attr.max_wr == 0
-            || attr.max_wr > l.max_srq_wr
-            || attr.max_sge == 0
-            || attr.max_sge > l.max_srq_sge
-        {
-            return Err(libc::EINVAL);
-        }
-        let (id, actual) = d.nic.create_srq(ctx.0, pd_id, &attr)?;
-        let slot = recv_slot_size(actual.max_sge).ok_or(libc::EINVAL)?;
-        let layout = RingLayout {
-            offset: 0,
-            entries: entries_for(actual.max_wr)?,
-            slot_size: slot,
-        };
-        let (fd, map) = match ring_memfd("rdma-emu-srq", layout.end()) {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = d.nic.destroy_srq(id);
-                return Err(e);
-            }
-        };
-        let srq = Srq {
-            id,
-            map,
-            ring: Ring::new(layout),
-            max_sge: actual.max_sge,
-        };
-        let handle = self.insert(session, Some(ctx), Kind::Srq(srq))?;
-        self.rings.insert(handle);
-        self.device_of(session, ctx)?.srq_by_id.insert(id, handle);
-        Ok((
-            ReplyBody::Srq {
-                handle,
-                attr: actual,
-                ring: layout,
-            },
-            vec![fd],
-        ))
-    }
-
-    fn create_qp(&mut self, session: SessionId, pd: Handle, init: QpInitAttr) -> Answer {
-        let (ctx, pd_id) = self.pd(session, pd)?;
-        let send_cq = self.cq_in(session, init.send_cq, ctx)?;
-        let recv_cq = self.cq_in(session, init.recv_cq, ctx)?;
-        let srq = match init.srq {
-            Some(h) => match self.lookup(session, h)? {
-                Object {
-                    kind: Kind::Srq(s),
-                    ctx: c,
-                    ..
-                } if *c == ctx => Some(s.id),
-                _ => return Err(libc::EINVAL),
-            },
-            None => None,
-        };
-        if !matches!(init.qp_type, qp_type::RC | qp_type::UC | qp_type::UD) {
-            return Err(libc::EOPNOTSUPP);
-        }
-        let d = self.device_of(session, ctx)?;
-        let l = d.nic.limits();
-        let c = init.cap;
-        let rq_ok = srq.is_some() || (c.max_recv_wr <= l.max_qp_wr && c.max_recv_sge <= l.max_sge);
-        if c.max_send_wr > l.max_qp_wr
-            || c.max_send_sge > l.max_sge
-            || c.max_inline_data > l.max_inline
-            || !rq_ok
-        {
-            return Err(libc::EINVAL);
-        }
-        let create = QpCreate {
-            pd: pd_id,
-            send_cq,
-            recv_cq,
-            srq,
-            cap: c,
-            qp_type: init.qp_type,
-            sq_sig_all: init.sq_sig_all,
-        };
-        let (qpn, cap) = d.nic.create_qp(ctx.0, &create)?;
-        let sq_slot = send_slot_size(cap.max_send_sge, cap.max_inline_data).ok_or(libc::EINVAL);
-        let rq_slot = recv_slot_size(cap.max_recv_sge).ok_or(libc::EINVAL);
-        let layouts = sq_slot.and_then(|sq_slot| {
-            let sq = RingLayout {
-                offset: 0,
-                entries: entries_for(cap.max_send_wr)?,
-                slot_size: sq_slot,
-            };
-            let rq = match srq {
-                Some(_) => None,
-                None => Some(RingLayout {
-                    offset: sq.end(),
-                    entries: entries_for(cap.max_recv_wr)?,
-                    slot_size: rq_slot?,
-                }),
-            };
-            Ok((sq, rq))
-        });
-        let built = layouts.and_then(|(sq, rq)| {
-            ring_memfd("rdma-emu-qp", rq.map_or(sq.end(), |r| r.end())).map(|m| (sq, rq, m))
-        });
-        let (sq, rq, (fd, map)) = match built {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = d.nic.destroy_qp(qpn);
-                return Err(e);
-            }
-        };
-        let qp = Qp {
-            qpn,
-            qp_type: init.qp_type,
-            cap,
-            map,
-            sq: Ring::new(sq),
-            rq: rq.map(Ring::new),
-            send_cq: init.send_cq,
-            recv_cq: init.recv_cq,
-            srq: init.srq,
-            sq_sig_all: init.sq_sig_all,
-        };
-        let handle = match self.insert(session, Some(ctx), Kind::Qp(qp)) {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_qp(qpn));
-                return Err(e);
-            }
-        };
-        self.rings.insert(handle);
-        self.device_of(session, ctx)?.qp_by_qpn.insert(qpn, handle);
-        tracing::debug!(session, qpn, "QP created");
-        Ok((
-            ReplyBody::Qp {
-                handle,
-                qpn,
-                cap,
-                sq,
-                rq,
-            },
-            vec![fd],
-        ))
-    }
-
-    fn stat(&self, device: Option<String>, qpn: Option<u32>) -> Answer {
-        let mut sets = Vec::new();
-        for d in self.devices.iter().flatten() {
-            if device.as_deref().is_some_and(|n| n != d.name()) {
-                continue;
-            }
-            match qpn {
-                Some(q) => {
-                    if let Some(counters) = d.nic.qp_counters(q) {
-                        sets.push(CounterSet {
-                            device: d.name().into(),
-                            qpn: Some(q),
-                            counters,
-                        });
-                    }
-                }
-                None => {
-                    let mut counters = d.nic.counters();
-                    counters.push(("udp_rx_datagrams".into(), d.rx_datagrams));
-                    counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
-                    counters.push(("udp_tx_errors".into(), d.tx_errors));
-                    counters.push(("bad_client_requests".into(), self.counters.bad_requests));
-                    counters.push(("bad_wqes".into(), self.counters.bad_wqes));
-                    counters.push(("broken_rings".into(), self.counters.broken_rings));
-                    counters.push(("memory_faults".into(), self.mem.faults));
-                    sets.push(CounterSet {
-                        device: d.name().into(),
-                        qpn: None,
-                        counters,
-                    });
-                }
-            }
-        }
-        if sets.is_empty() && (device.is_some() || qpn.is_some()) {
-            return Err(if qpn.is_some() {
-                libc::ENOENT
-            } else {
-                libc::ENODEV
-            });
-        }
-        ok(ReplyBody::Stat(sets))
     }
 }

@@ -483,7 +483,10 @@ impl Nic for CoreNic {
     }
     fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno> {
         let wr = send_wr(wqe, None)?;
-        self.dev.bind_mw(Qpn(qpn), &wr.bind_mw).map(|k| k.0).map_err(e)
+        self.dev
+            .bind_mw(Qpn(qpn), &wr.bind_mw)
+            .map(|k| k.0)
+            .map_err(e)
     }
     fn qp_to_error(&mut self, now: Instant, qpn: u32) {
         let attr = core::QpAttr {

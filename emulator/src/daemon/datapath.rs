@@ -1,11 +1,13 @@
 //! The data path: draining SQ/RQ/SRQ rings into the core, driving the core's timers and
 //! output (transmits, completions into CQ rings, async events into pipes).
 
+use super::device::Device;
 use super::engine::Engine;
 use super::nic::EventElement;
 use super::objects::{Kind, Object, Qp, Ring};
 use super::sys::{self, Mapping};
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 use wire::client::proto::Handle;
@@ -18,8 +20,42 @@ use wire::client::{AsyncEventRecord, CompEventRecord, Consumer, Producer, RingEr
 const RING_BATCH: usize = 64;
 /// Largest slot the daemon creates (send WQE with 32 SGEs or 512 inline bytes).
 const MAX_SLOT: usize = 1024;
-/// Transmits per pass.
-const TX_BATCH: usize = 512;
+/// sendmmsg batches per pass and device.
+const TX_ROUNDS: usize = 16;
+
+/// Sends staged packets, batching consecutive ones that leave from the same socket.
+fn transmit(d: &mut Device, bufs: &[Vec<u8>], meta: &[(SocketAddr, SocketAddr)]) {
+    let mut at = 0;
+    while at < meta.len() {
+        let Some(sock) = d.udp.socket_for(meta[at].0, meta[at].1) else {
+            d.tx_errors += 1;
+            at += 1;
+            continue;
+        };
+        let mut end = at + 1;
+        while end < meta.len() && d.udp.socket_for(meta[end].0, meta[end].1) == Some(sock) {
+            end += 1;
+        }
+        let mut msgs: Vec<(SocketAddr, &[u8])> =
+            (at..end).map(|i| (meta[i].1, &bufs[i][..])).collect();
+        let sent = match d.udp.send_batch(sock, &mut msgs) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::trace!(error = %e, "UDP send failed");
+                0
+            }
+        };
+        // Unsent packets are lost on the wire: the transport retransmits.
+        d.tx_datagrams += sent as u64;
+        d.tx_errors += (end - at - sent) as u64;
+        for i in at..at + sent {
+            for c in &mut d.captures {
+                c.record(d.netdev.mac, meta[i].0, meta[i].1, &bufs[i]);
+            }
+        }
+        at = end;
+    }
+}
 
 /// Writes an async event record to a context's pipe; counts it if the pipe is full.
 pub(super) fn send_event(
@@ -387,28 +423,28 @@ impl Engine {
                 d.nic.handle_timeout(now, &mut self.mem);
                 worked = true;
             }
-            for _ in 0..TX_BATCH {
-                self.tx_buf.clear();
-                let Some((src, dst)) = d.nic.poll_transmit(now, &mut self.mem, &mut self.tx_buf)
-                else {
+            for _ in 0..TX_ROUNDS {
+                self.tx_meta.clear();
+                for buf in self.tx_bufs.iter_mut() {
+                    let Some(addrs) = d.nic.poll_transmit(now, &mut self.mem, buf) else {
+                        break;
+                    };
+                    self.tx_meta.push(addrs);
+                }
+                let staged = self.tx_meta.len();
+                if staged == 0 {
                     break;
-                };
+                }
                 worked = true;
-                match d.udp.send(src, dst, &self.tx_buf) {
-                    Ok(()) => {
-                        d.tx_datagrams += 1;
-                        for c in &mut d.captures {
-                            c.record(d.netdev.mac, src, dst, &self.tx_buf);
-                        }
-                    }
-                    Err(e) => {
-                        d.tx_errors += 1;
-                        tracing::trace!(%src, %dst, error = %e, "UDP send failed");
-                    }
+                transmit(d, &self.tx_bufs[..staged], &self.tx_meta);
+                if staged < self.tx_bufs.len() {
+                    break;
                 }
             }
             if !d.captures.is_empty() {
-                d.captures.iter_mut().for_each(super::capture::Capture::flush);
+                d.captures
+                    .iter_mut()
+                    .for_each(super::capture::Capture::flush);
                 d.captures.retain(|c| !c.is_closed());
             }
             while let Some((cq, cqe)) = d.nic.poll_completion() {

@@ -52,6 +52,8 @@ pub struct Device {
     pub rx_datagrams: u64,
     pub tx_datagrams: u64,
     pub tx_errors: u64,
+    /// Datagrams too large for a receive buffer (dropped).
+    pub rx_truncated: u64,
     /// Running `rdma-emu capture` streams.
     pub captures: Vec<super::capture::Capture>,
 }
@@ -88,6 +90,8 @@ impl Device {
             ));
         }
         let udp = UdpBackend::bind(&gids, ROCE_V2_PORT, netdev.index)?;
+        // The GID table holds the addresses actually served.
+        let gids: Vec<IpAddr> = udp.sockets.iter().map(|s| s.local.ip()).collect();
         let mtu = netdev::ib_mtu_for(netdev.mtu);
         let nic = factory(
             &spec.name,
@@ -112,6 +116,7 @@ impl Device {
             rx_datagrams: 0,
             tx_datagrams: 0,
             tx_errors: 0,
+            rx_truncated: 0,
             captures: Vec::new(),
         })
     }

@@ -19,9 +19,12 @@ const T_LISTENER: u64 = 1;
 const T_TIMER: u64 = 2;
 const T_WAKE: u64 = 3;
 const T_SESSION: u64 = 1 << 56;
-const T_DOORBELL: u64 = 2 << 56;
+pub(super) const T_DOORBELL: u64 = 2 << 56;
 const T_UDP: u64 = 3 << 56;
 const T_KIND: u64 = 0xff << 56;
+
+/// Packets staged per sendmmsg.
+pub(super) const TX_STAGE: usize = 32;
 
 /// Most objects one session may hold.
 pub const MAX_OBJECTS_PER_SESSION: usize = 1 << 18;
@@ -90,8 +93,11 @@ pub struct Engine {
     pub(super) counters: DaemonCounters,
     next_handle: u32,
     next_session: SessionId,
-    pub(super) tx_buf: Vec<u8>,
-    rx_buf: Vec<u8>,
+    /// Packets the cores produced, sent in batches (sendmmsg).
+    pub(super) tx_bufs: Vec<Vec<u8>>,
+    pub(super) tx_meta: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
+    /// Datagrams received in batches (recvmmsg).
+    rx: super::mmsg::RecvBatch,
     msg_buf: Vec<u8>,
 }
 
@@ -138,8 +144,9 @@ impl Engine {
             counters: DaemonCounters::default(),
             next_handle: 1,
             next_session: 1,
-            tx_buf: Vec::with_capacity(9000),
-            rx_buf: vec![0u8; 65536],
+            tx_bufs: (0..TX_STAGE).map(|_| Vec::with_capacity(4352)).collect(),
+            tx_meta: Vec::with_capacity(TX_STAGE),
+            rx: super::mmsg::RecvBatch::new(32, 9216),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
         };
         for dev in devices {
@@ -275,21 +282,28 @@ impl Engine {
         let Some(Some(d)) = self.devices.get_mut(dev) else {
             return;
         };
-        for _ in 0..256 {
-            match d.udp.recv(sock, &mut self.rx_buf) {
-                Ok(Some((n, src, dst))) => {
-                    d.rx_datagrams += 1;
-                    d.nic
-                        .handle_datagram(now, src, dst, &self.rx_buf[..n], &mut self.mem);
-                    for c in &mut d.captures {
-                        c.record(d.netdev.mac, src, dst, &self.rx_buf[..n]);
-                    }
-                }
-                Ok(None) => break,
+        for _ in 0..8 {
+            let (n, dst) = match d.udp.recv_batch(sock, &mut self.rx) {
+                Ok(got) => got,
                 Err(e) => {
                     tracing::debug!(device = d.name(), error = %e, "UDP receive error");
                     break;
                 }
+            };
+            for i in 0..n {
+                d.rx_datagrams += 1;
+                let (Some(len), Some(src)) = (self.rx.lens[i], self.rx.srcs[i]) else {
+                    d.rx_truncated += 1;
+                    continue;
+                };
+                let payload = &self.rx.bufs[i][..len];
+                d.nic.handle_datagram(now, src, dst, payload, &mut self.mem);
+                for c in &mut d.captures {
+                    c.record(d.netdev.mac, src, dst, payload);
+                }
+            }
+            if n < self.rx.bufs.len() {
+                break;
             }
         }
     }

@@ -19,15 +19,25 @@ pub struct Object {
 
 pub enum Kind {
     Ctx(Ctx),
-    Pd { id: u32 },
-    Mr { lkey: u32 },
+    Pd {
+        id: u32,
+    },
+    Mr {
+        lkey: u32,
+    },
     /// A memory window; `index` is its R_Key without the key byte (stable across binds).
-    Mw { id: u32, index: u32, mw_type: u32 },
+    Mw {
+        id: u32,
+        index: u32,
+        mw_type: u32,
+    },
     Channel(Channel),
     Cq(Cq),
     Srq(Srq),
     Qp(Qp),
-    Ah { id: u32 },
+    Ah {
+        id: u32,
+    },
 }
 
 /// An open device context: the client's memory, its doorbell, session page and async

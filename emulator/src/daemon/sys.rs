@@ -289,7 +289,13 @@ impl Epoll {
 /// stale socket file, with the file's mode set to `mode`.
 pub fn seqpacket_listen(path: &Path, mode: u32) -> io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
-    let addr = sockaddr_un(path.as_os_str().as_bytes())?;
+    // Bound and listening under a temporary name, then renamed into place: a client that
+    // sees the file can connect at once.
+    let mut tmp_name = path.as_os_str().to_owned();
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp_name);
+    let addr = sockaddr_un(tmp.as_os_str().as_bytes())?;
+    sockaddr_un(path.as_os_str().as_bytes())?;
     // SAFETY: plain syscall.
     let fd = own(unsafe {
         libc::socket(
@@ -298,7 +304,14 @@ pub fn seqpacket_listen(path: &Path, mode: u32) -> io::Result<OwnedFd> {
             0,
         )
     })?;
-    let _ = std::fs::remove_file(path);
+    // A live daemon keeps its socket; only a stale file (nobody accepting) is replaced.
+    if seqpacket_connect(path).is_ok() {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "another daemon is listening there",
+        ));
+    }
+    let _ = std::fs::remove_file(&tmp);
     // SAFETY: `addr` is a valid sockaddr_un of the given size.
     cvt(unsafe {
         libc::bind(
@@ -307,9 +320,14 @@ pub fn seqpacket_listen(path: &Path, mode: u32) -> io::Result<OwnedFd> {
             std::mem::size_of::<libc::sockaddr_un>() as u32,
         )
     })?;
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
-    // SAFETY: plain syscall on our socket.
-    cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+    let placed = std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(mode))
+        // SAFETY: plain syscall on our socket.
+        .and_then(|()| cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) }).map(|_| ()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(fd)
 }
 
@@ -388,6 +406,12 @@ pub fn peer_cred(fd: RawFd) -> io::Result<(u32, u32, u32)> {
         )
     })?;
     Ok((cred.pid as u32, cred.uid, cred.gid))
+}
+
+/// The effective user id of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 /// The most descriptors one message carries.
@@ -596,15 +620,23 @@ pub fn forward_signals(
     Ok(())
 }
 
-/// Detaches from the terminal: fork (the parent exits 0), setsid, stdio to /dev/null.
-/// Call before any thread is started.
-pub fn daemonize() -> io::Result<()> {
-    // SAFETY: fork in a single-threaded process; the parent exits at once without
-    // running destructors, the child continues.
+/// Detaches from the terminal: fork (the parent writes the child's pid to `pid_file`, if
+/// any, then exits 0, so the file exists when the command returns), setsid, stdio to
+/// /dev/null. Call before any thread is started.
+pub fn daemonize(pid_file: Option<&Path>) -> io::Result<()> {
+    // SAFETY: fork in a single-threaded process; the parent only writes a file and
+    // exits without running destructors, the child continues.
     match unsafe { libc::fork() } {
         -1 => return Err(io::Error::last_os_error()),
         0 => {}
-        _ => unsafe { libc::_exit(0) },
+        child => {
+            let code = match pid_file.map(|p| std::fs::write(p, format!("{child}\n"))) {
+                Some(Err(_)) => 1,
+                _ => 0,
+            };
+            // SAFETY: ends the parent at once; the child owns everything from here.
+            unsafe { libc::_exit(code) }
+        }
     }
     // SAFETY: plain syscalls; dup2 onto the standard descriptors of /dev/null.
     unsafe {

@@ -2,7 +2,7 @@
 //! device, on UDP port 4791 (IBA Annex A17.2.1), with DF set so that Linux sends IP ID 0
 //! (which the ICRC is computed over).
 
-use super::sys;
+use super::{mmsg, sys};
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -25,7 +25,8 @@ pub struct UdpBackend {
 
 impl UdpBackend {
     /// Binds `addr:port` for each address. IPv6 link-local addresses are scoped to
-    /// `ifindex`. Fails if any address cannot be bound (another daemon or rxe owns it).
+    /// `ifindex`. An address the kernel does not offer (yet: IPv6 duplicate address
+    /// detection) is left out; one already bound by another daemon or rxe is an error.
     pub fn bind(addrs: &[IpAddr], port: u16, ifindex: u32) -> io::Result<UdpBackend> {
         let mut sockets = Vec::new();
         for &ip in addrs {
@@ -40,8 +41,15 @@ impl UdpBackend {
                     SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
                 }
             };
-            let socket = UdpSocket::bind(local)
-                .map_err(|e| io::Error::new(e.kind(), format!("bind UDP {local}: {e}")))?;
+            let socket = match UdpSocket::bind(local) {
+                Ok(s) => s,
+                // A tentative (DAD) or vanishing address: serve the others.
+                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+                    tracing::warn!(%local, "address not available, left out of the GID table");
+                    continue;
+                }
+                Err(e) => return Err(io::Error::new(e.kind(), format!("bind UDP {local}: {e}"))),
+            };
             socket.set_nonblocking(true)?;
             let fd = socket.as_raw_fd();
             match ip {
@@ -63,6 +71,12 @@ impl UdpBackend {
             let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
             let local = socket.local_addr()?;
             sockets.push(BoundSocket { socket, local });
+        }
+        if sockets.is_empty() && !addrs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                "no address could be bound",
+            ));
         }
         Ok(UdpBackend { sockets })
     }
@@ -94,35 +108,67 @@ impl UdpBackend {
         }
     }
 
-    /// Sends from the socket bound to `src`'s address (any socket of the family if none).
-    pub fn send(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
-        let same_ip = |s: &&BoundSocket| s.local.ip() == src.ip();
-        let same_family = |s: &&BoundSocket| s.local.is_ipv4() == dst.is_ipv4();
-        let sock = self
-            .sockets
+    /// Receives a batch of datagrams on socket `i` (recvmmsg); returns how many arrived
+    /// and the local address they arrived on.
+    pub fn recv_batch(
+        &self,
+        i: usize,
+        batch: &mut mmsg::RecvBatch,
+    ) -> io::Result<(usize, SocketAddr)> {
+        let Some(s) = self.sockets.get(i) else {
+            return Ok((0, SocketAddr::from(([0, 0, 0, 0], 0))));
+        };
+        Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local))
+    }
+
+    /// The socket packets from `src` to `dst` leave from: the one bound to `src`'s
+    /// address, else any of `dst`'s family.
+    pub fn socket_for(&self, src: SocketAddr, dst: SocketAddr) -> Option<usize> {
+        self.sockets
             .iter()
-            .find(same_ip)
-            .or_else(|| self.sockets.iter().find(same_family))
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::AddrNotAvailable,
-                    format!("no socket for {src}"),
-                )
-            })?;
-        let dst = match (dst, sock.local) {
-            (SocketAddr::V6(d), SocketAddr::V6(l))
+            .position(|s| s.local.ip() == src.ip())
+            .or_else(|| {
+                self.sockets
+                    .iter()
+                    .position(|s| s.local.is_ipv4() == dst.is_ipv4())
+            })
+    }
+
+    /// `dst` with the socket's scope when it is an unscoped IPv6 link-local address.
+    fn scoped(&self, i: usize, dst: SocketAddr) -> SocketAddr {
+        match (dst, self.sockets.get(i).map(|s| s.local)) {
+            (SocketAddr::V6(d), Some(SocketAddr::V6(l)))
                 if d.scope_id() == 0 && d.ip().segments()[0] & 0xffc0 == 0xfe80 =>
             {
                 SocketAddr::V6(SocketAddrV6::new(*d.ip(), d.port(), 0, l.scope_id()))
             }
             _ => dst,
-        };
-        match sock.socket.send_to(payload, dst) {
-            Ok(_) => Ok(()),
-            // A full socket buffer is a lost packet on a real wire: the transport retries.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(e),
-            Err(e) => Err(e),
         }
+    }
+
+    /// Sends one datagram from the socket for `src`.
+    pub fn send(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
+        let i = self.socket_for(src, dst).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!("no socket for {src}"),
+            )
+        })?;
+        self.sockets[i]
+            .socket
+            .send_to(payload, self.scoped(i, dst))
+            .map(|_| ())
+    }
+
+    /// Sends datagrams from socket `i` with sendmmsg; returns how many went out.
+    pub fn send_batch(&self, i: usize, msgs: &mut [(SocketAddr, &[u8])]) -> io::Result<usize> {
+        let Some(s) = self.sockets.get(i) else {
+            return Ok(0);
+        };
+        for m in msgs.iter_mut() {
+            m.0 = self.scoped(i, m.0);
+        }
+        mmsg::send_batch(s.socket.as_raw_fd(), msgs)
     }
 }
 
@@ -149,5 +195,41 @@ mod tests {
         assert_eq!(&buf[..n], b"hello");
         assert_eq!(src, local);
         assert_eq!(dst, local);
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    #[test]
+    fn batches_of_datagrams_go_out_and_come_back_in_order() {
+        let a: IpAddr = "127.0.0.78".parse().unwrap();
+        let b = UdpBackend::bind(&[a], 0, 1).unwrap();
+        let local = b.sockets[0].local;
+        let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
+        let mut msgs: Vec<(SocketAddr, &[u8])> = payloads.iter().map(|p| (local, &p[..])).collect();
+        assert_eq!(b.send_batch(0, &mut msgs).unwrap(), 10);
+        let mut batch = mmsg::RecvBatch::new(16, 2048);
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            let (n, dst) = b.recv_batch(0, &mut batch).unwrap();
+            assert!(n == 0 || dst == local);
+            for i in 0..n {
+                got.push((
+                    batch.srcs[i],
+                    batch.bufs[i][..batch.lens[i].unwrap()].to_vec(),
+                ));
+            }
+            if got.len() == 10 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(got.len(), 10);
+        for (i, (src, data)) in got.iter().enumerate() {
+            assert_eq!(*src, Some(local));
+            assert_eq!(data, &payloads[i]);
+        }
     }
 }

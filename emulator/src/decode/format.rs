@@ -38,6 +38,14 @@ pub(super) fn frame(d: &mut Decoder, f: &Frame<'_>, line: &mut String, detail: &
             "  ethernet: src {} dst {} type {}",
             f.ethernet.src_addr, f.ethernet.dst_addr, f.ethernet.ethertype
         ));
+        if let Some(tci) = f.vlan {
+            detail.push(format!(
+                "  vlan: id {} pcp {} dei {}",
+                tci & 0x0fff,
+                tci >> 13,
+                (tci >> 12) & 1
+            ));
+        }
         match f.ip {
             IpHeader::V4 {
                 repr, ident, tos, ..

@@ -345,11 +345,11 @@ fn mangled_captures_never_panic_the_decoder() {
             let mut b = original.clone();
             for _ in 0..1 + next() % 8 {
                 // Leave the 24-byte file header alone half of the time.
-                let lo = if next() % 2 == 0 { 24 } else { 0 };
+                let lo = if next().is_multiple_of(2) { 24 } else { 0 };
                 let i = lo + (next() as usize) % (b.len() - lo);
                 b[i] = next() as u8;
             }
-            if next() % 4 == 0 {
+            if next().is_multiple_of(4) {
                 let n = (next() as usize) % b.len();
                 b.truncate(n);
             }

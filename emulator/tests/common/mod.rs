@@ -2,6 +2,8 @@
 //! a private socket and loopback address, opens the device, maps rings.
 #![allow(dead_code)]
 
+pub mod side;
+
 use emulator::daemon::client::{CallError, Client};
 use emulator::daemon::sys::Mapping;
 use emulator::daemon::{Config, Daemon, DeviceSpec, PollMode};

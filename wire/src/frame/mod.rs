@@ -22,6 +22,8 @@ use crate::roce::{self, icrc, PacketRepr, ROCE_V2_UDP_PORT};
 
 /// Length of an Ethernet II header.
 pub const ETHERNET_HEADER_LEN: usize = 14;
+/// The 802.1Q tag protocol identifier.
+pub const VLAN_TPID: u16 = 0x8100;
 /// Length of a UDP header.
 pub const UDP_HEADER_LEN: usize = 8;
 
@@ -162,8 +164,10 @@ pub enum Transport<'a> {
 /// A parsed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame<'a> {
-    /// Ethernet addresses and EtherType.
+    /// Ethernet addresses and EtherType (0x8100 for a VLAN-tagged frame).
     pub ethernet: EthernetRepr,
+    /// The 802.1Q tag control information (PCP, DEI, VLAN ID) of a tagged frame.
+    pub vlan: Option<u16>,
     /// IP layer.
     pub ip: IpHeader<'a>,
     /// Transport layer.
@@ -206,8 +210,18 @@ impl<'a> Frame<'a> {
 pub fn parse(frame: &[u8]) -> Result<Frame<'_>, Error> {
     let eth = EthernetFrame::new_checked(frame).map_err(|_| Error::Ethernet)?;
     let ethernet = EthernetRepr::parse(&eth).map_err(|_| Error::Ethernet)?;
-    let l3 = &frame[ETHERNET_HEADER_LEN..];
-    let (ip, protocol, l4) = match ethernet.ethertype {
+    let (ethertype, vlan, l3) = if ethernet.ethertype == EthernetProtocol::Unknown(VLAN_TPID) {
+        // IEEE 802.1Q: TCI (16), then the inner EtherType.
+        let tag = frame
+            .get(ETHERNET_HEADER_LEN..ETHERNET_HEADER_LEN + 4)
+            .ok_or(Error::Ethernet)?;
+        let tci = u16::from_be_bytes([tag[0], tag[1]]);
+        let inner = EthernetProtocol::from(u16::from_be_bytes([tag[2], tag[3]]));
+        (inner, Some(tci), &frame[ETHERNET_HEADER_LEN + 4..])
+    } else {
+        (ethernet.ethertype, None, &frame[ETHERNET_HEADER_LEN..])
+    };
+    let (ip, protocol, l4) = match ethertype {
         EthernetProtocol::Ipv4 => {
             let p = Ipv4Packet::new_checked(l3).map_err(|_| Error::Ipv4)?;
             let caps = ChecksumCapabilities::ignored();
@@ -277,6 +291,7 @@ pub fn parse(frame: &[u8]) -> Result<Frame<'_>, Error> {
     };
     Ok(Frame {
         ethernet,
+        vlan,
         ip,
         transport,
     })

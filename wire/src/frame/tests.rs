@@ -128,3 +128,15 @@ fn datagram_frame_matches_the_icrc_a_kernel_socket_sender_computes() {
     assert_eq!(parsed.roce(), Some(&ib[..]));
     assert_eq!(parsed.verify_icrc(), Some(true));
 }
+
+#[test]
+fn vlan_tagged_roce_frame_parses_with_its_tag() {
+    let f = build_roce(&addrs(false), 7, 0, &ud_packet(b"tagged"));
+    let mut tagged = f[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x20, 0x05]);
+    tagged.extend_from_slice(&f[12..]);
+    let parsed = parse(&tagged).unwrap();
+    assert_eq!(parsed.vlan, Some(0x2005));
+    assert_eq!(parsed.verify_icrc(), Some(true));
+    assert_eq!(parse(&tagged[..16]), Err(Error::Ethernet));
+}

@@ -20,6 +20,9 @@ use super::fpdu::{self, FpduConfig, FpduInfo};
 use super::mpa::{self, MpaFrameKind, MpaRepr};
 use super::{be16, Error, Result};
 
+/// Released octets at the front of the buffer are moved out once there are this many.
+const COMPACT_AT: usize = 64 * 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Expect(MpaFrameKind),
@@ -48,9 +51,11 @@ pub enum Deframed<'a> {
 #[derive(Debug, Clone)]
 pub struct Deframer {
     buf: Vec<u8>,
-    /// Octets at the front of `buf` already handed out.
+    /// Octets at the front of `buf` already handed out and released.
+    start: usize,
+    /// Length of the unit handed out by the last `pop` (released at the next one).
     consumed: usize,
-    /// Stream offset (since full operation) of `buf[consumed]`.
+    /// Stream offset (since full operation) of `buf[start + consumed]`.
     pos: u64,
     phase: Phase,
     ulpdu: Vec<u8>,
@@ -75,6 +80,7 @@ impl Deframer {
     fn with_phase(phase: Phase) -> Deframer {
         Deframer {
             buf: Vec::new(),
+            start: 0,
             consumed: 0,
             pos: 0,
             phase,
@@ -110,21 +116,27 @@ impl Deframer {
 
     /// Octets received and not yet handed out.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.consumed
+        self.buf.len() - self.start - self.consumed
     }
 
     fn fail(&mut self, e: Error) -> Option<Result<Deframed<'_>>> {
         self.phase = Phase::Failed;
         self.buf.clear();
+        self.start = 0;
         self.consumed = 0;
         Some(Err(e))
     }
 
     /// The next frame, `None` if more bytes are needed, or an error.
     pub fn pop(&mut self) -> Option<Result<Deframed<'_>>> {
-        if self.consumed > 0 {
-            self.buf.drain(..self.consumed);
-            self.consumed = 0;
+        self.start += std::mem::take(&mut self.consumed);
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start >= COMPACT_AT && self.start * 2 >= self.buf.len() {
+            // Moving the tail costs at most what was handed out since the last move.
+            self.buf.drain(..self.start);
+            self.start = 0;
         }
         match self.phase {
             Phase::Failed | Phase::Negotiating => None,
@@ -134,17 +146,18 @@ impl Deframer {
     }
 
     fn pop_mpa(&mut self, kind: MpaFrameKind) -> Option<Result<Deframed<'_>>> {
-        let have = self.buf.len();
+        let b = &self.buf[self.start..];
+        let have = b.len();
         // Judge the key as soon as its octets are here, so a stream that is not MPA
         // fails early; the verdict is the same whatever the chunking.
         let key_seen = have.min(16);
-        if self.buf[..key_seen] != kind.key()[..key_seen] {
+        if b[..key_seen] != kind.key()[..key_seen] {
             return self.fail(Error::BadMpaKey);
         }
         if have < mpa::HEADER_LEN {
             return None;
         }
-        let pd_len = usize::from(be16(&self.buf[18..20]));
+        let pd_len = usize::from(be16(&b[18..20]));
         if pd_len > mpa::MAX_PRIVATE_DATA {
             return self.fail(Error::PrivateDataTooLong(pd_len as u16));
         }
@@ -152,20 +165,21 @@ impl Deframer {
         if have < len {
             return None;
         }
-        if let Err(e) = MpaRepr::parse_bytes(&self.buf[..len]) {
+        if let Err(e) = MpaRepr::parse_bytes(&b[..len]) {
             return self.fail(e);
         }
         self.consumed = len;
         self.pos = 0;
         self.phase = Phase::Negotiating;
-        match MpaRepr::parse_bytes(&self.buf[..len]) {
+        match MpaRepr::parse_bytes(&self.buf[self.start..self.start + len]) {
             Ok((repr, _)) => Some(Ok(Deframed::Mpa(repr))),
             Err(e) => Some(Err(e)),
         }
     }
 
     fn pop_fpdu(&mut self, cfg: FpduConfig) -> Option<Result<Deframed<'_>>> {
-        match fpdu::parse(&self.buf, cfg, self.pos, &mut self.ulpdu) {
+        let b = &self.buf[self.start..];
+        match fpdu::parse(b, cfg, self.pos, &mut self.ulpdu) {
             Ok(None) => None,
             Ok(Some(info)) => {
                 let stream_offset = self.pos;
@@ -179,7 +193,7 @@ impl Deframer {
             }
             Err(e @ Error::BadCrc { .. }) => {
                 // The length was sound: skip the FPDU and report.
-                let len = be16_at_header(&self.buf, cfg, self.pos);
+                let len = be16_at_header(b, cfg, self.pos);
                 let wire = fpdu::wire_len(usize::from(len), cfg, self.pos);
                 self.consumed = wire;
                 self.pos += wire as u64;
@@ -305,5 +319,30 @@ mod tests {
         assert_eq!(got.len(), 3);
         assert!(matches!(got[1], Err(Error::BadCrc { .. })));
         assert_eq!(got[2], Ok(vec![2u8; 20]));
+    }
+
+    #[test]
+    fn long_streams_fed_in_big_pieces_come_out_whole() {
+        let cfg = FpduConfig {
+            crc: true,
+            markers: true,
+        };
+        let ulpdus: Vec<Vec<u8>> = (0..300)
+            .map(|i| vec![i as u8; 14 + (i * 37) % 1500])
+            .collect();
+        let s = stream(cfg, &ulpdus);
+        for piece in [1000, 70_000, s.len()] {
+            let mut d = Deframer::expecting_request();
+            let mut got = Vec::new();
+            for chunk in s.chunks(piece) {
+                d.read(chunk);
+                drain(&mut d, cfg, &mut got);
+            }
+            assert_eq!(got.len(), 301, "piece {piece}");
+            for (g, u) in got[1..].iter().zip(&ulpdus) {
+                assert_eq!(g.as_ref().unwrap(), u);
+            }
+            assert_eq!(d.buffered(), 0);
+        }
     }
 }

@@ -65,7 +65,8 @@ pub struct IrdOrd {
     pub ord: u16,
     /// A: peer-to-peer connection model (an RTR message follows the Reply).
     pub peer_to_peer: bool,
-    /// B: a zero-length Send may serve as the RTR message.
+    /// B: a zero-length Send may serve as the RTR message (cxgb4 names it SEND0, Linux
+    /// siw ZERO_LENGTH_RTR).
     pub rtr_send: bool,
     /// C: a zero-length RDMA Write may serve as the RTR message.
     pub rtr_write: bool,

@@ -1,0 +1,913 @@
+//! [`CmAgent`]: connections, listeners, timers; carries out the steps of [`super::table`].
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, trace};
+use wire::cm::messages::{CommIds, Dreq, Mra, Rej, Rep, Req, SidrRep, SidrReq};
+use wire::cm::{mad, CmMad, CmMessage, CmaHeader, ServiceId};
+use wire::roce::{Psn, Qkey, Qpn};
+
+use super::format;
+use super::table::{step, CmState, Ev, Input, Send, Timer};
+use super::{
+    iba_time, reason, sidr_status, CmConfig, CmCounters, CmEvent, CmTransmit, ConnId, ConnParams,
+    Owner, PeerInfo, Route,
+};
+use crate::sim::Rng;
+use crate::types::{Errno, Mtu, QpType};
+
+/// EADDRINUSE: the service ID already has a listener.
+const EADDRINUSE: Errno = Errno(98);
+
+/// The UD side of a SIDR exchange.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sidr {
+    /// SIDR_REP status (passive side, what we answer).
+    pub status: u8,
+    /// The UD QP (ours on the passive side, the peer's on the active side).
+    pub qpn: Qpn,
+    /// Its Q_Key.
+    pub qkey: Qkey,
+}
+
+/// One connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Conn {
+    pub owner: Owner,
+    pub state: CmState,
+    pub active: bool,
+    /// Destroyed by the consumer: the protocol finishes, no more events.
+    pub orphan: bool,
+    pub local_comm_id: u32,
+    pub remote_comm_id: u32,
+    /// Transaction ID of the REQ (REP, RTU, MRA, REJ reuse it).
+    pub tid: u64,
+    /// Transaction ID of the peer's DREQ (our DREP reuses it).
+    pub dreq_tid: u64,
+    pub service_id: ServiceId,
+    pub local: IpAddr,
+    pub remote: IpAddr,
+    pub sgid_index: u8,
+    pub src_port: u16,
+    pub params: ConnParams,
+    pub psn: Psn,
+    pub peer: Option<PeerInfo>,
+    pub mtu: Mtu,
+    pub flow_label: u32,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    /// Local ACK timeout exponent of the path (packet lifetime + 1).
+    pub ack_timeout: u8,
+    /// Retransmission interval (the peer's CM response time + 2 packet lifetimes).
+    pub response_timeout: Duration,
+    /// The kept REQ / REP / DREQ / SIDR_REQ.
+    pub sent: Option<Box<[u8; mad::MAD_LEN]>>,
+    pub retries_left: u8,
+    pub deadline: Option<Instant>,
+    /// Service timeout of the last MRA received.
+    pub mra_timeout: u8,
+    /// REJ we send (reason, ARI, private data), set by reject/destroy.
+    pub rej: (u16, Vec<u8>, Vec<u8>),
+    /// Private data of DREQ/DREP/RTU we send.
+    pub out_private: Vec<u8>,
+    pub sidr: Sidr,
+}
+
+/// What came with a message, for the event it raises.
+#[derive(Debug, Default)]
+struct Payload {
+    private_data: Vec<u8>,
+    reason: u16,
+    ari: Vec<u8>,
+    cma: Option<CmaHeader>,
+    sidr: Option<(u8, Qpn, Qkey)>,
+}
+
+/// The connection manager of one device. See the [module docs](super).
+#[derive(Debug)]
+pub struct CmAgent {
+    cfg: CmConfig,
+    rng: Rng,
+    id_operand: u32,
+    next_id: u32,
+    conns: HashMap<u32, Conn>,
+    /// (peer address, peer comm ID) → local comm ID: duplicate REQs, REJ/SIDR matching.
+    by_remote: HashMap<(IpAddr, u32), u32>,
+    listeners: HashMap<u64, Owner>,
+    transmits: VecDeque<CmTransmit>,
+    events: VecDeque<(ConnId, Owner, CmEvent)>,
+    counters: CmCounters,
+}
+
+impl CmAgent {
+    /// An agent with no connections.
+    pub fn new(cfg: CmConfig) -> Self {
+        let mut rng = Rng::new(cfg.seed ^ 0x636d_5f61_6765_6e74);
+        let id_operand = rng.next_u64() as u32;
+        CmAgent {
+            cfg,
+            rng,
+            id_operand,
+            next_id: 0,
+            conns: HashMap::new(),
+            by_remote: HashMap::new(),
+            listeners: HashMap::new(),
+            transmits: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: CmCounters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CmConfig {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> &CmCounters {
+        &self.counters
+    }
+
+    /// The state of a connection (`None`: unknown or gone).
+    pub fn state(&self, id: ConnId) -> Option<CmState> {
+        self.conns.get(&id.0).map(|c| c.state)
+    }
+
+    /// What the peer of a connection said (after REQ or REP).
+    pub fn peer(&self, id: ConnId) -> Option<PeerInfo> {
+        self.conns.get(&id.0).and_then(|c| c.peer)
+    }
+
+    /// Number of connection records (time-wait ones included).
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    pub(crate) fn conn(&self, id: ConnId) -> Result<&Conn, Errno> {
+        self.conns.get(&id.0).ok_or(Errno::ENOENT)
+    }
+
+    // ---- verbs -------------------------------------------------------------------
+
+    /// Listens on `service_id` for `owner` (rdma_listen). EADDRINUSE if taken.
+    pub fn listen(&mut self, service_id: ServiceId, owner: Owner) -> Result<(), Errno> {
+        if self.listeners.contains_key(&service_id.0) {
+            return Err(EADDRINUSE);
+        }
+        self.listeners.insert(service_id.0, owner);
+        Ok(())
+    }
+
+    /// Stops listening (ENOENT if nobody listened).
+    pub fn unlisten(&mut self, service_id: ServiceId) -> Result<(), Errno> {
+        self.listeners
+            .remove(&service_id.0)
+            .map(|_| ())
+            .ok_or(Errno::ENOENT)
+    }
+
+    /// Sends a REQ (rdma_connect on RC/UC). EINVAL: private data over 56 octets, a QP
+    /// type other than RC/UC.
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        owner: Owner,
+        params: ConnParams,
+        route: Route,
+    ) -> Result<ConnId, Errno> {
+        if params.private_data.len() > format::REQ_USER_PRIVATE
+            || !matches!(params.qp_type, QpType::Rc | QpType::Uc)
+        {
+            return Err(Errno::EINVAL);
+        }
+        let id = self.new_conn(owner, true, route, params);
+        self.apply(now, id, Input::Connect, Payload::default())?;
+        Ok(ConnId(id))
+    }
+
+    /// Sends a SIDR_REQ (rdma_connect on UD): the answer is
+    /// [`CmEvent::SidrResolved`], [`CmEvent::SidrRejected`] or [`CmEvent::Unreachable`].
+    pub fn resolve_sidr(
+        &mut self,
+        now: Instant,
+        owner: Owner,
+        route: Route,
+        private_data: &[u8],
+    ) -> Result<ConnId, Errno> {
+        if private_data.len() > format::SIDR_REQ_USER_PRIVATE {
+            return Err(Errno::EINVAL);
+        }
+        let mut params = ConnParams::rc(Qpn(0));
+        params.qp_type = QpType::Ud;
+        params.private_data = private_data.to_vec();
+        let id = self.new_conn(owner, true, route, params);
+        self.apply(now, id, Input::SidrResolve, Payload::default())?;
+        Ok(ConnId(id))
+    }
+
+    /// Accepts a connection request with a REP (rdma_accept). The starting PSN,
+    /// resources and private data are the consumer's; path MTU, retry counts come from
+    /// the REQ.
+    pub fn accept(&mut self, now: Instant, id: ConnId, params: ConnParams) -> Result<(), Errno> {
+        if params.private_data.len() > format::REP_PRIVATE {
+            return Err(Errno::EINVAL);
+        }
+        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        if c.active || !matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent) {
+            return Err(Errno::EINVAL);
+        }
+        let psn = params
+            .starting_psn
+            .unwrap_or_else(|| Psn::new(self.rng.next_u64() as u32));
+        c.psn = psn;
+        c.params = params;
+        self.apply(now, id.0, Input::Accept, Payload::default())
+    }
+
+    /// Accepts a SIDR request: the SIDR_REP carries the UD QP and its Q_Key.
+    pub fn accept_sidr(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        qpn: Qpn,
+        qkey: Qkey,
+        private_data: &[u8],
+    ) -> Result<(), Errno> {
+        if private_data.len() > format::SIDR_REP_PRIVATE {
+            return Err(Errno::EINVAL);
+        }
+        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        if c.state != CmState::SidrReqRcvd {
+            return Err(Errno::EINVAL);
+        }
+        c.sidr = Sidr {
+            status: sidr_status::SUCCESS,
+            qpn,
+            qkey,
+        };
+        c.out_private = private_data.to_vec();
+        self.apply(now, id.0, Input::Accept, Payload::default())
+    }
+
+    /// Rejects a connection request (passive) or a REP (active) with `reason`
+    /// (rdma_reject: [`reason::CONSUMER_DEFINED`]) and private data (≤ 148 octets); a
+    /// SIDR request gets a SIDR_REP with status REJECT (≤ 136 octets).
+    pub fn reject(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        reason: u16,
+        private_data: &[u8],
+    ) -> Result<(), Errno> {
+        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        let max = if c.state == CmState::SidrReqRcvd {
+            format::SIDR_REP_PRIVATE
+        } else {
+            format::REJ_PRIVATE
+        };
+        if private_data.len() > max {
+            return Err(Errno::EINVAL);
+        }
+        c.rej = (reason, Vec::new(), private_data.to_vec());
+        c.sidr.status = sidr_status::REJECT;
+        c.out_private = private_data.to_vec();
+        self.apply(now, id.0, Input::Reject, Payload::default())
+    }
+
+    /// Active side after REP: sends the RTU (rdma_establish, or the CMA once the QP is
+    /// in RTS). Passive side before RTU: the QP received traffic (COMM_EST), the
+    /// connection is established ([`CmEvent::Established`]).
+    pub fn establish(&mut self, now: Instant, id: ConnId) -> Result<(), Errno> {
+        self.apply(now, id.0, Input::Establish, Payload::default())
+    }
+
+    /// rdma_disconnect: DREQ when established, DREP when the peer's DREQ came first.
+    pub fn disconnect(&mut self, now: Instant, id: ConnId, private_data: &[u8]) -> Result<(), Errno> {
+        if private_data.len() > format::DREQ_PRIVATE {
+            return Err(Errno::EINVAL);
+        }
+        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        c.out_private = private_data.to_vec();
+        self.apply(now, id.0, Input::Disconnect, Payload::default())
+    }
+
+    /// rdma_destroy_id: the consumer is gone. The agent ends the protocol as the Linux
+    /// CM does (REJ with reason timeout before a REP, consumer-defined REJ for a pending
+    /// request, DREQ on an established connection, DREP on a received DREQ) and raises no
+    /// more events for it.
+    pub fn destroy(&mut self, now: Instant, id: ConnId) -> Result<(), Errno> {
+        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        c.orphan = true;
+        c.out_private.clear();
+        if matches!(c.state, CmState::ReqSent | CmState::MraReqRcvd) {
+            c.rej = (
+                reason::TIMEOUT,
+                self.cfg.local_ca_guid.to_be_bytes().to_vec(),
+                Vec::new(),
+            );
+        } else {
+            c.rej = (reason::CONSUMER_DEFINED, Vec::new(), Vec::new());
+        }
+        c.sidr.status = sidr_status::REJECT;
+        self.apply(now, id.0, Input::Destroy, Payload::default())
+    }
+
+    /// Drops every listener and connection of `owner` as [`CmAgent::destroy`] would
+    /// (its process died).
+    pub fn release_owner(&mut self, now: Instant, owner: Owner) {
+        self.listeners.retain(|_, o| *o != owner);
+        let mut ids: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.owner == owner && !c.orphan)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            let _ = self.destroy(now, ConnId(id));
+        }
+    }
+
+    // ---- output ------------------------------------------------------------------
+
+    /// The next MAD to send.
+    pub fn poll_transmit(&mut self) -> Option<CmTransmit> {
+        self.transmits.pop_front()
+    }
+
+    /// The next event for a consumer: the connection, its owner, what happened.
+    pub fn poll_event(&mut self) -> Option<(ConnId, Owner, CmEvent)> {
+        self.events.pop_front()
+    }
+
+    /// When [`CmAgent::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns.values().filter_map(|c| c.deadline).min()
+    }
+
+    /// Runs every timer due at `now`: retransmissions, give-ups, time-wait exits.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut due: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        due.sort_unstable();
+        for id in due {
+            let Some(c) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            c.deadline = None;
+            let retrying = matches!(
+                c.state,
+                CmState::ReqSent
+                    | CmState::MraReqRcvd
+                    | CmState::RepSent
+                    | CmState::MraRepRcvd
+                    | CmState::DreqSent
+                    | CmState::SidrReqSent
+            );
+            let input = if retrying && c.retries_left == 0 {
+                Input::RetriesExhausted
+            } else {
+                Input::Timeout
+            };
+            let _ = self.apply(now, id, input, Payload::default());
+        }
+    }
+
+    // ---- input -------------------------------------------------------------------
+
+    /// A MAD received on QP1 from `from` (the GRH source) to `to` (our address).
+    /// Anything that is not a CM MAD of class version 2 sent with method Send is dropped.
+    pub fn handle_mad(&mut self, now: Instant, from: IpAddr, to: IpAddr, bytes: &[u8]) {
+        let Ok(m) = CmMad::parse(bytes) else {
+            self.counters.rx_dropped += 1;
+            return;
+        };
+        if m.header.class_version != mad::CM_CLASS_VERSION
+            || m.header.method != mad::METHOD_SEND
+            || m.header.response
+        {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        self.counters.rx += 1;
+        trace!(msg = m.message.name(), %from, "cm rx");
+        let tid = m.header.transaction_id;
+        let handled = match m.message {
+            CmMessage::Req(r) => self.on_req(now, from, to, tid, &r),
+            CmMessage::Rep(r) => self.on_rep(now, from, to, tid, &r),
+            CmMessage::Rtu(r) => self.on_ids(now, &r, Input::RecvRtu),
+            CmMessage::Mra(r) => self.on_mra(now, &r),
+            CmMessage::Rej(r) => self.on_rej(now, from, &r),
+            CmMessage::Dreq(r) => self.on_dreq(now, from, to, tid, &r),
+            CmMessage::Drep(r) => self.on_ids(now, &r, Input::RecvDrep),
+            CmMessage::SidrReq(r) => self.on_sidr_req(now, from, to, tid, &r),
+            CmMessage::SidrRep(r) => self.on_sidr_rep(now, &r),
+            CmMessage::Other { .. } => false,
+        };
+        if !handled {
+            self.counters.rx_dropped += 1;
+        }
+    }
+
+    fn on_req(&mut self, now: Instant, from: IpAddr, to: IpAddr, tid: u64, r: &Req) -> bool {
+        if let Some(&id) = self.by_remote.get(&(from, r.local_comm_id)) {
+            self.counters.rx_duplicates += 1;
+            return self.apply(now, id, Input::RecvReq, Payload::default()).is_ok();
+        }
+        let Some(mtu) = Mtu::from_raw(u32::from(r.path_mtu)) else {
+            return false;
+        };
+        let qp_type = match r.transport_service_type {
+            0 => QpType::Rc,
+            1 => QpType::Uc,
+            _ => return false,
+        };
+        // A REQ from a QP that is still connected here under another comm ID: the old
+        // connection is stale (IBA 12.9.8.3.1).
+        let stale = self.conns.iter().find_map(|(id, c)| {
+            let p = c.peer?;
+            (p.addr == from
+                && p.qpn == r.local_qpn
+                && p.ca_guid == r.local_ca_guid
+                && !matches!(c.state, CmState::Timewait | CmState::Idle))
+            .then_some(*id)
+        });
+        if let Some(old) = stale {
+            self.reply_rej(from, to, tid, r.local_comm_id, 0, reason::STALE_CONN);
+            if self.conns.get(&old).map(|c| c.state) == Some(CmState::Established) {
+                let _ = self.apply(now, old, Input::Disconnect, Payload::default());
+            }
+            return true;
+        }
+        let Some(&owner) = self.listeners.get(&r.service_id) else {
+            self.reply_rej(from, to, tid, r.local_comm_id, 0, reason::INVALID_SERVICE_ID);
+            return true;
+        };
+        let cma = CmaHeader::parse(r.private_data).ok();
+        let user = if cma.is_some() {
+            &r.private_data[wire::cm::cma::CMA_HEADER_LEN..]
+        } else {
+            r.private_data
+        };
+        let peer = PeerInfo {
+            addr: from,
+            comm_id: r.local_comm_id,
+            ca_guid: r.local_ca_guid,
+            qpn: r.local_qpn,
+            starting_psn: r.starting_psn,
+            responder_resources: r.responder_resources,
+            initiator_depth: r.initiator_depth,
+            retry_count: r.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+            path_mtu: mtu,
+            qp_type,
+            srq: r.srq,
+            flow_control: r.end_to_end_flow_control,
+        };
+        let route = Route {
+            local: to,
+            remote: from,
+            port_space: wire::cm::PortSpace::Tcp,
+            src_port: 0,
+            dst_port: 0,
+            hop_limit: r.primary_path.hop_limit,
+            traffic_class: r.primary_path.traffic_class,
+            flow_label: Some(r.primary_path.flow_label),
+        };
+        let mut params = ConnParams::rc(Qpn(0));
+        params.qp_type = qp_type;
+        let id = self.new_conn(owner, false, route, params);
+        let plt = r.primary_path.local_ack_timeout.saturating_sub(1);
+        let active_mtu = self.cfg.active_mtu;
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.service_id = ServiceId(r.service_id);
+            c.tid = tid;
+            c.remote_comm_id = r.local_comm_id;
+            c.peer = Some(peer);
+            c.mtu = mtu.min(active_mtu);
+            c.ack_timeout = plt + 1;
+            c.response_timeout = iba_time(plt) * 2 + iba_time(r.local_cm_response_timeout);
+        }
+        self.by_remote.insert((from, r.local_comm_id), id);
+        let payload = Payload {
+            private_data: user.to_vec(),
+            cma,
+            ..Payload::default()
+        };
+        self.apply(now, id, Input::RecvReq, payload).is_ok()
+    }
+
+    fn on_rep(&mut self, now: Instant, from: IpAddr, to: IpAddr, tid: u64, r: &Rep) -> bool {
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
+            // Linux (cm_rep_handler): a REP nobody waits for gets a REJ.
+            let m = format::rej_reply(tid, r.remote_comm_id, r.local_comm_id, 1, reason::INVALID_COMM_ID);
+            self.push(to, from, m);
+            return true;
+        };
+        if !c.active || c.remote != from {
+            return false;
+        }
+        match c.state {
+            CmState::ReqSent | CmState::MraReqRcvd => {
+                c.remote_comm_id = r.local_comm_id;
+                c.peer = Some(PeerInfo {
+                    addr: from,
+                    comm_id: r.local_comm_id,
+                    ca_guid: r.local_ca_guid,
+                    qpn: r.local_qpn,
+                    starting_psn: r.starting_psn,
+                    responder_resources: r.responder_resources,
+                    initiator_depth: r.initiator_depth,
+                    retry_count: 0,
+                    rnr_retry_count: r.rnr_retry_count,
+                    path_mtu: c.mtu,
+                    qp_type: c.params.qp_type,
+                    srq: r.srq,
+                    flow_control: r.end_to_end_flow_control,
+                });
+                let id = c.local_comm_id;
+                self.by_remote.insert((from, r.local_comm_id), id);
+                let payload = Payload {
+                    private_data: r.private_data.to_vec(),
+                    ..Payload::default()
+                };
+                self.apply(now, id, Input::RecvRep, payload).is_ok()
+            }
+            _ if c.remote_comm_id == r.local_comm_id => {
+                self.counters.rx_duplicates += 1;
+                let id = c.local_comm_id;
+                self.apply(now, id, Input::RecvRep, Payload::default()).is_ok()
+            }
+            _ => false,
+        }
+    }
+
+    /// RTU and DREP: two comm IDs and private data.
+    fn on_ids(&mut self, now: Instant, r: &CommIds, input: Input) -> bool {
+        let Some(c) = self.conns.get(&r.remote_comm_id) else {
+            return false;
+        };
+        if c.remote_comm_id != r.local_comm_id {
+            return false;
+        }
+        let payload = Payload {
+            private_data: r.private_data.to_vec(),
+            ..Payload::default()
+        };
+        self.apply(now, r.remote_comm_id, input, payload).is_ok()
+    }
+
+    fn on_mra(&mut self, now: Instant, r: &Mra) -> bool {
+        let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
+            return false;
+        };
+        let input = match r.message_mraed {
+            0 if c.active => Input::RecvMraReq,
+            1 if !c.active && c.remote_comm_id == r.local_comm_id => Input::RecvMraRep,
+            _ => return false,
+        };
+        c.mra_timeout = r.service_timeout;
+        if input == Input::RecvMraReq {
+            // The MRA tells us the peer's comm ID before its REP does.
+            c.remote_comm_id = r.local_comm_id;
+        }
+        self.apply(now, r.remote_comm_id, input, Payload::default())
+            .is_ok()
+    }
+
+    fn on_rej(&mut self, now: Instant, from: IpAddr, r: &Rej) -> bool {
+        // A REJ names our comm ID, except the one an active side sends when it gives up
+        // before knowing it (reason timeout): then its own comm ID finds us.
+        let id = if r.remote_comm_id != 0 && self.conns.contains_key(&r.remote_comm_id) {
+            r.remote_comm_id
+        } else if let Some(&id) = self.by_remote.get(&(from, r.local_comm_id)) {
+            id
+        } else {
+            return false;
+        };
+        let Some(c) = self.conns.get(&id) else {
+            return false;
+        };
+        if c.remote != from
+            || (c.remote_comm_id != 0 && r.local_comm_id != 0 && c.remote_comm_id != r.local_comm_id)
+        {
+            return false;
+        }
+        let input = if r.reason == reason::STALE_CONN {
+            Input::RecvRejStale
+        } else {
+            Input::RecvRej
+        };
+        let ari_len = usize::from(r.rejected_info_length).min(r.ari.len());
+        let payload = Payload {
+            private_data: r.private_data.to_vec(),
+            reason: r.reason,
+            ari: r.ari[..ari_len].to_vec(),
+            ..Payload::default()
+        };
+        self.apply(now, id, input, payload).is_ok()
+    }
+
+    fn on_dreq(&mut self, now: Instant, from: IpAddr, to: IpAddr, tid: u64, r: &Dreq) -> bool {
+        let known = self.conns.get(&r.remote_comm_id).is_some_and(|c| {
+            c.remote == from && c.remote_comm_id == r.local_comm_id && c.params.qpn == r.remote_qpn
+        });
+        if !known {
+            // Linux answers a DREQ for a connection it does not know with a DREP, so a
+            // peer that lost its state is not left retrying.
+            let m = format::drep_for_unknown(tid, r.remote_comm_id, r.local_comm_id);
+            self.push(to, from, m);
+            return true;
+        }
+        if let Some(c) = self.conns.get_mut(&r.remote_comm_id) {
+            if matches!(c.state, CmState::DreqRcvd | CmState::Timewait) {
+                self.counters.rx_duplicates += 1;
+            }
+            c.dreq_tid = tid;
+        }
+        let payload = Payload {
+            private_data: r.private_data.to_vec(),
+            ..Payload::default()
+        };
+        self.apply(now, r.remote_comm_id, Input::RecvDreq, payload).is_ok()
+    }
+
+    fn on_sidr_req(&mut self, now: Instant, from: IpAddr, to: IpAddr, tid: u64, r: &SidrReq) -> bool {
+        if let Some(&id) = self.by_remote.get(&(from, r.request_id)) {
+            self.counters.rx_duplicates += 1;
+            return self.apply(now, id, Input::RecvSidrReq, Payload::default()).is_ok();
+        }
+        let cma = CmaHeader::parse(r.private_data).ok();
+        let Some(&owner) = self.listeners.get(&r.service_id) else {
+            let m = format::sidr_rep_unsupported(tid, r.request_id, r.service_id);
+            self.push(to, from, m);
+            return true;
+        };
+        let route = Route {
+            local: to,
+            remote: from,
+            port_space: wire::cm::PortSpace::Udp,
+            src_port: 0,
+            dst_port: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: Some(0),
+        };
+        let mut params = ConnParams::rc(Qpn(0));
+        params.qp_type = QpType::Ud;
+        let id = self.new_conn(owner, false, route, params);
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.service_id = ServiceId(r.service_id);
+            c.tid = tid;
+            c.remote_comm_id = r.request_id;
+        }
+        self.by_remote.insert((from, r.request_id), id);
+        let user = if cma.is_some() {
+            &r.private_data[wire::cm::cma::CMA_HEADER_LEN..]
+        } else {
+            r.private_data
+        };
+        let payload = Payload {
+            private_data: user.to_vec(),
+            cma,
+            ..Payload::default()
+        };
+        self.apply(now, id, Input::RecvSidrReq, payload).is_ok()
+    }
+
+    fn on_sidr_rep(&mut self, now: Instant, r: &SidrRep) -> bool {
+        let Some(c) = self.conns.get(&r.request_id) else {
+            return false;
+        };
+        if c.state != CmState::SidrReqSent {
+            return false;
+        }
+        let payload = Payload {
+            private_data: r.private_data.to_vec(),
+            sidr: Some((r.status, r.qpn, r.qkey)),
+            ..Payload::default()
+        };
+        self.apply(now, r.request_id, Input::RecvSidrRep, payload).is_ok()
+    }
+
+    // ---- machinery -----------------------------------------------------------------
+
+    fn new_comm_id(&mut self) -> u32 {
+        loop {
+            // Like the Linux CM: a counter XORed with a random operand, stored in network
+            // order as the kernel's `__be32` does (so the wire shows it byte-swapped).
+            let raw = self.next_id ^ self.id_operand;
+            self.next_id = self.next_id.wrapping_add(1);
+            let id = raw.swap_bytes();
+            if id != 0 && !self.conns.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    pub(crate) fn tid_for(&self, comm_id: u32) -> u64 {
+        (u64::from(self.cfg.hi_tid) << 32) | u64::from(comm_id.swap_bytes())
+    }
+
+    fn new_conn(&mut self, owner: Owner, active: bool, route: Route, params: ConnParams) -> u32 {
+        let id = self.new_comm_id();
+        let sgid_index = self
+            .cfg
+            .gids
+            .iter()
+            .position(|g| g.to_ip() == route.local)
+            .unwrap_or(0) as u8;
+        let psn = params
+            .starting_psn
+            .unwrap_or_else(|| Psn::new(self.rng.next_u64() as u32));
+        let plt = self.cfg.packet_life_time;
+        let mtu = params.path_mtu.min(self.cfg.active_mtu);
+        let response_timeout = if params.qp_type == QpType::Ud {
+            iba_time(self.cfg.cm_response_timeout)
+        } else {
+            iba_time(plt) * 2 + iba_time(self.cfg.cm_response_timeout)
+        };
+        let c = Conn {
+            owner,
+            state: CmState::Idle,
+            active,
+            orphan: false,
+            local_comm_id: id,
+            remote_comm_id: 0,
+            tid: self.tid_for(id),
+            dreq_tid: 0,
+            service_id: route.service_id(),
+            local: route.local,
+            remote: route.remote,
+            sgid_index,
+            src_port: route.src_port,
+            params,
+            psn,
+            peer: None,
+            mtu,
+            flow_label: route.flow_label(),
+            hop_limit: route.hop_limit,
+            traffic_class: route.traffic_class,
+            ack_timeout: plt + 1,
+            response_timeout,
+            sent: None,
+            retries_left: self.cfg.max_cm_retries,
+            deadline: None,
+            mra_timeout: 0,
+            rej: (reason::CONSUMER_DEFINED, Vec::new(), Vec::new()),
+            out_private: Vec::new(),
+            sidr: Sidr::default(),
+        };
+        self.conns.insert(id, c);
+        id
+    }
+
+    fn push(&mut self, src: IpAddr, dst: IpAddr, mad: [u8; mad::MAD_LEN]) {
+        self.counters.tx += 1;
+        self.transmits.push_back(CmTransmit { src, dst, mad });
+    }
+
+    /// A REJ answering a REQ that gets no connection.
+    fn reply_rej(&mut self, from: IpAddr, to: IpAddr, tid: u64, remote: u32, local: u32, why: u16) {
+        let m = format::rej_reply(tid, local, remote, 0, why);
+        self.push(to, from, m);
+    }
+
+    /// Carries out one cell of the table.
+    fn apply(&mut self, now: Instant, id: u32, input: Input, payload: Payload) -> Result<(), Errno> {
+        let cfg_retries = self.cfg.max_cm_retries;
+        let timewait = iba_time(self.cfg.packet_life_time + 1);
+        let Some(c) = self.conns.get(&id) else {
+            return Err(Errno::ENOENT);
+        };
+        let Some(st) = step(c.state, input) else {
+            trace!(state = c.state.name(), ?input, "cm input not valid in state");
+            if c.state == CmState::Idle {
+                self.remove(id);
+            }
+            return Err(Errno::EINVAL);
+        };
+        if st.next != c.state {
+            debug!(comm_id = id, from = c.state.name(), to = st.next.name(), ?input, "cm state");
+        }
+        let from_state = c.state;
+        if let Some(send) = st.send {
+            let mad = match send {
+                Send::Resend => {
+                    self.counters.tx_retries += 1;
+                    c.sent.as_deref().copied()
+                }
+                _ => Some(format::build(self, c, from_state, send)),
+            };
+            let (src, dst) = (c.local, c.remote);
+            let keep = matches!(send, Send::Req | Send::Rep | Send::Dreq | Send::SidrReq);
+            if let Some(m) = mad {
+                self.push(src, dst, m);
+                if keep {
+                    if let Some(c) = self.conns.get_mut(&id) {
+                        c.sent = Some(Box::new(m));
+                    }
+                }
+            }
+        }
+        let Some(c) = self.conns.get_mut(&id) else {
+            return Ok(());
+        };
+        c.state = st.next;
+        match st.timer {
+            Timer::Keep => {}
+            Timer::Stop => c.deadline = None,
+            Timer::Response => {
+                if st.send == Some(Send::Resend) {
+                    c.retries_left = c.retries_left.saturating_sub(1);
+                } else {
+                    c.retries_left = cfg_retries;
+                }
+                c.deadline = Some(now + c.response_timeout);
+            }
+            Timer::Mra => {
+                c.deadline = Some(now + iba_time(c.mra_timeout) + iba_time(c.ack_timeout));
+            }
+            Timer::Timewait => c.deadline = Some(now + timewait),
+        }
+        if let Some(ev) = st.event {
+            if !c.orphan {
+                let event = make_event(ev, c, payload);
+                self.events.push_back((ConnId(id), c.owner, event));
+            }
+        }
+        if st.next == CmState::Idle {
+            self.remove(id);
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, id: u32) {
+        if let Some(c) = self.conns.remove(&id) {
+            if self.by_remote.get(&(c.remote, c.remote_comm_id)) == Some(&id) {
+                self.by_remote.remove(&(c.remote, c.remote_comm_id));
+            }
+        }
+    }
+}
+
+fn make_event(ev: Ev, c: &Conn, p: Payload) -> CmEvent {
+    match ev {
+        Ev::ConnectRequest => match c.peer {
+            Some(peer) => CmEvent::ConnectRequest {
+                service_id: c.service_id,
+                peer,
+                cma: p.cma,
+                private_data: p.private_data,
+            },
+            None => CmEvent::Unreachable,
+        },
+        Ev::SidrRequest => CmEvent::SidrRequest {
+            service_id: c.service_id,
+            addr: c.remote,
+            cma: p.cma,
+            private_data: p.private_data,
+        },
+        Ev::ConnectResponse => match c.peer {
+            Some(peer) => CmEvent::ConnectResponse {
+                peer,
+                private_data: p.private_data,
+            },
+            None => CmEvent::Unreachable,
+        },
+        Ev::Established => CmEvent::Established,
+        Ev::Rejected => CmEvent::Rejected {
+            reason: p.reason,
+            private_data: p.private_data,
+            ari: p.ari,
+        },
+        Ev::Unreachable => CmEvent::Unreachable,
+        Ev::Disconnected => CmEvent::Disconnected {
+            timed_out: false,
+            private_data: p.private_data,
+        },
+        Ev::DisconnectTimedOut => CmEvent::Disconnected {
+            timed_out: true,
+            private_data: Vec::new(),
+        },
+        Ev::TimewaitExit => CmEvent::TimewaitExit,
+        Ev::SidrReply => match p.sidr {
+            Some((sidr_status::SUCCESS, qpn, qkey)) => CmEvent::SidrResolved {
+                qpn,
+                qkey,
+                private_data: p.private_data,
+            },
+            Some((status, _, _)) => CmEvent::SidrRejected {
+                status,
+                private_data: p.private_data,
+            },
+            None => CmEvent::Unreachable,
+        },
+    }
+}

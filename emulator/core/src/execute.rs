@@ -1,0 +1,315 @@
+//! Executing an in-sequence request at the responder (IBA 9.7.5.1): SEND
+//! into a receive WQE, RDMA WRITE and READ after the R_Key checks, atomics.
+
+use wire::roce::{NakCode, Request, SendSeg, WriteSeg};
+
+use crate::attr::*;
+use crate::device::Objects;
+use crate::dma::scatter;
+use crate::memory::Memory;
+use crate::qp::*;
+use crate::responder::{imm_to_wc, take_rwqe, Outcome};
+use crate::types::*;
+use wire::roce::Header;
+
+/// Executes an in-sequence request packet.
+pub(crate) fn execute(
+    qp: &mut Qp,
+    o: &mut Objects,
+    h: &Header,
+    r: &Request,
+    payload: &[u8],
+    mem: &mut dyn Memory,
+) -> Outcome {
+    let pd = qp.init.pd;
+    let qpn = qp.qpn;
+    let access = qp.attr.qp_access_flags;
+    let max_dest = usize::from(qp.attr.max_dest_rd_atomic);
+    let Some(conn) = qp.conn.as_mut() else {
+        return Outcome::Done(1);
+    };
+    let mtu = conn.mtu;
+    let access_err = Outcome::Fatal(
+        NakCode::RemoteAccessError,
+        Some(AsyncEvent::QpAccessErr(qpn)),
+    );
+    let inv_req = Outcome::Fatal(NakCode::InvalidRequest, Some(AsyncEvent::QpReqErr(qpn)));
+    match r {
+        Request::Send(seg) => {
+            let first = matches!(
+                seg,
+                SendSeg::First | SendSeg::Only | SendSeg::OnlyImm(_) | SendSeg::OnlyInv(_)
+            );
+            let last = !matches!(seg, SendSeg::First | SendSeg::Middle);
+            if payload.len() as u32 > mtu || (!last && payload.len() as u32 != mtu) {
+                return inv_req;
+            }
+            let (rwqe, offset) = match (first, conn.resp.cur.take()) {
+                (true, None) => match take_rwqe(qp, o) {
+                    Some(w) => (w, 0),
+                    None => return Outcome::Rnr,
+                },
+                (false, Some(InProgress::Send { rwqe, offset })) => (rwqe, offset),
+                (_, other) => {
+                    if let Some(c) = qp.conn.as_mut() {
+                        c.resp.cur = other;
+                    }
+                    return inv_req;
+                }
+            };
+            let Some(conn) = qp.conn.as_mut() else {
+                return Outcome::Done(1);
+            };
+            if let Err(status) = scatter(&o.keys, pd, &rwqe.sg_list, offset, payload, mem) {
+                let wc = WorkCompletion {
+                    wr_id: rwqe.wr_id,
+                    status,
+                    opcode: WcOpcode::Recv,
+                    qp_num: qpn,
+                    ..Default::default()
+                };
+                o.push_wc(qp.init.recv_cq, wc);
+                return if status == WcStatus::LocLenErr {
+                    inv_req
+                } else {
+                    Outcome::Fatal(NakCode::RemoteOperationalError, None)
+                };
+            }
+            let offset = offset + payload.len() as u32;
+            if !last {
+                conn.resp.cur = Some(InProgress::Send { rwqe, offset });
+                return Outcome::Done(1);
+            }
+            conn.resp.msn = conn.resp.msn.wrapping_add(1);
+            let (imm, flags) = match seg {
+                SendSeg::LastImm(i) | SendSeg::OnlyImm(i) => (imm_to_wc(*i), WcFlags::WITH_IMM),
+                SendSeg::LastInv(k) | SendSeg::OnlyInv(k) => {
+                    if let Some(w) = o.keys.by_index.get_mut(&(k.0 >> 8)) {
+                        if w.key == k.0 && w.pd == pd && w.mw_type2 {
+                            w.valid = false;
+                        }
+                    }
+                    (k.0, WcFlags::WITH_INV)
+                }
+                _ => (0, WcFlags::EMPTY),
+            };
+            let wc = WorkCompletion {
+                wr_id: rwqe.wr_id,
+                status: WcStatus::Success,
+                opcode: WcOpcode::Recv,
+                byte_len: offset,
+                imm_data: imm,
+                qp_num: qpn,
+                wc_flags: flags,
+                ..Default::default()
+            };
+            o.push_wc(qp.init.recv_cq, wc);
+            Outcome::Done(1)
+        }
+        Request::Write(seg) => {
+            let (reth, last, imm) = match seg {
+                WriteSeg::First(r) => (Some(r), false, None),
+                WriteSeg::Middle => (None, false, None),
+                WriteSeg::Last => (None, true, None),
+                WriteSeg::LastImm(i) => (None, true, Some(*i)),
+                WriteSeg::Only(r) => (Some(r), true, None),
+                WriteSeg::OnlyImm(r, i) => (Some(r), true, Some(*i)),
+            };
+            if payload.len() as u32 > mtu || (!last && payload.len() as u32 != mtu) {
+                return inv_req;
+            }
+            // A WRITE with immediate needs a receive WQE: check before touching memory.
+            if imm.is_some() && qp.init.srq.is_none() && qp.rq.is_empty() {
+                return Outcome::Rnr;
+            }
+            if imm.is_some()
+                && qp
+                    .init
+                    .srq
+                    .is_some_and(|s| o.srqs.get(&s.0).is_none_or(|s| s.wqes.is_empty()))
+            {
+                return Outcome::Rnr;
+            }
+            let Some(conn) = qp.conn.as_mut() else {
+                return Outcome::Done(1);
+            };
+            let (space, mut host, mut left, total) = match (reth, conn.resp.cur.take()) {
+                (Some(r), None) => {
+                    if !access.contains(AccessFlags::REMOTE_WRITE) {
+                        return access_err;
+                    }
+                    if r.dma_len == 0 {
+                        (AddrSpace(0), 0, 0, 0)
+                    } else {
+                        match o.keys.resolve(
+                            r.rkey.0,
+                            pd,
+                            r.va,
+                            u64::from(r.dma_len),
+                            AccessFlags::REMOTE_WRITE,
+                            true,
+                            qpn.0,
+                        ) {
+                            Ok((s, h)) => (s, h, r.dma_len, r.dma_len),
+                            Err(e) => {
+                                let _ = e;
+                                return access_err;
+                            }
+                        }
+                    }
+                }
+                (
+                    None,
+                    Some(InProgress::Write {
+                        space,
+                        host,
+                        left,
+                        total,
+                    }),
+                ) => (space, host, left, total),
+                (_, other) => {
+                    conn.resp.cur = other;
+                    return inv_req;
+                }
+            };
+            if payload.len() as u32 > left || (last && payload.len() as u32 != left) {
+                return inv_req;
+            }
+            if !payload.is_empty() && mem.write(space, host, payload).is_err() {
+                return Outcome::Fatal(NakCode::RemoteOperationalError, None);
+            }
+            host += payload.len() as u64;
+            left -= payload.len() as u32;
+            if !last {
+                conn.resp.cur = Some(InProgress::Write {
+                    space,
+                    host,
+                    left,
+                    total,
+                });
+                return Outcome::Done(1);
+            }
+            conn.resp.msn = conn.resp.msn.wrapping_add(1);
+            if let Some(i) = imm {
+                let Some(rwqe) = take_rwqe(qp, o) else {
+                    return Outcome::Rnr;
+                };
+                let wc = WorkCompletion {
+                    wr_id: rwqe.wr_id,
+                    status: WcStatus::Success,
+                    opcode: WcOpcode::RecvRdmaWithImm,
+                    byte_len: total,
+                    imm_data: imm_to_wc(i),
+                    qp_num: qpn,
+                    wc_flags: WcFlags::WITH_IMM,
+                    ..Default::default()
+                };
+                o.push_wc(qp.init.recv_cq, wc);
+            }
+            Outcome::Done(1)
+        }
+        Request::Read(reth) => {
+            if conn.resp.cur.is_some() || max_dest == 0 {
+                return inv_req;
+            }
+            if !access.contains(AccessFlags::REMOTE_READ) {
+                return access_err;
+            }
+            let (space, host) = if reth.dma_len == 0 {
+                (AddrSpace(0), 0)
+            } else {
+                match o.keys.resolve(
+                    reth.rkey.0,
+                    pd,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_READ,
+                    true,
+                    qpn.0,
+                ) {
+                    Ok(x) => x,
+                    Err(_) => return access_err,
+                }
+            };
+            let npkts = packets_for(reth.dma_len, mtu);
+            conn.resp.msn = conn.resp.msn.wrapping_add(1);
+            if conn.resp.resources.len() >= max_dest {
+                conn.resp.resources.pop_front();
+            }
+            conn.resp.resources.push_back(RdAtomicRes {
+                psn: h.psn,
+                npkts,
+                atomic_orig: None,
+            });
+            let msn = conn.resp.msn;
+            conn.resp.out.push_back(RespOut::Read {
+                first_psn: h.psn,
+                next_pkt: 0,
+                npkts,
+                space,
+                host,
+                len: reth.dma_len,
+                msn,
+            });
+            Outcome::Done(npkts)
+        }
+        Request::CompareSwap(a) | Request::FetchAdd(a) => {
+            if conn.resp.cur.is_some() || max_dest == 0 {
+                return inv_req;
+            }
+            if a.va & 7 != 0 {
+                return inv_req;
+            }
+            if !access.contains(AccessFlags::REMOTE_ATOMIC) {
+                return access_err;
+            }
+            let Ok((space, host)) = o.keys.resolve(
+                a.rkey.0,
+                pd,
+                a.va,
+                8,
+                AccessFlags::REMOTE_ATOMIC,
+                true,
+                qpn.0,
+            ) else {
+                return access_err;
+            };
+            // IBA 9.4.5: the atomic is executed once; the device serializes atomics
+            // (the whole device is one `&mut`), IBV_ATOMIC_HCA.
+            let mut cur = [0u8; 8];
+            if mem.read(space, host, &mut cur).is_err() {
+                return Outcome::Fatal(NakCode::RemoteOperationalError, None);
+            }
+            let orig = u64::from_le_bytes(cur);
+            let new = match r {
+                Request::CompareSwap(_) => {
+                    if orig == a.compare {
+                        a.swap_add
+                    } else {
+                        orig
+                    }
+                }
+                _ => orig.wrapping_add(a.swap_add),
+            };
+            if mem.write(space, host, &new.to_le_bytes()).is_err() {
+                return Outcome::Fatal(NakCode::RemoteOperationalError, None);
+            }
+            conn.resp.msn = conn.resp.msn.wrapping_add(1);
+            if conn.resp.resources.len() >= max_dest {
+                conn.resp.resources.pop_front();
+            }
+            conn.resp.resources.push_back(RdAtomicRes {
+                psn: h.psn,
+                npkts: 1,
+                atomic_orig: Some(orig),
+            });
+            let msn = conn.resp.msn;
+            conn.resp.out.push_back(RespOut::AtomicAck {
+                psn: h.psn,
+                orig,
+                msn,
+            });
+            Outcome::Done(1)
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! Batched UDP I/O: recvmmsg(2) and sendmmsg(2) with the socket addresses the kernel uses.
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::os::fd::RawFd;
+
+/// A socket address as the kernel takes it.
+fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// The address the kernel filled in, if it is IPv4 or IPv6.
+fn socket_addr_from(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: libc::sockaddr_in =
+                unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::from((
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6: libc::sockaddr_in6 =
+                unsafe { std::ptr::read((ss as *const libc::sockaddr_storage).cast()) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Buffers for receiving a batch of datagrams with one recvmmsg(2).
+#[derive(Debug)]
+pub struct RecvBatch {
+    pub bufs: Vec<Vec<u8>>,
+    /// Length of datagram `i` (valid for `i < count`); `None` if it was truncated.
+    pub lens: Vec<Option<usize>>,
+    pub srcs: Vec<Option<SocketAddr>>,
+    names: Vec<libc::sockaddr_storage>,
+}
+
+impl RecvBatch {
+    pub fn new(count: usize, size: usize) -> RecvBatch {
+        RecvBatch {
+            bufs: vec![vec![0u8; size]; count],
+            lens: vec![None; count],
+            srcs: vec![None; count],
+            // SAFETY: sockaddr_storage is plain old data; all zeroes is valid.
+            names: vec![unsafe { std::mem::zeroed() }; count],
+        }
+    }
+}
+
+/// Receives up to a batch of datagrams without blocking; returns how many arrived.
+pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
+    let mut iovs: Vec<libc::iovec> = b
+        .bufs
+        .iter_mut()
+        .map(|buf| libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        })
+        .collect();
+    let mut hdrs: Vec<libc::mmsghdr> = iovs
+        .iter_mut()
+        .zip(b.names.iter_mut())
+        .map(|(iov, name)| {
+            // SAFETY: mmsghdr is plain old data; all zeroes is valid.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen =
+                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = iov;
+            h.msg_hdr.msg_iovlen = 1;
+            h
+        })
+        .collect();
+    // SAFETY: every header points at a live buffer and name of `b`, for the call only.
+    let n = unsafe {
+        libc::recvmmsg(
+            fd,
+            hdrs.as_mut_ptr(),
+            hdrs.len() as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(e),
+        };
+    }
+    let n = n as usize;
+    for (i, h) in hdrs.iter().take(n).enumerate() {
+        b.lens[i] = (h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0).then_some(h.msg_len as usize);
+        b.srcs[i] = socket_addr_from(&b.names[i]);
+    }
+    Ok(n)
+}
+
+/// Sends datagrams with one sendmmsg(2) (more if the kernel takes fewer); stops at the
+/// first error other than an interrupted call. Returns how many were sent.
+pub fn send_batch(fd: RawFd, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+    let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
+        msgs.iter().map(|(a, _)| sockaddr_of(*a)).collect();
+    let mut iovs: Vec<libc::iovec> = msgs
+        .iter()
+        .map(|(_, d)| libc::iovec {
+            iov_base: d.as_ptr() as *mut libc::c_void,
+            iov_len: d.len(),
+        })
+        .collect();
+    let mut hdrs: Vec<libc::mmsghdr> = iovs
+        .iter_mut()
+        .zip(names.iter_mut())
+        .map(|(iov, (name, len))| {
+            // SAFETY: mmsghdr is plain old data; all zeroes is valid.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_namelen = *len;
+            h.msg_hdr.msg_iov = iov;
+            h.msg_hdr.msg_iovlen = 1;
+            h
+        })
+        .collect();
+    let mut sent = 0;
+    while sent < hdrs.len() {
+        // SAFETY: the headers point at live names and payloads for the call only.
+        let n = unsafe {
+            libc::sendmmsg(
+                fd,
+                hdrs[sent..].as_mut_ptr(),
+                (hdrs.len() - sent) as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return if sent > 0 { Ok(sent) } else { Err(e) };
+        }
+        if n == 0 {
+            break;
+        }
+        sent += n as usize;
+    }
+    Ok(sent)
+}
