@@ -6,8 +6,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 [ "$(id -u)" = 0 ] || { echo "prepare.sh: needs root (apt-get, mmdebstrap, network namespaces)" >&2; exit 1; }
 T0=$(date +%s)
-nice -n 19 timeout 600 "$HERE/host-deps.sh"
+nice -n 19 timeout 600 bash "$HERE/host-deps.sh"
 echo "host packages: $(( $(date +%s) - T0 )) s"
 T1=$(date +%s)
-nice -n 19 timeout 1200 "$HERE/build-image.sh"
+nice -n 19 timeout 1200 bash "$HERE/build-image.sh"
 echo "guest image: $(( $(date +%s) - T1 )) s"

@@ -4,7 +4,7 @@
 # client both on the guest's rxe0 (loopback through the kernel's rxe), and an rping client
 # toward the host side (nobody answers; its RDMA CM REQs, RoCE v2 UD packets to QP1, show
 # that the tap capture sees the guest's rxe traffic), then loads siw with MPA CRC required
-# and strict and runs rping over siw0 on the guest's loopback. Everything is removed
+# and strict and runs rping over siw0 on a dummy netdev in the guest. Everything is removed
 # afterwards.
 #
 #   selftest.sh [OUT]     OUT defaults to $RDMA_EMU_INTEROP_DIR/selftest
@@ -24,18 +24,18 @@ cleanup() {
   [ -n "$VM" ] && kill "$VM" 2>/dev/null
   [ -n "$DUMP" ] && kill -INT "$DUMP" 2>/dev/null
   wait 2>/dev/null
-  "$HERE/netns.sh" down "$NS"
+  bash "$HERE/netns.sh" down "$NS"
 }
 trap cleanup EXIT
 T0=$(date +%s.%N)
 t() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
 
-"$HERE/prepare.sh" >"$OUT/prepare.log" 2>&1
+bash "$HERE/prepare.sh" >"$OUT/prepare.log" 2>&1
 echo "prepare: $(t) s" | tee "$OUT/times.txt"
-"$HERE/netns.sh" up "$NS" "$TAP" "$HOST_IP/24"
+bash "$HERE/netns.sh" up "$NS" "$TAP" "$HOST_IP/24"
 ip netns exec "$NS" tcpdump -i "$TAP" -U -s 0 -w "$OUT/tap.pcap" 2>"$OUT/tcpdump.log" &
 DUMP=$!
-nice -n 19 "$HERE/vm.sh" --netns "$NS" --share "$OUT/share" --tap "$TAP=$GUEST_IP/24" --timeout 400 &
+nice -n 19 bash "$HERE/vm.sh" --netns "$NS" --share "$OUT/share" --tap "$TAP=$GUEST_IP/24" --timeout 400 &
 VM=$!
 for _ in $(seq 600); do [ -e "$OUT/share/ready" ] && break; kill -0 "$VM" 2>/dev/null || break; sleep 0.2; done
 [ -e "$OUT/share/ready" ] || { echo "guest not ready; console:"; tail -30 "$OUT/share/console.log"; exit 1; }
@@ -56,9 +56,10 @@ sleep 2; timeout 120 ib_write_bw -d rxe0 -x $G -F -s 65536 -n 500 -p 18700 $GUES
 job cm-unanswered "timeout 10 rping -c -a $HOST_IP -C 1 -v; echo \"rping rc=\$? (no peer: failure expected)\"; true"
 job siw-crc "modprobe siw mpa_crc_required=1 mpa_crc_strict=1
 grep . /sys/module/siw/parameters/*
-rdma link add siw0 type siw netdev lo && rdma link show siw0
-timeout 60 rping -s -a 127.0.0.1 -p 7174 -C 3 -v & p=\$!
-sleep 3; timeout 60 rping -c -a 127.0.0.1 -p 7174 -C 3 -v; rc=\$?; wait \$p; exit \$rc"
+ip link add siwdummy0 type dummy && ip addr add 10.99.0.1/24 dev siwdummy0 && ip link set siwdummy0 up
+rdma link add siw0 type siw netdev siwdummy0 && rdma link show
+timeout 60 rping -s -a 10.99.0.1 -p 7174 -C 3 -v & p=\$!
+sleep 3; timeout 60 rping -c -a 10.99.0.1 -p 7174 -C 3 -v; rc=\$?; wait \$p; exit \$rc"
 touch "$OUT/share/stop"
 wait "$VM" || true
 VM=""

@@ -10,7 +10,7 @@
 #   --tap TAP=CIDR   one virtio NIC per --tap, on tap TAP in NS: the guest's ethN, N in order
 #   --timeout S      qemu is killed after S seconds (default 600); MAX_SECONDS = S - 20
 #   --smp N --mem MiB   default 1 vCPU, 1024 MiB
-#   --accel tcg|kvm  default tcg (see docs/interop.md: /dev/kvm may be present but unusable)
+#   --accel tcg|kvm  default tcg (docs/interop.md: a /dev/kvm may exist and still not boot the guest)
 #   -e VAR=VALUE     passed to the guest
 #
 # The last command execs `ip netns exec NS timeout S qemu-system-x86_64 ...`, so the

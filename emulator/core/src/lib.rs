@@ -35,6 +35,7 @@
 //!   (IPv4 ID 0).
 
 pub mod attr;
+pub mod cm;
 mod completer;
 mod device;
 mod dma;

@@ -25,6 +25,7 @@
 mod agent;
 mod format;
 pub mod gsi;
+mod input;
 mod qp_attr;
 pub mod table;
 
@@ -51,13 +52,13 @@ pub mod reason {
     /// Invalid service ID: nobody listens (what the Linux CM sends; librdmacm reports
     /// RDMA_CM_EVENT_REJECTED with status 8).
     pub const INVALID_SERVICE_ID: u16 = 8;
-    /// Stale connection (IBA 12.9.8.3.1).
+    /// Stale connection.
     pub const STALE_CONN: u16 = 10;
     /// Consumer reject (`rdma_reject`).
     pub const CONSUMER_DEFINED: u16 = 28;
 }
 
-/// SIDR_REP status values (IBA table 121, `enum ib_cm_sidr_status`).
+/// SIDR_REP status values (`enum ib_cm_sidr_status`).
 pub mod sidr_status {
     /// The QP is valid.
     pub const SUCCESS: u8 = 0;
@@ -112,7 +113,7 @@ impl CmConfig {
     }
 }
 
-/// 4.096 µs × 2^`exp` (IBA 12.7.34 and every CM timeout field), capped at exponent 31.
+/// 4.096 µs × 2^`exp` (the encoding of every CM timeout field), capped at exponent 31.
 pub fn iba_time(exp: u8) -> Duration {
     Duration::from_nanos(4096u64 << u32::from(exp.min(31)))
 }

@@ -1,4 +1,4 @@
-//! The CM state machine as one table (IBA vol. 1 12.9, figures 155–160; behaviour of the
+//! The CM state machine as one table (IBA vol. 1 ch. 12.9 state diagrams; behaviour of the
 //! Linux CM where IBA leaves a choice).
 //!
 //! [`step`] maps (state, input) to the next state, the message to send, the event for the
@@ -8,7 +8,7 @@
 //! every decision is here, and `tests/cm_table.rs` checks the table whole against a
 //! snapshot.
 
-/// The state of one connection (IBA 12.9.6 names; `IB_CM_*` in the Linux CM).
+/// The state of one connection (IBA names; `IB_CM_*` in the Linux CM).
 ///
 /// Listening is not a connection state here: listeners live in their own table, and a
 /// REQ that matches one creates a connection in [`CmState::ReqRcvd`].
@@ -167,7 +167,7 @@ impl Input {
 /// Which message a step sends. The retransmittable ones (REQ, REP, DREQ, SIDR_REQ) are
 /// kept by the connection and resent on its timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Send {
+pub enum Msg {
     /// ConnectRequest.
     Req,
     /// ConnectReply.
@@ -234,6 +234,9 @@ pub enum Timer {
     Mra,
     /// Arm the time-wait timer.
     Timewait,
+    /// Keep a SIDR answer for as long as the requester may repeat its SIDR_REQ
+    /// (max CM retries + 1 CM response timeouts).
+    SidrHold,
 }
 
 /// One cell of the table.
@@ -242,14 +245,14 @@ pub struct Step {
     /// The state after the input.
     pub next: CmState,
     /// The message sent, if any.
-    pub send: Option<Send>,
+    pub send: Option<Msg>,
     /// The event raised, if any.
     pub event: Option<Ev>,
     /// The timer.
     pub timer: Timer,
 }
 
-const fn go(next: CmState, send: Option<Send>, event: Option<Ev>, timer: Timer) -> Option<Step> {
+const fn go(next: CmState, send: Option<Msg>, event: Option<Ev>, timer: Timer) -> Option<Step> {
     Some(Step {
         next,
         send,
@@ -263,10 +266,10 @@ pub fn step(state: CmState, input: Input) -> Option<Step> {
     use CmState as S;
     use Ev as E;
     use Input as I;
-    use Send as M;
+    use Msg as M;
     use Timer as T;
     match (state, input) {
-        // Starting a connection (IBA 12.9.6.1 active, 12.9.6.2 passive).
+        // Starting a connection (active and passive side).
         (S::Idle, I::Connect) => go(S::ReqSent, Some(M::Req), None, T::Response),
         (S::Idle, I::SidrResolve) => go(S::SidrReqSent, Some(M::SidrReq), None, T::Response),
         (S::Idle, I::RecvReq) => go(S::ReqRcvd, None, Some(E::ConnectRequest), T::Stop),
@@ -296,7 +299,9 @@ pub fn step(state: CmState, input: Input) -> Option<Step> {
         }
         // A duplicate REQ: the consumer is slow, ask the peer to wait (the Linux CMA's
         // delayed MRA, sent only when the REQ is repeated).
-        (S::ReqRcvd | S::MraReqSent, I::RecvReq) => go(S::MraReqSent, Some(M::MraReq), None, T::Keep),
+        (S::ReqRcvd | S::MraReqSent, I::RecvReq) => {
+            go(S::MraReqSent, Some(M::MraReq), None, T::Keep)
+        }
         (S::ReqRcvd | S::MraReqSent, I::RecvRej) => go(S::Idle, None, Some(E::Rejected), T::Stop),
         (S::ReqRcvd | S::MraReqSent, I::RecvRejStale) => {
             go(S::Timewait, None, Some(E::Rejected), T::Timewait)
@@ -331,7 +336,9 @@ pub fn step(state: CmState, input: Input) -> Option<Step> {
         (S::RepRcvd | S::MraRepSent, I::Reject | I::Destroy) => {
             go(S::Timewait, Some(M::Rej), None, T::Timewait)
         }
-        (S::RepRcvd | S::MraRepSent, I::RecvRep) => go(S::MraRepSent, Some(M::MraRep), None, T::Keep),
+        (S::RepRcvd | S::MraRepSent, I::RecvRep) => {
+            go(S::MraRepSent, Some(M::MraRep), None, T::Keep)
+        }
         (S::RepRcvd | S::MraRepSent, I::RecvRej | I::RecvRejStale) => {
             go(S::Timewait, None, Some(E::Rejected), T::Timewait)
         }
@@ -349,10 +356,13 @@ pub fn step(state: CmState, input: Input) -> Option<Step> {
 
         // Disconnecting.
         (S::DreqSent, I::RecvDrep) => go(S::Timewait, None, Some(E::Disconnected), T::Timewait),
-        // Both sides disconnect at once: answer and wait (IBA 12.9.6.5).
-        (S::DreqSent, I::RecvDreq) => {
-            go(S::Timewait, Some(M::Drep), Some(E::Disconnected), T::Timewait)
-        }
+        // Both sides disconnect at once: answer and wait (as both rxe hosts do in rdma_cm.pcap, frames 91–94).
+        (S::DreqSent, I::RecvDreq) => go(
+            S::Timewait,
+            Some(M::Drep),
+            Some(E::Disconnected),
+            T::Timewait,
+        ),
         (S::DreqSent, I::RecvRej | I::RecvRejStale) => {
             go(S::Timewait, None, Some(E::Disconnected), T::Timewait)
         }
@@ -378,7 +388,7 @@ pub fn step(state: CmState, input: Input) -> Option<Step> {
         (S::SidrReqSent, I::RetriesExhausted) => go(S::Idle, None, Some(E::Unreachable), T::Stop),
         (S::SidrReqSent, I::Destroy) => go(S::Idle, None, None, T::Stop),
         (S::SidrReqRcvd, I::Accept | I::Reject | I::Destroy) => {
-            go(S::SidrRepSent, Some(M::SidrRep), None, T::Timewait)
+            go(S::SidrRepSent, Some(M::SidrRep), None, T::SidrHold)
         }
         (S::SidrReqRcvd, I::RecvSidrReq) => go(S::SidrReqRcvd, None, None, T::Keep),
         (S::SidrRepSent, I::RecvSidrReq) => go(S::SidrRepSent, Some(M::SidrRep), None, T::Keep),

@@ -28,31 +28,23 @@
 //! with MPA CRC off and on). The guest image already carries siw.ko and rdmacm-utils; a
 //! pending pair is a new entry in [`PAIRS`] with a CM-aware client/server and, for siw, a
 //! second `--tap` for `vm.sh`.
+mod harness;
+
+use harness::*;
 use rdma_emu_tests::*;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The whole suite, boot to power-off, stays within this (issue 12: about 10 minutes).
 const SUITE_BUDGET: Duration = Duration::from_secs(540);
 /// One pair, server and client.
 const PAIR_LIMIT: Duration = Duration::from_secs(60);
-/// From starting qemu to the guest's `ready` file (measured: 28-49 s under TCG, 97 s while
-/// two cargo builds shared the two cores).
-const BOOT_LIMIT: Duration = Duration::from_secs(180);
 /// Building the image from nothing took 446 s here (2 busy cores); a cached one, a second.
 const PREPARE_LIMIT: Duration = Duration::from_secs(1500);
 
 const TAP: &str = "rdmaemutap0";
-const TSHARK_FLAGS: [&str; 4] = [
-    "--disable-heuristic",
-    "rpcrdma_infiniband",
-    "--disable-heuristic",
-    "rpcrdma_iwarp",
-];
-
 /// Which side serves: the kernel's rxe in the guest, or rdma-emu on the host.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Direction {
@@ -145,243 +137,6 @@ const PAIRS: &[Pair] = &[
         done: Done::Perftest,
     },
 ];
-
-fn interop_scripts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop")
-}
-
-fn cache_dir() -> PathBuf {
-    std::env::var_os("RDMA_EMU_INTEROP_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            PathBuf::from(home).join(".cache/rdma-emu-interop")
-        })
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on a pid this test started; no memory is involved.
-    unsafe { libc::kill(pid as libc::pid_t, sig) };
-}
-
-/// Runs a command to completion within `limit` (killed after it); (exit code, output).
-fn run_bounded(cmd: &mut Command, limit: Duration, log: &Path) -> (Option<i32>, String) {
-    let file = std::fs::File::create(log).expect("log file");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().expect("log file"))
-        .stderr(file)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let start = Instant::now();
-    let code = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s.code(),
-            Ok(None) if start.elapsed() > limit => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(200)),
-            Err(_) => break None,
-        }
-    };
-    (code, std::fs::read_to_string(log).unwrap_or_default())
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// The guest: qemu (through `vm.sh`) and the folder it shares with the host.
-struct Guest {
-    vm: Child,
-    share: PathBuf,
-    ready: BTreeMap<String, String>,
-}
-
-impl Guest {
-    fn boot(
-        netns: &Netns,
-        share: &Path,
-        guest_cidr: &str,
-        timeout: Duration,
-    ) -> Result<Guest, String> {
-        std::fs::create_dir_all(share).map_err(|e| e.to_string())?;
-        let vm = Command::new(interop_scripts().join("vm.sh"))
-            .args(["--netns", &netns.name, "--share"])
-            .arg(share)
-            .args(["--tap", &format!("{TAP}={guest_cidr}")])
-            .args(["--timeout", &timeout.as_secs().to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(share.join("vm.stderr")).map_err(|e| e.to_string())?)
-            .spawn()
-            .map_err(|e| format!("cannot start vm.sh: {e}"))?;
-        let mut guest = Guest {
-            vm,
-            share: share.to_path_buf(),
-            ready: BTreeMap::new(),
-        };
-        let start = Instant::now();
-        let ready = share.join("ready");
-        while !ready.exists() {
-            if let Ok(Some(status)) = guest.vm.try_wait() {
-                return Err(format!(
-                    "qemu exited ({status}) before the guest was ready:\n{}\n--- console ---\n{}",
-                    std::fs::read_to_string(share.join("vm.stderr")).unwrap_or_default(),
-                    tail(&guest.console(), 30)
-                ));
-            }
-            if start.elapsed() > BOOT_LIMIT {
-                return Err(format!(
-                    "the guest was not ready in {BOOT_LIMIT:?}:\n{}",
-                    tail(&guest.console(), 30)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        let text = std::fs::read_to_string(&ready).map_err(|e| e.to_string())?;
-        guest.ready = text
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Ok(guest)
-    }
-
-    fn console(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(self.share.join("console.log")).unwrap_or_default())
-            .into_owned()
-    }
-
-    fn get(&self, key: &str) -> &str {
-        self.ready.get(key).map_or("", String::as_str)
-    }
-
-    /// Drops a job into the guest's queue: `script` runs as `bash` in the guest.
-    fn job(&self, name: &str, script: &str) -> GuestJob {
-        let jobs = self.share.join("jobs");
-        let tmp = jobs.join(format!("{name}.tmp"));
-        std::fs::write(&tmp, script).expect("write guest job");
-        std::fs::rename(&tmp, jobs.join(format!("{name}.sh"))).expect("queue guest job");
-        GuestJob {
-            dir: jobs,
-            name: name.to_string(),
-        }
-    }
-
-    /// Asks the guest to power off and waits for qemu (killed when it does not stop).
-    fn stop(mut self) {
-        let _ = std::fs::write(self.share.join("stop"), b"");
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(60) {
-            if let Ok(Some(_)) = self.vm.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        // Drop kills it.
-    }
-}
-
-impl Drop for Guest {
-    fn drop(&mut self) {
-        if let Ok(None) = self.vm.try_wait() {
-            // vm.sh exec'd into `timeout`, which passes SIGTERM on to qemu.
-            signal(self.vm.id(), libc::SIGTERM);
-            std::thread::sleep(Duration::from_secs(1));
-            if let Some(pid) = std::fs::read_to_string(self.share.join("qemu.pid"))
-                .ok()
-                .and_then(|p| p.trim().parse::<u32>().ok())
-            {
-                if Path::new(&format!("/proc/{pid}")).exists() {
-                    signal(pid, libc::SIGKILL);
-                }
-            }
-            let _ = self.vm.kill();
-            let _ = self.vm.wait();
-        }
-    }
-}
-
-/// A job in the guest's queue.
-struct GuestJob {
-    dir: PathBuf,
-    name: String,
-}
-
-impl GuestJob {
-    fn path(&self, ext: &str) -> PathBuf {
-        self.dir.join(format!("{}.{ext}", self.name))
-    }
-
-    fn wait_listening(&self, limit: Duration) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if self.path("listening").exists() {
-                return true;
-            }
-            if self.path("rc").exists() {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    }
-
-    /// Waits for the job's exit status (`None`: timed out, the job is cancelled).
-    fn wait(&self, limit: Duration) -> (Option<i32>, String) {
-        let start = Instant::now();
-        let rc = loop {
-            if let Ok(rc) = std::fs::read_to_string(self.path("rc")) {
-                break rc.trim().parse().ok();
-            }
-            if start.elapsed() > limit {
-                let _ = std::fs::write(self.path("cancel"), b"");
-                std::thread::sleep(Duration::from_secs(1));
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        (
-            rc,
-            std::fs::read_to_string(self.path("out")).unwrap_or_default(),
-        )
-    }
-}
-
-/// tcpdump on the tap; stopped with SIGINT (it then flushes the file) when dropped.
-struct Capture(Child);
-
-impl Capture {
-    fn stop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            signal(self.0.id(), libc::SIGINT);
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(5) {
-                if let Ok(Some(_)) = self.0.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// What one side of a pair did.
 struct Side {
@@ -611,95 +366,6 @@ fn finish(
     }
 }
 
-/// What the capture checks found.
-struct CaptureReport {
-    ok: bool,
-    text: String,
-}
-
-fn check_capture(pcap: &Path, host_ip: &str, guest_ip: &str) -> CaptureReport {
-    let mut text = String::new();
-    let mut ok = true;
-    let decode = Command::new(bin_dir().join("rdma-emu"))
-        .arg("decode")
-        .arg(pcap)
-        .output();
-    match decode {
-        Ok(d) => {
-            let out = String::from_utf8_lossy(&d.stdout);
-            let roce: Vec<&str> = out.lines().filter(|l| l.contains("ICRC")).collect();
-            let count = |needle: &str| roce.iter().filter(|l| l.contains(needle)).count();
-            let from = |ip: &str| {
-                roce.iter()
-                    .filter(|l| l.contains(&format!("{ip}.")) && l.find(ip) < l.find('>'))
-                    .count()
-            };
-            let (good, bad, unchecked) =
-                (count("ICRC ok"), count("ICRC BAD"), count("ICRC unchecked"));
-            let (from_kernel, from_emu) = (from(guest_ip), from(host_ip));
-            let _ = writeln!(
-                text,
-                "rdma-emu decode: exit {}, {} RoCE v2 packets ({from_kernel} from the kernel's rxe, {from_emu} from rdma-emu): ICRC ok {good}, BAD {bad}, unchecked {unchecked}",
-                d.status.code().unwrap_or(-1),
-                roce.len(),
-            );
-            for l in roce.iter().filter(|l| !l.contains("ICRC ok")).take(10) {
-                let _ = writeln!(text, "  {l}");
-            }
-            if !d.status.success() || bad > 0 || unchecked > 0 || from_kernel == 0 || from_emu == 0
-            {
-                ok = false;
-            }
-        }
-        Err(e) => {
-            ok = false;
-            let _ = writeln!(text, "cannot run rdma-emu decode: {e}");
-        }
-    }
-    let bad = Command::new("tshark")
-        .args(TSHARK_FLAGS)
-        .arg("-r")
-        .arg(pcap)
-        .args(["-Y", "_ws.malformed || _ws.expert.severity >= \"error\""])
-        .output();
-    match bad {
-        Ok(b) => {
-            let out = String::from_utf8_lossy(&b.stdout);
-            let lines: Vec<&str> = out.lines().collect();
-            let _ = writeln!(
-                text,
-                "tshark: exit {}, {} malformed or error-level frames",
-                b.status.code().unwrap_or(-1),
-                lines.len()
-            );
-            for l in lines.iter().take(10) {
-                let _ = writeln!(text, "  {l}");
-            }
-            if !b.status.success() || !lines.is_empty() {
-                ok = false;
-                let _ = writeln!(text, "{}", String::from_utf8_lossy(&b.stderr).trim());
-            }
-        }
-        Err(e) => {
-            ok = false;
-            let _ = writeln!(text, "cannot run tshark: {e}");
-        }
-    }
-    CaptureReport { ok, text }
-}
-
-/// Keeps the newest `keep` run folders.
-fn prune_runs(runs: &Path, keep: usize) {
-    let Ok(entries) = std::fs::read_dir(runs) else {
-        return;
-    };
-    let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    dirs.sort();
-    for d in dirs.iter().take(dirs.len().saturating_sub(keep)) {
-        let _ = std::fs::remove_dir_all(d);
-    }
-}
-
 #[test]
 fn rdma_emu_and_kernel_rxe_interoperate_both_ways() {
     let _s = serial();
@@ -734,7 +400,7 @@ fn rdma_emu_and_kernel_rxe_interoperate_both_ways() {
     // 1. Host packages and the guest image (built once, then cached).
     let t = Instant::now();
     let (code, log) = run_bounded(
-        &mut Command::new(interop_scripts().join("prepare.sh")),
+        Command::new("bash").arg(interop_scripts().join("prepare.sh")),
         PREPARE_LIMIT,
         &run_dir.join("prepare.log"),
     );
@@ -755,7 +421,8 @@ fn rdma_emu_and_kernel_rxe_interoperate_both_ways() {
     };
     let host_ip = format!("10.212.{id}.1");
     let guest_ip = format!("10.212.{id}.2");
-    let up = Command::new(interop_scripts().join("netns.sh"))
+    let up = Command::new("bash")
+        .arg(interop_scripts().join("netns.sh"))
         .args(["up", &netns.name, TAP, &format!("{host_ip}/24")])
         .output()
         .expect("netns.sh");
@@ -797,6 +464,7 @@ fn rdma_emu_and_kernel_rxe_interoperate_both_ways() {
     let guest = match Guest::boot(
         &netns,
         &run_dir.join("share"),
+        TAP,
         &format!("{guest_ip}/24"),
         vm_timeout,
     ) {

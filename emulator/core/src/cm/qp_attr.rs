@@ -1,0 +1,161 @@
+//! `rdma_init_qp_attr`: the QP attributes a negotiated connection implies, so the daemon
+//! drives the application's QP through INIT → RTR → RTS the way the kernel's CMA does
+//! (values as the Linux CM's `cm_init_qp_{init,rtr,rts}_attr` derive them).
+
+use wire::roce::{Psn, Qkey};
+
+use super::{CmAgent, CmState, ConnId};
+use crate::attr::{AhAttr, GlobalRoute, QpAttr};
+use crate::types::{AccessFlags, Errno, Gid, QpAttrMask, QpState, QpType};
+
+/// The Q_Key RDMA CM gives UD QPs of the UDP port space (`RDMA_UDP_QKEY`).
+pub const RDMA_UDP_QKEY: Qkey = Qkey(0x0123_4567);
+
+/// INIT attributes of a QP created on an id that is not connected yet (rdma_create_qp):
+/// RC/UC get no remote access until the connection says otherwise, UD gets `qkey`.
+pub fn unconnected_init_attr(qp_type: QpType, qkey: Qkey) -> (QpAttr, QpAttrMask) {
+    let mut a = QpAttr {
+        qp_state: QpState::Init,
+        pkey_index: 0,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+    if qp_type == QpType::Ud {
+        a.qkey = qkey;
+        m |= QpAttrMask::QKEY;
+    } else {
+        a.qp_access_flags = AccessFlags::EMPTY;
+        m |= QpAttrMask::ACCESS_FLAGS;
+    }
+    (a, m)
+}
+
+/// The attributes of a UD QP for `state` (INIT with the Q_Key, RTR, RTS with `sq_psn`).
+pub fn ud_qp_attr(state: QpState, qkey: Qkey, sq_psn: Psn) -> Result<(QpAttr, QpAttrMask), Errno> {
+    match state {
+        QpState::Init => Ok(unconnected_init_attr(QpType::Ud, qkey)),
+        QpState::Rtr => Ok((
+            QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE,
+        )),
+        QpState::Rts => Ok((
+            QpAttr {
+                qp_state: QpState::Rts,
+                sq_psn,
+                ..QpAttr::default()
+            },
+            QpAttrMask::STATE | QpAttrMask::SQ_PSN,
+        )),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+impl CmAgent {
+    /// `rdma_init_qp_attr` for `state` (INIT, RTR or RTS) of connection `id`.
+    ///
+    /// - INIT: remote write, plus read and atomic when this side accepts READ/atomic
+    ///   requests (no access at all before the peer answered).
+    /// - RTR: the AV (GRH to the peer's GID, flow label, hop limit, traffic class, the
+    ///   local GID's index), path MTU, the peer's QPN and starting PSN (`rq_psn`),
+    ///   `max_dest_rd_atomic`, `min_rnr_timer` 0 (RC).
+    /// - RTS: our starting PSN, local ACK timeout (packet lifetime + 1), retry counts
+    ///   (transport: the active side's own, the passive side the REQ's; RNR: the peer's),
+    ///   `max_rd_atomic` (RC).
+    ///
+    /// EINVAL: another state, or RTR/RTS before the peer's REQ/REP is known.
+    pub fn init_qp_attr(&self, id: ConnId, state: QpState) -> Result<(QpAttr, QpAttrMask), Errno> {
+        let c = self.conn(id)?;
+        let qp_type = c.params.qp_type;
+        if qp_type == QpType::Ud {
+            return ud_qp_attr(state, RDMA_UDP_QKEY, c.psn);
+        }
+        let rc = qp_type == QpType::Rc;
+        let Some(peer) = c.peer else {
+            return match state {
+                QpState::Init => Ok(unconnected_init_attr(qp_type, Qkey(0))),
+                _ => Err(Errno::EINVAL),
+            };
+        };
+        // What this side accepts (max_dest_rd_atomic) and issues (max_rd_atomic).
+        // Before accept the passive side has only the REQ (the CMA then overrides both
+        // with its rdma_conn_param, as the daemon may).
+        let accepted = !matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent);
+        let (responder, initiator) = if c.active || !accepted {
+            (peer.initiator_depth, peer.responder_resources)
+        } else {
+            (c.params.responder_resources, c.params.initiator_depth)
+        };
+        match state {
+            QpState::Init => {
+                let (mut a, m) = unconnected_init_attr(qp_type, Qkey(0));
+                a.qp_access_flags = AccessFlags::REMOTE_WRITE;
+                if rc && responder > 0 {
+                    a.qp_access_flags =
+                        a.qp_access_flags | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+                }
+                Ok((a, m))
+            }
+            QpState::Rtr => {
+                let a = QpAttr {
+                    qp_state: QpState::Rtr,
+                    ah_attr: AhAttr {
+                        grh: GlobalRoute {
+                            dgid: Gid::from_ip(c.remote),
+                            flow_label: c.flow_label,
+                            sgid_index: c.sgid_index,
+                            hop_limit: c.hop_limit,
+                            traffic_class: c.traffic_class,
+                        },
+                        is_global: true,
+                        port_num: 1,
+                        ..AhAttr::default()
+                    },
+                    path_mtu: c.mtu as u32,
+                    dest_qp_num: peer.qpn,
+                    rq_psn: peer.starting_psn,
+                    max_dest_rd_atomic: responder,
+                    min_rnr_timer: 0,
+                    ..QpAttr::default()
+                };
+                let mut m = QpAttrMask::STATE
+                    | QpAttrMask::AV
+                    | QpAttrMask::PATH_MTU
+                    | QpAttrMask::DEST_QPN
+                    | QpAttrMask::RQ_PSN;
+                if rc {
+                    m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+                }
+                Ok((a, m))
+            }
+            QpState::Rts => {
+                let retry = if c.active {
+                    c.params.retry_count
+                } else {
+                    peer.retry_count
+                };
+                let a = QpAttr {
+                    qp_state: QpState::Rts,
+                    sq_psn: c.psn,
+                    timeout: c.ack_timeout,
+                    retry_cnt: retry.min(7),
+                    rnr_retry: peer.rnr_retry_count.min(7),
+                    max_rd_atomic: initiator,
+                    ..QpAttr::default()
+                };
+                let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+                if rc {
+                    m |= QpAttrMask::TIMEOUT
+                        | QpAttrMask::RETRY_CNT
+                        | QpAttrMask::RNR_RETRY
+                        | QpAttrMask::MAX_QP_RD_ATOMIC;
+                }
+                Ok((a, m))
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+}
