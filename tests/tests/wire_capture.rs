@@ -16,7 +16,13 @@ const TSHARK_FLAGS: [&str; 4] = [
 #[test]
 fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
     let _s = serial();
-    if missing(&["tshark", "ibv_rc_pingpong", "ib_write_bw", "ib_read_bw", "ib_atomic_bw"]) {
+    if missing(&[
+        "tshark",
+        "ibv_rc_pingpong",
+        "ib_write_bw",
+        "ib_read_bw",
+        "ib_atomic_bw",
+    ]) {
         return;
     }
     let Some(net) = two_hosts() else { return };
@@ -24,7 +30,15 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
     let pcap = dir.path().join("roce.pcap");
     // tshark runs in host b's namespace and sees every frame on its end of the veth.
     let mut capture = Command::new("ip")
-        .args(["netns", "exec", &net.b.name, "tshark", "-q", "-i", net.iface])
+        .args([
+            "netns",
+            "exec",
+            &net.b.name,
+            "tshark",
+            "-q",
+            "-i",
+            net.iface,
+        ])
         .args(["-f", "udp port 4791", "-w"])
         .arg(&pcap)
         .stdout(Stdio::null())
@@ -40,12 +54,26 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
 
     let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
     let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
-    let info = da.program(Some(&net.a), &["ibv_devinfo", "-v"]).wait(Duration::from_secs(60));
+    let info = da
+        .program(Some(&net.a), &["ibv_devinfo", "-v"])
+        .wait(Duration::from_secs(60));
     info.assert_success();
-    let gid = roce_v2_ipv4_gid_index(&info.stdout).expect("IPv4 GID").to_string();
+    let gid = roce_v2_ipv4_gid_index(&info.stdout)
+        .expect("IPv4 GID")
+        .to_string();
     let runs: [Vec<&str>; 5] = [
         vec!["ibv_rc_pingpong", "-d", "rxe0", "-g", &gid, "-n", "20"],
-        vec!["ibv_ud_pingpong", "-d", "rxe0", "-g", &gid, "-n", "20", "-s", "512"],
+        vec![
+            "ibv_ud_pingpong",
+            "-d",
+            "rxe0",
+            "-g",
+            &gid,
+            "-n",
+            "20",
+            "-s",
+            "512",
+        ],
         vec!["ib_write_bw", "-d", "rxe0", "-F", "-n", "50", "-s", "8192"],
         vec!["ib_read_bw", "-d", "rxe0", "-F", "-n", "50", "-s", "8192"],
         vec!["ib_atomic_bw", "-d", "rxe0", "-F", "-n", "50"],
@@ -89,8 +117,15 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
         .output()
         .expect("tshark -r");
     let bad_text = String::from_utf8_lossy(&bad.stdout);
-    assert!(bad.status.success(), "tshark failed: {}", String::from_utf8_lossy(&bad.stderr));
-    assert!(bad_text.trim().is_empty(), "malformed or error-level frames:\n{bad_text}");
+    assert!(
+        bad.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(
+        bad_text.trim().is_empty(),
+        "malformed or error-level frames:\n{bad_text}"
+    );
 
     let decode = Command::new(bin_dir().join("rdma-emu"))
         .arg("decode")
@@ -102,8 +137,15 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
         decode.status.success(),
         "rdma-emu decode found a bad ICRC ({}):\n{}{}",
         decode.status,
-        text.lines().filter(|l| l.to_lowercase().contains("bad")).take(20).collect::<Vec<_>>().join("\n"),
+        text.lines()
+            .filter(|l| l.to_lowercase().contains("bad"))
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n"),
         String::from_utf8_lossy(&decode.stderr)
     );
-    assert!(text.lines().count() >= frames, "decode printed fewer lines than frames");
+    assert!(
+        text.lines().count() >= frames,
+        "decode printed fewer lines than frames"
+    );
 }
