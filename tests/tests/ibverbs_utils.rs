@@ -136,6 +136,7 @@ pingpong_tests! {
     uc_pingpong_one_host_events: "ibv_uc_pingpong", ["-e"], false;
     uc_pingpong_two_hosts: "ibv_uc_pingpong", [], true;
     uc_pingpong_two_hosts_64k: "ibv_uc_pingpong", ["-s", "65536", "-n", "1000"], true;
+    uc_pingpong_two_hosts_events: "ibv_uc_pingpong", ["-e"], true;
     // UD messages are bounded by the path MTU (1024 on a 1500-byte netdev, 4096 on lo):
     // ibv_ud_pingpong itself refuses -s larger than the MTU, so 1000-byte messages here.
     ud_pingpong_one_host: "ibv_ud_pingpong", [], false;
@@ -144,8 +145,11 @@ pingpong_tests! {
     // The veth MTU of 1500 gives an active MTU of 1024, below the default 2048-byte size.
     ud_pingpong_two_hosts: "ibv_ud_pingpong", ["-s", "1024"], true;
     ud_pingpong_two_hosts_many: "ibv_ud_pingpong", ["-s", "1000", "-n", "1000"], true;
+    ud_pingpong_two_hosts_events: "ibv_ud_pingpong", ["-s", "1024", "-e"], true;
     srq_pingpong_one_host: "ibv_srq_pingpong", [], false;
     srq_pingpong_one_host_64k: "ibv_srq_pingpong", ["-s", "65536", "-n", "1000"], false;
     srq_pingpong_one_host_events: "ibv_srq_pingpong", ["-e"], false;
     srq_pingpong_two_hosts: "ibv_srq_pingpong", [], true;
+    srq_pingpong_two_hosts_64k: "ibv_srq_pingpong", ["-s", "65536", "-n", "1000"], true;
+    srq_pingpong_two_hosts_events: "ibv_srq_pingpong", ["-e"], true;
 }
