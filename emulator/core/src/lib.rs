@@ -36,6 +36,7 @@
 
 pub mod attr;
 pub mod cm;
+pub mod iwarp;
 mod completer;
 mod device;
 mod dma;

@@ -1,0 +1,750 @@
+//! The connection object: MPA negotiation (RFC 5044 §7, RFC 6581), verbs, pollers.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use wire::iwarp::deframer::{Deframed, Deframer};
+use wire::iwarp::fpdu::{self, FpduConfig};
+use wire::iwarp::mpa::{IrdOrd, MpaFrameKind, MpaRepr, MpaRevision, MAX_PRIVATE_DATA};
+use wire::iwarp::{Error as WireError, TerminateError};
+
+use super::config::{
+    Completion, IwarpConfig, IwarpCounters, IwarpEvent, MpaOffer, Negotiated, Role, RtrKind,
+    RtrOffer,
+};
+use super::ext::EXT_FLAG;
+
+/// The reserved MPA flag bit Linux siw and Chelsio set in revision 2 frames
+/// (`MPA_RR_FLAG_ENHANCED`): siw ignores the IRD/ORD word without it and refuses a
+/// revision 2 Reply that lacks it.
+pub const ENHANCED_FLAG: u8 = 0x10;
+/// The largest IRD a responder offers to match the initiator's ORD (rxe's and this
+/// device's `max_qp_rd_atom`).
+const MAX_IRD: u16 = 128;
+use super::Stags;
+use crate::attr::{RecvWr, SendWr, WorkCompletion};
+use crate::memory::Memory;
+use crate::types::{Errno, WcOpcode, WcStatus, WrOpcode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    AwaitRequest,
+    RequestPending,
+    AwaitReply,
+    Rts,
+    Closed,
+}
+
+/// A send WR in the queue.
+#[derive(Debug)]
+pub(super) struct SqEntry {
+    pub wr: SendWr,
+    pub seq: u64,
+    /// Message length (gather list or inline data).
+    pub total: u64,
+    /// Octets handed to the stream.
+    pub sent: u64,
+    pub started: bool,
+    pub msn: u32,
+    /// Set when the WR is finished.
+    pub status: Option<WcStatus>,
+    pub byte_len: u32,
+}
+
+/// An outstanding Read Request or Atomic Request (ORD credit).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OrqEntry {
+    /// The SQ entry's sequence number; `None` for the internal RTR read.
+    pub seq: Option<u64>,
+    pub sink_stag: u32,
+    pub sink_to: u64,
+    pub size: u64,
+    /// `Some(id)` for an atomic.
+    pub atomic: Option<u32>,
+}
+
+/// A response the data source owes (IRD credit).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum IrqEntry {
+    Read {
+        sink_stag: u32,
+        sink_to: u64,
+        space: crate::types::AddrSpace,
+        host: u64,
+        size: u64,
+        sent: u64,
+    },
+    Atomic {
+        req_id: u32,
+        original: u64,
+    },
+}
+
+/// The receive WR being filled by an untagged message on queue 0.
+#[derive(Debug)]
+pub(super) struct RxSend {
+    pub wr: RecvWr,
+    pub len: u64,
+}
+
+/// The iWARP transport engine of one RC QP over one byte stream.
+#[derive(Debug)]
+pub struct Connection {
+    pub(super) cfg: IwarpConfig,
+    pub(super) role: Role,
+    pub(super) phase: Phase,
+    pub(super) deframer: Option<Deframer>,
+    pub(super) tx_cfg: FpduConfig,
+    pub(super) tx_pos: u64,
+    pub(super) out: Vec<u8>,
+    pub(super) deadline: Option<Instant>,
+    pub(super) offer: Option<MpaOffer>,
+    pub(super) neg: Option<Negotiated>,
+    pub(super) ext: bool,
+    pub(super) ird: u16,
+    pub(super) ord: u16,
+    pub(super) mulpdu: usize,
+    /// May send FPDUs carrying work (responder: after the first FPDU / RTR arrived).
+    pub(super) tx_ready: bool,
+    pub(super) expect_rtr: Option<RtrKind>,
+    pub(super) got_first: bool,
+    pub(super) sq: VecDeque<SqEntry>,
+    pub(super) sq_head_seq: u64,
+    pub(super) sq_cur: usize,
+    pub(super) tx_msn: [u32; 4],
+    pub(super) orq: VecDeque<OrqEntry>,
+    pub(super) next_req_id: u32,
+    pub(super) rq: VecDeque<RecvWr>,
+    pub(super) rx_msn: [u32; 4],
+    pub(super) rx_send: Option<RxSend>,
+    pub(super) cur_write_len: u64,
+    pub(super) last_write_len: u64,
+    pub(super) irq: VecDeque<IrqEntry>,
+    pub(super) completions: VecDeque<Completion>,
+    pub(super) events: VecDeque<IwarpEvent>,
+    pub(super) close_wanted: bool,
+    pub(super) counters: IwarpCounters,
+}
+
+impl Connection {
+    fn new(now: Instant, cfg: IwarpConfig, role: Role) -> Connection {
+        let deframer = match role {
+            Role::Initiator => Deframer::expecting_reply(),
+            Role::Responder => Deframer::expecting_request(),
+        };
+        let mulpdu = super::mulpdu(cfg.mss, false);
+        Connection {
+            role,
+            phase: match role {
+                Role::Initiator => Phase::AwaitReply,
+                Role::Responder => Phase::AwaitRequest,
+            },
+            deframer: Some(deframer),
+            tx_cfg: FpduConfig::default(),
+            tx_pos: 0,
+            out: Vec::new(),
+            deadline: Some(now + cfg.mpa_timeout),
+            offer: None,
+            neg: None,
+            ext: false,
+            ird: cfg.ird,
+            ord: cfg.ord,
+            mulpdu,
+            tx_ready: false,
+            expect_rtr: None,
+            got_first: false,
+            sq: VecDeque::new(),
+            sq_head_seq: 0,
+            sq_cur: 0,
+            tx_msn: [1; 4],
+            orq: VecDeque::new(),
+            next_req_id: 1,
+            rq: VecDeque::new(),
+            rx_msn: [1; 4],
+            rx_send: None,
+            cur_write_len: 0,
+            last_write_len: 0,
+            irq: VecDeque::new(),
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+            close_wanted: false,
+            counters: IwarpCounters::default(),
+            cfg,
+        }
+    }
+
+    /// The side that sends the MPA Request (queued at once for transmission).
+    ///
+    /// # Panics
+    /// If the private data (with the IRD/ORD word) exceeds 512 octets.
+    pub fn initiator(now: Instant, cfg: IwarpConfig) -> Connection {
+        let mut c = Connection::new(now, cfg, Role::Initiator);
+        let rev = if c.cfg.revision >= 2 {
+            MpaRevision::V2(IrdOrd {
+                ird: c.cfg.ird,
+                ord: c.cfg.ord,
+                peer_to_peer: c.cfg.peer_to_peer,
+                rtr_send: c.cfg.peer_to_peer && c.cfg.rtr.send,
+                rtr_write: c.cfg.peer_to_peer && c.cfg.rtr.write,
+                rtr_read: c.cfg.peer_to_peer && c.cfg.rtr.read,
+            })
+        } else {
+            MpaRevision::V1
+        };
+        let pd = c.cfg.private_data.clone();
+        c.emit_mpa(MpaRepr {
+            kind: MpaFrameKind::Request,
+            markers: c.cfg.markers,
+            crc: c.cfg.crc,
+            reject: false,
+            reserved_flags: if c.cfg.extensions { EXT_FLAG } else { 0 }
+                | if c.cfg.revision >= 2 {
+                    ENHANCED_FLAG
+                } else {
+                    0
+                },
+            revision: rev,
+            private_data: &pd,
+        });
+        c
+    }
+
+    /// The side that accepted the TCP connection: waits for the MPA Request.
+    pub fn responder(now: Instant, cfg: IwarpConfig) -> Connection {
+        Connection::new(now, cfg, Role::Responder)
+    }
+
+    /// Which end this is.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Whether the connection is in full operation.
+    pub fn is_established(&self) -> bool {
+        self.phase == Phase::Rts
+    }
+
+    /// Whether the connection is over (closed, rejected, terminated).
+    pub fn is_closed(&self) -> bool {
+        self.phase == Phase::Closed
+    }
+
+    /// What the MPA exchange decided, once established.
+    pub fn negotiated(&self) -> Option<&Negotiated> {
+        self.neg.as_ref()
+    }
+
+    /// Counters.
+    pub fn counters(&self) -> IwarpCounters {
+        self.counters
+    }
+
+    /// The driver should close the TCP stream: the connection is over and every byte
+    /// it had to send was taken by `poll_stream_transmit`.
+    pub fn wants_close(&self) -> bool {
+        self.close_wanted && self.out.is_empty()
+    }
+
+    fn emit_mpa(&mut self, repr: MpaRepr<'_>) {
+        let at = self.out.len();
+        self.out.resize(at + repr.buffer_len(), 0);
+        repr.emit(&mut self.out[at..]);
+    }
+
+    /// Responder: accepts the MPA Request with `private_data` in the Reply.
+    ///
+    /// Errors: EINVAL when no Request is pending or the private data is too long.
+    pub fn accept(&mut self, private_data: &[u8]) -> Result<(), Errno> {
+        let offer = match (&self.phase, &self.offer) {
+            (Phase::RequestPending, Some(o)) => o.clone(),
+            _ => return Err(Errno::EINVAL),
+        };
+        let use_v2 = offer.ird_ord.is_some() && self.cfg.revision >= 2;
+        if private_data.len() + if use_v2 { 4 } else { 0 } > MAX_PRIVATE_DATA {
+            return Err(Errno::EINVAL);
+        }
+        // RFC 5044 §7.1: CRCs if either side asks; markers toward whoever asked.
+        let crc = self.cfg.crc || offer.crc;
+        let ext = self.cfg.extensions && offer.reserved_flags & EXT_FLAG != 0;
+        let mut rtr = None;
+        let rev = match offer.ird_ord {
+            Some(w) if use_v2 => {
+                // RFC 6581 §5: answer with our IRD and an ORD the initiator's IRD allows.
+                // Like siw: our IRD covers the initiator's ORD (siw's initiator
+                // terminates with "insufficient IRD" otherwise).
+                self.ord = self.cfg.ord.min(w.ird);
+                self.ird = self.cfg.ird.max(w.ord.min(MAX_IRD));
+                if w.peer_to_peer && self.cfg.peer_to_peer {
+                    rtr = RtrOffer {
+                        send: w.rtr_send,
+                        write: w.rtr_write,
+                        read: w.rtr_read,
+                    }
+                    .pick(self.cfg.rtr);
+                }
+                MpaRevision::V2(IrdOrd {
+                    ird: self.ird,
+                    ord: self.ord,
+                    peer_to_peer: rtr.is_some(),
+                    rtr_send: rtr == Some(RtrKind::Send),
+                    rtr_write: rtr == Some(RtrKind::Write),
+                    rtr_read: rtr == Some(RtrKind::Read),
+                })
+            }
+            _ => MpaRevision::V1,
+        };
+        self.emit_mpa(MpaRepr {
+            kind: MpaFrameKind::Reply,
+            markers: self.cfg.markers,
+            crc,
+            reject: false,
+            reserved_flags: if ext { EXT_FLAG } else { 0 } | if use_v2 { ENHANCED_FLAG } else { 0 },
+            revision: rev,
+            private_data,
+        });
+        let neg = Negotiated {
+            revision: rev.number(),
+            crc,
+            markers_tx: offer.markers,
+            markers_rx: self.cfg.markers,
+            ird: self.ird,
+            ord: self.ord,
+            rtr,
+            extensions: ext,
+            private_data: offer.private_data.clone(),
+        };
+        self.enter_full_operation(neg);
+        // RFC 5044 §7.1.3 / RFC 6581 §4: the responder sends nothing until the first
+        // FPDU (in peer-to-peer mode, the RTR) arrived.
+        self.tx_ready = false;
+        self.expect_rtr = rtr;
+        Ok(())
+    }
+
+    /// Responder: rejects the MPA Request (R bit) with `private_data`; the connection
+    /// is then over.
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), Errno> {
+        let offer = match (&self.phase, &self.offer) {
+            (Phase::RequestPending, Some(o)) => o.clone(),
+            _ => return Err(Errno::EINVAL),
+        };
+        let v2 = offer.ird_ord.is_some() && self.cfg.revision >= 2;
+        if private_data.len() + if v2 { 4 } else { 0 } > MAX_PRIVATE_DATA {
+            return Err(Errno::EINVAL);
+        }
+        let rev = if v2 {
+            MpaRevision::V2(IrdOrd::default())
+        } else {
+            MpaRevision::V1
+        };
+        self.emit_mpa(MpaRepr {
+            kind: MpaFrameKind::Reply,
+            markers: false,
+            crc: false,
+            reject: true,
+            reserved_flags: if v2 { ENHANCED_FLAG } else { 0 },
+            revision: rev,
+            private_data,
+        });
+        self.phase = Phase::Closed;
+        self.deadline = None;
+        self.close_wanted = true;
+        self.flush_all();
+        self.events.push_back(IwarpEvent::Closed);
+        Ok(())
+    }
+
+    fn enter_full_operation(&mut self, neg: Negotiated) {
+        self.tx_cfg = FpduConfig {
+            crc: neg.crc,
+            markers: neg.markers_tx,
+        };
+        if let Some(d) = self.deframer.as_mut() {
+            d.set_config(FpduConfig {
+                crc: neg.crc,
+                markers: neg.markers_rx,
+            });
+        }
+        self.mulpdu = super::mulpdu(self.cfg.mss, neg.markers_tx);
+        self.ext = neg.extensions;
+        self.phase = Phase::Rts;
+        self.deadline = None;
+        tracing::debug!(
+            qpn = self.cfg.qpn.0,
+            revision = neg.revision,
+            crc = neg.crc,
+            markers_tx = neg.markers_tx,
+            markers_rx = neg.markers_rx,
+            ird = neg.ird,
+            ord = neg.ord,
+            rtr = ?neg.rtr,
+            extensions = neg.extensions,
+            "iwarp: full operation"
+        );
+        self.neg = Some(neg.clone());
+        self.events.push_back(IwarpEvent::Established(neg));
+    }
+
+    fn on_request(&mut self, offer: MpaOffer) {
+        if self.role != Role::Responder || self.phase != Phase::AwaitRequest {
+            return;
+        }
+        self.offer = Some(offer.clone());
+        self.phase = Phase::RequestPending;
+        self.deadline = None;
+        self.events.push_back(IwarpEvent::ConnectRequest(offer));
+    }
+
+    fn on_reply(&mut self, reply: MpaOffer, reject: bool) {
+        if self.phase != Phase::AwaitReply {
+            return;
+        }
+        if reject {
+            self.phase = Phase::Closed;
+            self.deadline = None;
+            self.close_wanted = true;
+            self.flush_all();
+            self.events.push_back(IwarpEvent::Rejected {
+                private_data: reply.private_data,
+            });
+            self.events.push_back(IwarpEvent::Closed);
+            return;
+        }
+        if reply.revision == 2 && self.cfg.revision < 2 {
+            self.mpa_failed(WireError::BadMpaRevision(2));
+            return;
+        }
+        let crc = self.cfg.crc || reply.crc;
+        let ext = self.cfg.extensions && reply.reserved_flags & EXT_FLAG != 0;
+        let mut rtr = None;
+        let mut no_match = false;
+        let mut insufficient_ird = false;
+        if let Some(w) = reply.ird_ord {
+            // RFC 6581 §5: our ORD may not exceed the responder's IRD.
+            self.ord = self.cfg.ord.min(w.ird);
+            self.ird = self.cfg.ird;
+            // RFC 6581 §5 / siw: the responder's ORD must fit our IRD.
+            insufficient_ird = w.ord > self.ird;
+            if self.cfg.peer_to_peer && w.peer_to_peer {
+                let picked = RtrOffer {
+                    send: w.rtr_send,
+                    write: w.rtr_write,
+                    read: w.rtr_read,
+                };
+                rtr = picked.pick(self.cfg.rtr);
+                no_match = rtr.is_none();
+            }
+        }
+        let neg = Negotiated {
+            revision: reply.revision,
+            crc,
+            markers_tx: reply.markers,
+            markers_rx: self.cfg.markers,
+            ird: self.ird,
+            ord: self.ord,
+            rtr,
+            extensions: ext,
+            private_data: reply.private_data,
+        };
+        self.enter_full_operation(neg);
+        if insufficient_ird {
+            self.send_terminate(TerminateError::MpaInsufficientIrd, None);
+            return;
+        }
+        if no_match {
+            // RFC 6581 §7: no RTR option both support.
+            self.send_terminate(TerminateError::MpaNoMatchingRtr, None);
+            return;
+        }
+        self.tx_ready = true;
+        if let Some(kind) = rtr {
+            self.emit_rtr(kind);
+        }
+    }
+
+    pub(super) fn mpa_failed(&mut self, e: WireError) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.phase = Phase::Closed;
+        self.deadline = None;
+        self.close_wanted = true;
+        self.flush_all();
+        self.events.push_back(IwarpEvent::MpaFailed(e));
+        self.events.push_back(IwarpEvent::Closed);
+    }
+
+    /// Bytes the stream delivered, in order, chunked any way. Call with an empty slice
+    /// after `accept` to process bytes that arrived before it.
+    pub fn handle_stream<K: Stags + ?Sized, M: Memory + ?Sized>(
+        &mut self,
+        _now: Instant,
+        bytes: &[u8],
+        keys: &mut K,
+        mem: &mut M,
+    ) {
+        let Some(mut d) = self.deframer.take() else {
+            return;
+        };
+        if self.phase != Phase::Closed {
+            d.read(bytes);
+        }
+        while self.phase != Phase::Closed && self.phase != Phase::RequestPending {
+            match d.pop() {
+                None => break,
+                Some(Ok(Deframed::Mpa(repr))) => {
+                    let offer = MpaOffer {
+                        revision: repr.revision.number(),
+                        crc: repr.crc,
+                        markers: repr.markers,
+                        ird_ord: match repr.revision {
+                            MpaRevision::V2(w) => Some(w),
+                            MpaRevision::V1 => None,
+                        },
+                        reserved_flags: repr.reserved_flags,
+                        private_data: repr.private_data.to_vec(),
+                    };
+                    let reject = repr.reject;
+                    match repr.kind {
+                        MpaFrameKind::Request => self.on_request(offer),
+                        MpaFrameKind::Reply => {
+                            self.on_reply(offer, reject);
+                            if let Some(n) = &self.neg {
+                                d.set_config(FpduConfig {
+                                    crc: n.crc,
+                                    markers: n.markers_rx,
+                                });
+                            }
+                        }
+                    }
+                }
+                Some(Ok(Deframed::Fpdu { ulpdu, .. })) => {
+                    self.counters.rx_fpdus += 1;
+                    self.on_ulpdu(ulpdu, keys, mem);
+                }
+                Some(Err(e)) => self.on_stream_error(e),
+            }
+        }
+        self.deframer = Some(d);
+    }
+
+    fn on_stream_error(&mut self, e: WireError) {
+        match (self.phase, e) {
+            (Phase::Rts, WireError::BadCrc { .. }) => {
+                // RFC 5044 §6: a CRC error loses the stream.
+                self.counters.crc_errors += 1;
+                self.send_terminate(TerminateError::MpaCrc, None);
+            }
+            (Phase::Rts, WireError::BadMarker { .. }) => {
+                self.send_terminate(TerminateError::MpaMarker, None);
+            }
+            (Phase::Rts, WireError::UlpduTooShort(_)) => {
+                self.send_terminate(TerminateError::DdpCatastrophic, None);
+            }
+            (Phase::Rts, _) => {
+                self.send_terminate(TerminateError::MpaInvalidRequestReply, None);
+            }
+            (_, e) => self.mpa_failed(e),
+        }
+    }
+
+    /// The peer closed (or reset) the TCP stream.
+    pub fn handle_stream_closed(&mut self, _now: Instant) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let was_rts = self.phase == Phase::Rts;
+        self.phase = Phase::Closed;
+        self.deadline = None;
+        self.close_wanted = true;
+        self.flush_all();
+        if !was_rts {
+            self.events
+                .push_back(IwarpEvent::MpaFailed(WireError::Truncated));
+        }
+        self.events.push_back(IwarpEvent::Closed);
+    }
+
+    /// The next deadline (the MPA negotiation timeout), if any.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Time passed; fails the MPA exchange if its deadline is reached.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.deadline.is_some_and(|d| now >= d) {
+            self.deadline = None;
+            if matches!(self.phase, Phase::AwaitReply | Phase::AwaitRequest) {
+                self.phase = Phase::Closed;
+                self.close_wanted = true;
+                self.flush_all();
+                self.events.push_back(IwarpEvent::MpaTimeout);
+                self.events.push_back(IwarpEvent::Closed);
+            }
+        }
+    }
+
+    /// The next completion.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<IwarpEvent> {
+        self.events.pop_front()
+    }
+
+    /// `ibv_post_send` on this QP. Errors: ENOMEM (queue full), EINVAL (bad opcode, inline
+    /// data too long). On a closed connection the WR completes with WR_FLUSH_ERR.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), Errno> {
+        if matches!(wr.opcode, WrOpcode::BindMw) {
+            return Err(Errno::EINVAL);
+        }
+        if self.sq.len() >= self.cfg.max_send_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        let total = match &wr.inline_data {
+            Some(d) => {
+                if d.len() > self.cfg.max_inline_data as usize {
+                    return Err(Errno::EINVAL);
+                }
+                d.len() as u64
+            }
+            None => wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+        };
+        if wr.send_flags.contains(crate::types::SendFlags::INLINE)
+            && total > u64::from(self.cfg.max_inline_data)
+        {
+            return Err(Errno::EINVAL);
+        }
+        if total > u64::from(u32::MAX >> 1) {
+            return Err(Errno::EINVAL);
+        }
+        let seq = self.sq_head_seq + self.sq.len() as u64;
+        let mut e = SqEntry {
+            wr,
+            seq,
+            total,
+            sent: 0,
+            started: false,
+            msn: 0,
+            status: None,
+            byte_len: 0,
+        };
+        if self.phase == Phase::Closed {
+            e.status = Some(WcStatus::WrFlushErr);
+        }
+        self.sq.push_back(e);
+        self.retire();
+        Ok(())
+    }
+
+    /// `ibv_post_recv` on this QP. Errors: ENOMEM (queue full). On a closed connection
+    /// the WR completes with WR_FLUSH_ERR.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), Errno> {
+        if self.rq.len() >= self.cfg.max_recv_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        if self.phase == Phase::Closed {
+            self.push_recv_wc(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            return Ok(());
+        }
+        self.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Closes the connection (`rdma_disconnect`: iWARP has no disconnect message, the
+    /// TCP stream is closed). Outstanding WRs complete with WR_FLUSH_ERR.
+    pub fn close(&mut self) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.phase = Phase::Closed;
+        self.deadline = None;
+        self.close_wanted = true;
+        self.flush_all();
+        self.events.push_back(IwarpEvent::Closed);
+    }
+
+    /// Sends a Terminate with `error` (after what is already queued) and closes.
+    pub fn terminate(&mut self, error: TerminateError) {
+        self.send_terminate(error, None);
+    }
+
+    /// Moves completed send WRs to the completion queue, in order.
+    pub(super) fn retire(&mut self) {
+        while let Some(e) = self.sq.front() {
+            let Some(status) = e.status else {
+                break;
+            };
+            let e = self.sq.pop_front().expect("front exists");
+            self.sq_head_seq += 1;
+            self.sq_cur = self.sq_cur.saturating_sub(1);
+            let signaled =
+                self.cfg.sq_sig_all || e.wr.send_flags.contains(crate::types::SendFlags::SIGNALED);
+            if signaled || status != WcStatus::Success {
+                self.completions.push_back(Completion {
+                    cq: self.cfg.send_cq,
+                    wc: WorkCompletion {
+                        wr_id: e.wr.wr_id,
+                        status,
+                        opcode: e.wr.opcode.wc_opcode(),
+                        byte_len: e.byte_len,
+                        qp_num: self.cfg.qpn,
+                        ..WorkCompletion::default()
+                    },
+                    solicited: false,
+                });
+            }
+        }
+    }
+
+    pub(super) fn push_recv_wc(
+        &mut self,
+        wr_id: crate::types::WrId,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) {
+        self.completions.push_back(Completion {
+            cq: self.cfg.recv_cq,
+            wc: WorkCompletion {
+                wr_id,
+                status,
+                opcode,
+                byte_len,
+                qp_num: self.cfg.qpn,
+                ..WorkCompletion::default()
+            },
+            solicited: false,
+        });
+    }
+
+    /// Completes every outstanding WR with WR_FLUSH_ERR (the QP is in error).
+    pub(super) fn flush_all(&mut self) {
+        for e in self.sq.iter_mut() {
+            if e.status.is_none() {
+                e.status = Some(WcStatus::WrFlushErr);
+            }
+        }
+        self.orq.clear();
+        self.irq.clear();
+        self.retire();
+        if let Some(r) = self.rx_send.take() {
+            self.push_recv_wc(r.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        }
+        while let Some(r) = self.rq.pop_front() {
+            self.push_recv_wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        }
+    }
+
+    /// Appends one FPDU carrying `ulpdu` to the transmit buffer.
+    pub(super) fn emit_fpdu(&mut self, ulpdu: &[u8]) {
+        let n = fpdu::wire_len(ulpdu.len(), self.tx_cfg, self.tx_pos);
+        let at = self.out.len();
+        self.out.resize(at + n, 0);
+        fpdu::emit(ulpdu, self.tx_cfg, self.tx_pos, &mut self.out[at..]);
+        self.tx_pos += n as u64;
+        self.counters.tx_fpdus += 1;
+    }
+}
