@@ -36,12 +36,12 @@
 
 pub mod attr;
 pub mod cm;
-pub mod iwarp;
 mod completer;
 mod device;
 mod dma;
 mod execute;
 mod input;
+pub mod iwarp;
 mod memory;
 mod mr;
 mod mw;
