@@ -101,29 +101,25 @@ pub fn emit(ulpdu: &[u8], cfg: FpduConfig, pos: u64, buf: &mut [u8]) -> usize {
     let ulpdu_len = u16::try_from(ulpdu.len()).expect("ULPDU longer than 65535 octets");
     let logical_len = unmarked_len(ulpdu.len());
     let len_bytes = ulpdu_len.to_be_bytes();
-    // The unmarked FPDU's octet at logical offset i, the CRC left as zeros.
-    let octet = |i: usize| -> u8 {
-        if i < LENGTH_LEN {
-            len_bytes[i]
-        } else if i < LENGTH_LEN + ulpdu.len() {
-            ulpdu[i - LENGTH_LEN]
-        } else {
-            0
-        }
-    };
+    let ulpdu_end = LENGTH_LEN + ulpdu.len();
+    // Each piece is filled by runs: the part of the length field, of the ULPDU, and of
+    // the pad and CRC (zeros for now) that it holds.
     let total = layout(pos, logical_len, cfg.markers, |piece| match piece {
         Piece::Marker { phys } => {
             buf[phys..phys + 2].fill(0);
             buf[phys + 2..phys + 4].copy_from_slice(&(phys as u16).to_be_bytes());
         }
         Piece::Data { phys, logical, len } => {
-            if logical >= LENGTH_LEN && logical + len <= LENGTH_LEN + ulpdu.len() {
-                let from = logical - LENGTH_LEN;
-                buf[phys..phys + len].copy_from_slice(&ulpdu[from..from + len]);
-            } else {
-                for k in 0..len {
-                    buf[phys + k] = octet(logical + k);
-                }
+            let out = &mut buf[phys..phys + len];
+            if let Some((lo, hi)) = overlap(logical, len, 0, LENGTH_LEN) {
+                out[lo - logical..hi - logical].copy_from_slice(&len_bytes[lo..hi]);
+            }
+            if let Some((lo, hi)) = overlap(logical, len, LENGTH_LEN, ulpdu_end) {
+                out[lo - logical..hi - logical]
+                    .copy_from_slice(&ulpdu[lo - LENGTH_LEN..hi - LENGTH_LEN]);
+            }
+            if let Some((lo, hi)) = overlap(logical, len, ulpdu_end, logical_len) {
+                out[lo - logical..hi - logical].fill(0);
             }
         }
     });
@@ -136,6 +132,14 @@ pub fn emit(ulpdu: &[u8], cfg: FpduConfig, pos: u64, buf: &mut [u8]) -> usize {
     };
     buf[crc_phys..total].copy_from_slice(&crc::to_wire(value));
     total
+}
+
+/// The logical range `from..to` clipped to the piece `logical..logical + len`, if they
+/// meet.
+fn overlap(logical: usize, len: usize, from: usize, to: usize) -> Option<(usize, usize)> {
+    let lo = logical.max(from);
+    let hi = (logical + len).min(to);
+    (lo < hi).then_some((lo, hi))
 }
 
 /// An FPDU found in a stream.
@@ -200,9 +204,7 @@ pub fn parse(
             }
         }
         Piece::Data { phys, logical, len } => {
-            let lo = logical.max(LENGTH_LEN);
-            let hi = (logical + len).min(ulpdu_end);
-            if lo < hi {
+            if let Some((lo, hi)) = overlap(logical, len, LENGTH_LEN, ulpdu_end) {
                 let from = phys + (lo - logical);
                 ulpdu.extend_from_slice(&buf[from..from + (hi - lo)]);
             }
