@@ -90,6 +90,8 @@ pub struct Cq {
 pub struct CqPoll {
     pub tail: u64,
     pub current: wire::client::slot::CqeRepr,
+    /// Polls in a row that found the CQ empty (see [`crate::datapath::empty_poll`]).
+    pub empty: u32,
 }
 
 pub fn cq_of<'a>(p: *mut ibv_cq) -> VResult<&'a Cq> {
@@ -158,6 +160,7 @@ pub fn create_cq(
         poll: Mutex::new(CqPoll {
             tail,
             current: Default::default(),
+            empty: 0,
         }),
     }));
     if let Some(c) = ch {

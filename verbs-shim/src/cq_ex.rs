@@ -92,8 +92,10 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
         let mut consumer = Consumer::with_index(view, poll.tail);
         let mut buf = [0u8; 64];
         if !consumer.pop(&mut buf).map_err(|_| Errno::EIO)? {
+            crate::datapath::empty_poll(&mut poll.empty);
             return Err(Errno::ENOENT);
         }
+        poll.empty = 0;
         poll.tail = consumer.index();
         let e = CqeRepr::parse(&Cqe::new_unchecked(&buf[..])).map_err(|_| Errno::EIO)?;
         poll.current = e;

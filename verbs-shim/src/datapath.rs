@@ -385,6 +385,36 @@ unsafe extern "C" fn post_srq_recv(
     rc
 }
 
+/// Empty polls in a row after which a polling thread yields its core
+/// (`RDMA_EMU_POLL_YIELD`, 0 = never).
+const POLL_YIELD_DEFAULT: u32 = 64;
+
+fn poll_yield_after() -> u32 {
+    static AFTER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *AFTER.get_or_init(|| {
+        std::env::var("RDMA_EMU_POLL_YIELD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(POLL_YIELD_DEFAULT)
+    })
+}
+
+/// Counts a poll that found the CQ empty; after `poll_yield_after()` of them in a row the
+/// thread gives its core away once. Applications busy-poll their CQs while the daemon,
+/// the NIC, needs a core to produce what they wait for: on a machine with fewer cores
+/// than spinning threads, not yielding leaves the daemon waiting for a time slice.
+pub fn empty_poll(count: &mut u32) {
+    let after = poll_yield_after();
+    if after == 0 {
+        return;
+    }
+    *count += 1;
+    if *count >= after {
+        *count = 0;
+        std::thread::yield_now();
+    }
+}
+
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     ffi::count(|| {
         let c = cq_of(cq)?;
@@ -426,6 +456,11 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
             n += 1;
         }
         poll.tail = consumer.index();
+        if n == 0 {
+            empty_poll(&mut poll.empty);
+        } else {
+            poll.empty = 0;
+        }
         Ok(n)
     })
 }

@@ -1,11 +1,15 @@
 //! `cargo xtask bench`: rdma-emu's figures next to this machine's limits, measured in the
-//! same run, written to `docs/performance.md` as ratios (machines here are shared and
+//! same run, written to `docs/performance-latest.md` as ratios (machines here are shared and
 //! noisy; one absolute number means little).
 //!
 //! Limits: single-core memcpy of 64 MiB; loopback UDP with 4 KiB + RoCE-header datagrams,
 //! plain and with GSO+GRO; a UDP ping-pong round trip with busy polling.
 //! rdma-emu: perftest's ib_write_bw / ib_read_bw / ib_send_bw at 64 KiB and
-//! ib_write_lat / ib_send_lat at 2 B, on one host through one daemon.
+//! ib_write_lat / ib_send_lat at 2 B, on one host through one daemon; ib_write_bw and
+//! ib_write_lat between two daemons in two network namespaces joined by veth (root only);
+//! the core's criterion bench (`cargo bench -p emu-core`); the idle cost. The load average
+//! is recorded, since the machines are shared. `docs/performance.md` is written by hand
+//! from these results, with before/after comparisons.
 use std::fmt::Write as _;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
@@ -18,6 +22,7 @@ const MEASURE: Duration = Duration::from_secs(2);
 pub fn run(_args: &[String]) -> Result<(), String> {
     crate::ensure_debian_packages(&["perftest", "iproute2"])?;
     let (bin, lib) = crate::build_release()?;
+    let load0 = loadavg();
     let memcpy = memcpy_gbps();
     println!("memcpy 64 MiB, one core: {memcpy:.2} GB/s");
     let udp_plain = udp_throughput(false)?;
@@ -51,6 +56,39 @@ pub fn run(_args: &[String]) -> Result<(), String> {
             format!("{:.2} x UDP round trip / 2", us / (rtt / 2.0)),
         ));
     }
+    drop(perf);
+    match two_namespaces(&bin, &lib) {
+        Ok(two) => {
+            println!(
+                "two namespaces over veth: ib_write_bw 64 KiB {:.2} GB/s, ib_write_lat 2 B {:.2} us",
+                two.write_bw_gbps, two.write_lat_us
+            );
+            rows.push((
+                "ib_write_bw, 65536 B, two daemons in two namespaces (veth)".into(),
+                format!("{:.2} GB/s", two.write_bw_gbps),
+                format!(
+                    "{:.2} of memcpy, {:.2} of loopback UDP GSO+GRO",
+                    two.write_bw_gbps / memcpy,
+                    two.write_bw_gbps / udp_gso
+                ),
+            ));
+            rows.push((
+                "ib_write_lat, 2 B, two daemons in two namespaces (veth)".into(),
+                format!("{:.2} us", two.write_lat_us),
+                format!("{:.2} x UDP round trip / 2", two.write_lat_us / (rtt / 2.0)),
+            ));
+        }
+        Err(e) => println!("two namespaces skipped: {e}"),
+    }
+    let core = core_bench();
+    match &core {
+        Ok(c) => println!(
+            "core alone: RC WRITE 64 KiB {:.2} GB/s, 256 B {:.2} Mpackets/s, memcpy 1 MiB {:.2} GB/s",
+            c.write_gbps, c.small_mpps, c.memcpy_gbps
+        ),
+        Err(e) => println!("core bench skipped: {e}"),
+    }
+    let perf = crate::demo::Perftest::start(&bin, &lib)?;
     let idle = idle_cost(&perf)?;
     println!(
         "idle daemon with {} clients: {:.2}% CPU; {:.1} KiB per idle RC QP",
@@ -100,10 +138,220 @@ pub fn run(_args: &[String]) -> Result<(), String> {
         "| daemon memory per idle RC QP (1000 QPs) | {:.1} KiB | < 16 KiB |",
         idle.kib_per_qp
     );
+    if let Ok(c) = &core {
+        let _ = writeln!(
+            doc,
+            "\n## The core alone (cargo bench -p emu-core, in this run)\n\n| what | value | ratio |\n|---|---|---|"
+        );
+        let _ = writeln!(
+            doc,
+            "| RC WRITE 64 KiB, MTU 4096, ICRC on, one core | {:.2} GB/s | {:.2} of memcpy 64 MiB, {:.2} of memcpy 1 MiB (in cache) |",
+            c.write_gbps,
+            c.write_gbps / memcpy,
+            c.write_gbps / c.memcpy_gbps
+        );
+        let _ = writeln!(
+            doc,
+            "| RC WRITE 256 B messages | {:.2} M packets/s | |",
+            c.small_mpps
+        );
+    }
+    let _ = writeln!(
+        doc,
+        "\nLoad average (1 min) at start / end: {load0} / {}.",
+        loadavg()
+    );
     let path = crate::workspace_root().join("docs/performance-latest.md");
     std::fs::write(&path, doc).map_err(|e| format!("{}: {e}", path.display()))?;
     println!("written to {}", path.display());
     Ok(())
+}
+
+/// The 1-minute load average (the machines here are shared: say how loaded).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+struct CoreBench {
+    write_gbps: f64,
+    small_mpps: f64,
+    memcpy_gbps: f64,
+}
+
+/// Runs the core's criterion bench and reads its throughputs (middle estimates).
+fn core_bench() -> Result<CoreBench, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(&cargo)
+        .args([
+            "bench", "-p", "emu-core", "--bench", "rc_write", "--", "--noplot",
+        ])
+        .current_dir(crate::workspace_root())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let thrpt = |name: &str| -> Option<(f64, String)> {
+        let at = text.find(name)?;
+        let line = text[at..].lines().find(|l| l.contains("thrpt:"))?;
+        let inner = line.split('[').nth(1)?.trim_end_matches(']');
+        let f: Vec<&str> = inner.split_whitespace().collect();
+        Some((f.get(2)?.parse().ok()?, f.get(3)?.to_string()))
+    };
+    let bytes = |(v, unit): (f64, String)| -> f64 {
+        match unit.as_str() {
+            "GiB/s" => v * 1073741824.0 / 1e9,
+            "MiB/s" => v * 1048576.0 / 1e9,
+            "KiB/s" => v * 1024.0 / 1e9,
+            _ => v,
+        }
+    };
+    let elems = |(v, unit): (f64, String)| -> f64 {
+        match unit.as_str() {
+            "Melem/s" => v,
+            "Kelem/s" => v / 1e3,
+            "Gelem/s" => v * 1e3,
+            _ => v / 1e6,
+        }
+    };
+    let missing = || format!("no throughput in the core bench's output:\n{text}");
+    Ok(CoreBench {
+        write_gbps: bytes(thrpt("rc_write_64KiB_mtu4096_icrc").ok_or_else(missing)?),
+        small_mpps: elems(thrpt("rc_write_256B_packets").ok_or_else(missing)?),
+        memcpy_gbps: bytes(thrpt("memcpy_1MiB").ok_or_else(missing)?),
+    })
+}
+
+struct TwoHosts {
+    write_bw_gbps: f64,
+    write_lat_us: f64,
+}
+
+/// Two network namespaces joined by veth, one daemon in each; removed when dropped.
+struct Namespaces {
+    names: [String; 2],
+    daemons: Vec<std::process::Child>,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        for n in &self.names {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", n])
+                .status();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let st = std::process::Command::new("ip")
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("ip: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("`ip {}` failed (needs root)", args.join(" ")))
+    }
+}
+
+/// ib_write_bw (64 KiB) and ib_write_lat (2 B) between two daemons in two network
+/// namespaces joined by veth, over the daemons' UDP backend.
+fn two_namespaces(bin: &std::path::Path, lib: &std::path::Path) -> Result<TwoHosts, String> {
+    let pid = std::process::id();
+    let mut ns = Namespaces {
+        names: [format!("emubench-a-{pid}"), format!("emubench-b-{pid}")],
+        daemons: Vec::new(),
+        dir: std::env::temp_dir().join(format!("rdma-emu-bench-ns-{pid}")),
+    };
+    std::fs::create_dir_all(&ns.dir).map_err(|e| e.to_string())?;
+    let (a, b) = (ns.names[0].clone(), ns.names[1].clone());
+    ip(&["netns", "add", &a])?;
+    ip(&["netns", "add", &b])?;
+    ip(&[
+        "link", "add", "ebva", "netns", &a, "type", "veth", "peer", "name", "ebvb", "netns", &b,
+    ])?;
+    for (n, dev, addr) in [(&a, "ebva", "10.213.0.1/24"), (&b, "ebvb", "10.213.0.2/24")] {
+        // No duplicate address detection: the link-local address is usable at once, so
+        // the GID table is [link-local, IPv4-mapped] when the daemon starts.
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "exec", n, "sysctl", "-qw"])
+            .arg(format!("net.ipv6.conf.{dev}.accept_dad=0"))
+            .status();
+        ip(&["-n", n, "addr", "add", addr, "dev", dev])?;
+        ip(&["-n", n, "link", "set", dev, "up"])?;
+        ip(&["-n", n, "link", "set", "lo", "up"])?;
+    }
+    let mut sockets = Vec::new();
+    for (n, dev) in [(&a, "ebva"), (&b, "ebvb")] {
+        let sock = ns.dir.join(format!("{dev}.sock"));
+        let child = std::process::Command::new("ip")
+            .args(["netns", "exec", n])
+            .arg(bin.join("rdma-emud"))
+            .args(["--netdev", dev, "--socket"])
+            .arg(&sock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("rdma-emud: {e}"))?;
+        ns.daemons.push(child);
+        sockets.push(sock);
+    }
+    for s in &sockets {
+        let t = Instant::now();
+        while !s.exists() {
+            if t.elapsed() > Duration::from_secs(20) {
+                return Err(format!("{} did not appear", s.display()));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let run = |n: &str, sock: &std::path::Path, argv: &[&str]| {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", n])
+            .arg(bin.join("rdma-emu"))
+            .arg("run")
+            .arg("--")
+            .args(argv)
+            .env("RDMA_EMU_SOCKET", sock)
+            .env("RDMA_EMU_LIB_DIR", lib)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", argv[0]))
+    };
+    let pair = |program: &str, size: &str| -> Result<String, String> {
+        // perftest's default GID, as tests/tests/perftest.rs runs it.
+        let args = [program, "-d", "rxe0", "-F", "-s", size];
+        let mut server = run(&a, &sockets[0], &args)?;
+        std::thread::sleep(Duration::from_millis(700));
+        let mut cargs = args.to_vec();
+        cargs.push("10.213.0.1");
+        let client = run(&b, &sockets[1], &cargs)?;
+        let out = client.wait_with_output().map_err(|e| e.to_string())?;
+        let _ = server.wait();
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let bw = pair("ib_write_bw", "65536")?;
+    let write_bw_gbps = parse_bw_avg(&bw, 65536)
+        .map(|mib| mib * 1048576.0 / 1e9)
+        .ok_or_else(|| format!("no 65536 B row in ib_write_bw's output:\n{bw}"))?;
+    let lat = pair("ib_write_lat", "2")?;
+    let write_lat_us = parse_lat_typical(&lat, 2)
+        .ok_or_else(|| format!("no 2 B row in ib_write_lat's output:\n{lat}"))?;
+    Ok(TwoHosts {
+        write_bw_gbps,
+        write_lat_us,
+    })
 }
 
 struct IdleCost {
@@ -251,7 +499,7 @@ fn setsockopt_int(sock: &UdpSocket, level: i32, name: i32, value: i32) -> Result
 }
 
 /// One sender thread and one receiver thread on loopback for `MEASURE`; bytes received
-/// per second in GB/s. With `gso`, the sender hands the kernel 16 datagrams per call
+/// per second in GB/s. With `gso`, the sender hands the kernel 15 datagrams per call
 /// (UDP_SEGMENT) and the receiver takes coalesced ones (UDP_GRO).
 fn udp_throughput(gso: bool) -> Result<f64, String> {
     let rx = UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
@@ -261,7 +509,8 @@ fn udp_throughput(gso: bool) -> Result<f64, String> {
     setsockopt_int(&rx, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20)?;
     rx.set_read_timeout(Some(Duration::from_millis(200)))
         .map_err(|e| e.to_string())?;
-    let batch = if gso { 16 } else { 1 };
+    // A GSO send is one UDP datagram of at most 65507 bytes before segmentation.
+    let batch = if gso { 65507 / ROCE_DATAGRAM } else { 1 };
     if gso {
         setsockopt_int(&tx, libc::SOL_UDP, libc::UDP_SEGMENT, ROCE_DATAGRAM as i32)?;
         setsockopt_int(&rx, libc::SOL_UDP, libc::UDP_GRO, 1)?;

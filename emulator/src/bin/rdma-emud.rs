@@ -29,12 +29,23 @@ struct Args {
     /// How the engine waits for work: busy, adaptive or sleep.
     #[arg(long)]
     poll: Option<PollMode>,
+    /// Deliver packets between QPs of one device without the kernel: on (default) or off.
+    #[arg(long, value_parser = parse_on_off)]
+    local_path: Option<bool>,
     /// Serve the default device rxe0 on this interface instead of lo.
     #[arg(long)]
     netdev: Option<String>,
     /// Socket file mode, octal (default 600; 660 lets the socket's group in).
     #[arg(long, value_parser = parse_mode)]
     socket_mode: Option<u32>,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -54,6 +65,9 @@ fn config(args: &Args) -> Result<Config, String> {
     }
     if let Some(p) = args.poll {
         cfg.poll = p;
+    }
+    if let Some(l) = args.local_path {
+        cfg.local_path = l;
     }
     if let Some(m) = args.socket_mode {
         cfg.socket_mode = m;

@@ -69,6 +69,7 @@ struct FileConfig {
     socket: Option<PathBuf>,
     poll: Option<PollMode>,
     spin_us: Option<u64>,
+    local_path: Option<bool>,
     socket_mode: Option<u32>,
     seed: Option<u64>,
     #[serde(default)]
@@ -82,6 +83,10 @@ pub struct Config {
     pub socket_mode: u32,
     pub poll: PollMode,
     pub spin: Duration,
+    /// Packets between QPs of one device go from its transmit queue straight to its
+    /// receive path, skipping the kernel (still captured). Off: every packet goes through
+    /// the UDP socket, as between two daemons.
+    pub local_path: bool,
     pub devices: Vec<DeviceSpec>,
     pub seed: u64,
 }
@@ -93,6 +98,7 @@ impl Default for Config {
             socket_mode: 0o600,
             poll: PollMode::Adaptive,
             spin: Duration::from_micros(50),
+            local_path: true,
             devices: vec![DeviceSpec {
                 name: "rxe0".into(),
                 link_type: "rxe".into(),
@@ -119,6 +125,9 @@ impl Config {
         }
         if let Some(p) = file.poll {
             cfg.poll = p;
+        }
+        if let Some(l) = file.local_path {
+            cfg.local_path = l;
         }
         if let Some(us) = file.spin_us {
             cfg.spin = Duration::from_micros(us);
@@ -183,6 +192,8 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.poll, PollMode::Busy);
         assert_eq!(cfg.spin, Duration::from_micros(7));
+        assert!(cfg.local_path, "the local path is on by default");
+        assert!(!Config::from_toml("local_path = false").unwrap().local_path);
         assert_eq!(
             cfg.devices,
             vec![DeviceSpec {

@@ -23,17 +23,50 @@ const MAX_SLOT: usize = 1024;
 /// sendmmsg batches per pass and device.
 const TX_ROUNDS: usize = 16;
 
+/// Whether `dst` is one of the device's own bound addresses (the local path's test).
+fn is_local(d: &Device, dst: SocketAddr) -> bool {
+    d.udp
+        .sockets
+        .iter()
+        .any(|s| s.local.ip() == dst.ip() && s.local.port() == dst.port())
+}
+
 /// Sends staged packets, batching consecutive ones that leave from the same socket.
-fn transmit(d: &mut Device, bufs: &[Vec<u8>], meta: &[(SocketAddr, SocketAddr)]) {
+/// With `local`, packets addressed to the device itself go straight to its receive path.
+fn transmit(
+    d: &mut Device,
+    bufs: &[Vec<u8>],
+    meta: &[(SocketAddr, SocketAddr)],
+    local: bool,
+    now: Instant,
+    mem: &mut super::memory::ProcMem,
+) {
     let mut at = 0;
     while at < meta.len() {
+        if local && is_local(d, meta[at].1) {
+            let (src, dst) = meta[at];
+            d.tx_datagrams += 1;
+            d.rx_datagrams += 1;
+            for c in &mut d.captures {
+                c.record(d.netdev.mac, src, dst, &bufs[at]);
+            }
+            d.nic.handle_datagram(now, src, dst, &bufs[at], mem);
+            for c in &mut d.captures {
+                c.record(d.netdev.mac, src, dst, &bufs[at]);
+            }
+            at += 1;
+            continue;
+        }
         let Some(sock) = d.udp.socket_for(meta[at].0, meta[at].1) else {
             d.tx_errors += 1;
             at += 1;
             continue;
         };
         let mut end = at + 1;
-        while end < meta.len() && d.udp.socket_for(meta[end].0, meta[end].1) == Some(sock) {
+        while end < meta.len()
+            && d.udp.socket_for(meta[end].0, meta[end].1) == Some(sock)
+            && !(local && is_local(d, meta[end].1))
+        {
             end += 1;
         }
         let mut msgs: Vec<(SocketAddr, &[u8])> =
@@ -436,7 +469,14 @@ impl Engine {
                     break;
                 }
                 worked = true;
-                transmit(d, &self.tx_bufs[..staged], &self.tx_meta);
+                transmit(
+                    d,
+                    &self.tx_bufs[..staged],
+                    &self.tx_meta,
+                    self.cfg.local_path,
+                    now,
+                    &mut self.mem,
+                );
                 if staged < self.tx_bufs.len() {
                     break;
                 }

@@ -77,6 +77,13 @@ impl Shutdown {
     }
 }
 
+/// Whether the engine yields its core while spinning without work
+/// (`RDMA_EMU_DAEMON_YIELD=0` turns it off, for measurements).
+fn yield_when_idle() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("RDMA_EMU_DAEMON_YIELD").map_or(true, |v| v != "0"))
+}
+
 pub struct Engine {
     pub(super) cfg: Config,
     pub(super) epoll: Epoll,
@@ -212,6 +219,11 @@ impl Engine {
                 PollMode::Sleep => worked,
             };
             if spin {
+                if !worked && yield_when_idle() {
+                    // Spinning on nothing: let a client thread that polls its CQ (and
+                    // waits for us) run first on a machine with fewer cores than spinners.
+                    std::thread::yield_now();
+                }
                 self.epoll.wait(&mut ready, Some(Duration::ZERO))?;
                 continue;
             }
