@@ -29,8 +29,7 @@ struct Args {
     /// How the engine waits for work: busy, adaptive or sleep.
     #[arg(long)]
     poll: Option<PollMode>,
-    /// Deliver packets between QPs of one device without the kernel: on or off (default;
-    /// experimental, see docs/daemon.md).
+    /// Deliver packets between QPs of one device without the kernel: on (default) or off.
     #[arg(long, value_parser = parse_on_off)]
     local_path: Option<bool>,
     /// Serve the default device rxe0 on this interface instead of lo.

@@ -98,8 +98,7 @@ impl Default for Config {
             socket_mode: 0o600,
             poll: PollMode::Adaptive,
             spin: Duration::from_micros(50),
-            // Off until its lost-ACK defect in event-driven runs is fixed (docs/daemon.md).
-            local_path: false,
+            local_path: true,
             devices: vec![DeviceSpec {
                 name: "rxe0".into(),
                 link_type: "rxe".into(),
@@ -193,8 +192,8 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.poll, PollMode::Busy);
         assert_eq!(cfg.spin, Duration::from_micros(7));
-        assert!(!cfg.local_path, "the local path is off by default");
-        assert!(Config::from_toml("local_path = true").unwrap().local_path);
+        assert!(cfg.local_path, "the local path is on by default");
+        assert!(!Config::from_toml("local_path = false").unwrap().local_path);
         assert_eq!(
             cfg.devices,
             vec![DeviceSpec {
