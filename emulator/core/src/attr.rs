@@ -443,6 +443,9 @@ pub struct Counters {
     pub ack_timeouts: u64,
     /// Packets retransmitted.
     pub retransmitted_pkts: u64,
+    /// READ responses for PSNs already completed: answers to our retransmissions that a
+    /// slow responder is still working through. Each one postpones the ACK timer.
+    pub duplicate_responses: u64,
     /// Retry counter exhausted.
     pub retry_exceeded: u64,
     /// RNR retry counter exhausted.

@@ -16,6 +16,10 @@ use wire::roce::Qpn;
 
 use crate::dma::scatter;
 
+/// How far behind the oldest unacknowledged PSN a READ response may be and still count as
+/// the answer to one of our retransmissions (older ones are dropped without effect).
+const DUPLICATE_WINDOW: i32 = 1 << 22;
+
 impl Device {
     /// Retires finished WRs from the front of the send queue in order, reporting their
     /// completions; an error status moves the QP to the error state.
@@ -449,6 +453,19 @@ impl Device {
         }
         let idx = psn.distance(first);
         let expected = req.una;
+        if psn.is_before(expected) && expected.distance(psn) < DUPLICATE_WINDOW {
+            // The answer to a READ we re-sent after it had been answered: the responder
+            // is alive but slow, still working through our retransmissions (it must
+            // execute every duplicate READ again). Re-sending the whole window once more
+            // on the next timeout would only lengthen its backlog (docs/interop.md,
+            // "Findings"), so the ACK timer starts over; the retry budget is kept.
+            self.o.counters.duplicate_responses += 1;
+            qp.counters.duplicate_responses += 1;
+            if let Some(t) = req.ack_timeout {
+                self.o.timers.set(qpn, TimerKind::Retransmit, now + t);
+            }
+            return;
+        }
         if psn != expected || idx < 0 || idx as u32 >= w.npkts {
             if expected.is_before(psn) && req.gap_retried_at != Some(expected) {
                 // A lost READ response: ask again from the first missing one.

@@ -62,6 +62,11 @@ pub struct LinkModel {
     pub delay: Duration,
     /// Largest UDP payload the link carries (bigger packets are dropped).
     pub mtu: usize,
+    /// Bytes per second each direction between two nodes carries (`None`: unlimited).
+    /// Packets queue behind each other, so a burst of large responses (or the duplicate
+    /// READ responses a retransmission provokes) arrives spread out, as from a slow
+    /// responder.
+    pub bandwidth: Option<u64>,
 }
 
 impl Default for LinkModel {
@@ -73,6 +78,7 @@ impl Default for LinkModel {
             corrupt: 0.0,
             delay: Duration::from_micros(5),
             mtu: 9000,
+            bandwidth: None,
         }
     }
 }
@@ -113,6 +119,8 @@ pub struct Fabric {
     flying: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     by_ip: HashMap<IpAddr, usize>,
+    /// When each direction (from, to) is free again (with [`LinkModel::bandwidth`]).
+    busy_until: HashMap<(usize, usize), Instant>,
     buf: Vec<u8>,
     /// Packets delivered.
     pub delivered: u64,
@@ -159,6 +167,7 @@ impl Fabric {
             flying: BinaryHeap::new(),
             seq: 0,
             by_ip,
+            busy_until: HashMap::new(),
             buf: Vec::with_capacity(9000),
             delivered: 0,
         }
@@ -171,6 +180,14 @@ impl Fabric {
         if bytes.len() > self.link.mtu || self.rng.chance(self.link.loss) {
             return;
         }
+        // Serialisation on a bandwidth-limited direction: leave when the link is free.
+        let mut leave = self.now;
+        if let (Some(bw), Some(&from)) = (self.link.bandwidth, self.by_ip.get(&src.ip())) {
+            let free = self.busy_until.entry((from, to)).or_insert(self.now);
+            leave = (*free).max(self.now)
+                + Duration::from_nanos(bytes.len() as u64 * 1_000_000_000 / bw.max(1));
+            *free = leave;
+        }
         let copies = if self.rng.chance(self.link.duplicate) {
             2
         } else {
@@ -182,7 +199,7 @@ impl Fabric {
                 let i = self.rng.below(b.len() as u64) as usize;
                 b[i] ^= 1 << self.rng.below(8);
             }
-            let mut at = self.now + self.link.delay;
+            let mut at = leave + self.link.delay;
             if self.rng.chance(self.link.reorder) {
                 at += self.link.delay * (1 + self.rng.below(4) as u32);
             }

@@ -69,6 +69,7 @@ const LOST: LinkModel = LinkModel {
     corrupt: 0.0,
     delay: Duration::from_micros(5),
     mtu: 9000,
+    bandwidth: None,
 };
 const GOOD: LinkModel = LinkModel {
     loss: 0.0,
@@ -77,6 +78,7 @@ const GOOD: LinkModel = LinkModel {
     corrupt: 0.0,
     delay: Duration::from_micros(5),
     mtu: 9000,
+    bandwidth: None,
 };
 
 fn cases() -> Vec<Case> {

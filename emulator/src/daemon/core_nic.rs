@@ -290,6 +290,7 @@ fn named(c: &core::Counters) -> Vec<(String, u64)> {
         ("retry_exceeded_err", c.retry_exceeded),
         ("rnr_nak_retry_err", c.rnr_retry_exceeded),
         ("retransmitted_pkts", c.retransmitted_pkts),
+        ("duplicate_responses", c.duplicate_responses),
         ("icrc_errors", c.icrc_errors),
         ("icrc_solved_ip_id", c.icrc_solved_id),
         ("malformed_pkts", c.malformed),
