@@ -53,6 +53,13 @@ impl Device {
             s.refs += 1;
         }
         let cap = QpCap {
+            // rxe sizes a send WQE for max(max_send_sge SGEs of 16 octets, the inline
+            // data asked for) and reports all of it as inline space: rdma_xclient asks
+            // for 0 and then posts 16 octets inline.
+            max_inline_data: c
+                .max_inline_data
+                .max(c.max_send_sge.saturating_mul(16))
+                .min(l.max_inline_data),
             max_recv_wr: if init.srq.is_some() { 0 } else { c.max_recv_wr },
             max_recv_sge: if init.srq.is_some() {
                 0
