@@ -12,7 +12,8 @@
 //! - [`datapath`], [`wr_api`], [`cq_ex`]: the `ibv_context.ops` hot path, the `ibv_wr_*`
 //!   API and the `ibv_start_poll` API, ring operations on shared memory;
 //! - [`misc`]: helpers and the operations rdma-emu does not implement;
-//! - [`rdmacm`]: librdmacm's exports (no connection manager yet).
+//! - [`cm`]: librdmacm's RDMA CM over the daemon;
+//! - [`rdmacm`]: librdmacm's rsocket exports (no rsockets).
 //!
 //! `exports.txt` lists every exported symbol with its version node.
 //!
@@ -28,6 +29,7 @@
 
 pub mod abi;
 pub mod client;
+pub mod cm;
 pub mod cq;
 pub mod cq_ex;
 pub mod datapath;

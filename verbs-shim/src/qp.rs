@@ -254,7 +254,7 @@ fn qp_attr_to_wire(a: &ibv_qp_attr) -> QpAttr {
     }
 }
 
-fn qp_attr_from_wire(a: &QpAttr) -> ibv_qp_attr {
+pub(crate) fn qp_attr_from_wire(a: &QpAttr) -> ibv_qp_attr {
     let c = &a.cap;
     ibv_qp_attr {
         qp_state: a.qp_state as c_int,

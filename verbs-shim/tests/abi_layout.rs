@@ -1,6 +1,7 @@
-//! Every `#[repr(C)]` mirror in `verbs_shim::abi` has the size and field offsets of
-//! the system's `<infiniband/verbs.h>`: a C program compiled with gcc against the
-//! installed headers prints them, and this test compares them with Rust's.
+//! Every `#[repr(C)]` mirror in `verbs_shim::abi` and `verbs_shim::cm::abi` has the size
+//! and field offsets of the system's `<infiniband/verbs.h>` and `<rdma/rdma_cma.h>`: a C
+//! program compiled with gcc against the installed headers prints them, and this test
+//! compares them with Rust's.
 #![allow(non_camel_case_types)]
 
 use std::collections::BTreeMap;
@@ -175,9 +176,78 @@ fn send_wr_union_members() -> Vec<(&'static str, usize)> {
     ]
 }
 
-fn c_program(layouts: &[Layout]) -> String {
-    let mut c = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+/// `struct rdma_cm_id`'s and `struct rdma_cm_event`'s nested and union members.
+fn cm_nested_members() -> Vec<(&'static str, usize)> {
+    use verbs_shim::cm::abi::*;
+    vec![
+        (
+            "rdma_cm_id.route.addr.dst_addr",
+            offset_of!(rdma_cm_id, route.addr.dst_addr),
+        ),
+        (
+            "rdma_cm_id.route.addr.addr.ibaddr.dgid",
+            offset_of!(rdma_cm_id, route.addr.addr.dgid),
+        ),
+        (
+            "rdma_cm_id.route.addr.addr.ibaddr.pkey",
+            offset_of!(rdma_cm_id, route.addr.addr.pkey),
+        ),
+        (
+            "rdma_cm_id.route.path_rec",
+            offset_of!(rdma_cm_id, route.path_rec),
+        ),
+        (
+            "rdma_cm_id.route.num_paths",
+            offset_of!(rdma_cm_id, route.num_paths),
+        ),
+        (
+            "rdma_cm_event.param.conn.private_data_len",
+            offset_of!(rdma_cm_event, param.conn.private_data_len),
+        ),
+        (
+            "rdma_cm_event.param.conn.qp_num",
+            offset_of!(rdma_cm_event, param.conn.qp_num),
+        ),
+        (
+            "rdma_cm_event.param.ud.ah_attr",
+            offset_of!(rdma_cm_event, param.ud.ah_attr),
+        ),
+        (
+            "rdma_cm_event.param.ud.qkey",
+            offset_of!(rdma_cm_event, param.ud.qkey),
+        ),
+    ]
+}
+
+fn cm_layouts() -> Vec<Layout> {
+    use verbs_shim::cm::abi::*;
+    layouts! {
+        rdma_event_channel { fd }
+        rdma_ib_addr { sgid, dgid, pkey }
+        rdma_addr { src_addr, dst_addr, addr }
+        rdma_route { addr, path_rec, num_paths }
+        rdma_cm_id { verbs, channel, context, qp, route, ps, port_num, event,
+            send_cq_channel, send_cq, recv_cq_channel, recv_cq, srq, pd, qp_type }
+        rdma_conn_param { private_data, private_data_len, responder_resources,
+            initiator_depth, flow_control, retry_count, rnr_retry_count, srq, qp_num }
+        rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
+        rdma_cm_event { id, listen_id, event, status, param }
+        rdma_addrinfo { ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len,
+            ai_dst_len, ai_src_addr, ai_dst_addr, ai_src_canonname, ai_dst_canonname,
+            ai_route_len, ai_route, ai_connect_len, ai_connect, ai_next }
+        rdma_cm_join_mc_attr_ex { comp_mask, join_flags, addr }
+        ibv_sa_path_rec { dgid, sgid, dlid, slid, raw_traffic, flow_label, hop_limit,
+            traffic_class, reversible, numb_path, pkey, sl, mtu_selector, mtu, rate_selector,
+            rate, packet_life_time_selector, packet_life_time, preference }
+        ibv_ece { vendor_id, options, comp_mask }
+    }
+}
+
+/// A C program printing `sizeof`/`offsetof` of every layout (and of the `extra`
+/// `struct.member.path` entries) as seen through `header`.
+fn c_program(header: &str, layouts: &[Layout], extra: &[(&'static str, usize)]) -> String {
+    let mut c = format!(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <{header}>\nint main(void) {{\n"
     );
     for (s, _, fields) in layouts {
         // `union ibv_gid` is the one union mirrored as a struct.
@@ -187,26 +257,29 @@ fn c_program(layouts: &[Layout]) -> String {
             c += &format!("  printf(\"{s}.{f} %zu\\n\", offsetof({kind} {s}, {f}));\n");
         }
     }
-    for (path, _) in send_wr_union_members() {
-        let member = path.strip_prefix("ibv_send_wr.").expect("prefix");
-        c += &format!("  printf(\"{path} %zu\\n\", offsetof(struct ibv_send_wr, {member}));\n");
+    for (path, _) in extra {
+        let (s, member) = path.split_once('.').expect("struct.member");
+        c += &format!("  printf(\"{path} %zu\\n\", offsetof(struct {s}, {member}));\n");
     }
     c += "  return 0;\n}\n";
     c
 }
 
-#[test]
-fn abi_mirrors_match_the_system_verbs_header() {
-    if !std::path::Path::new("/usr/include/infiniband/verbs.h").exists() {
-        eprintln!("skipped: /usr/include/infiniband/verbs.h not installed (libibverbs-dev)");
+/// Compiles the program for `header`, runs it, and compares every number with Rust's.
+fn check_against(header: &str, name: &str, layouts: &[Layout], extra: &[(&'static str, usize)]) {
+    let path = std::path::Path::new("/usr/include").join(header);
+    if !path.exists() {
+        eprintln!(
+            "skipped: {} not installed (libibverbs-dev, librdmacm-dev)",
+            path.display()
+        );
         return;
     }
-    let layouts = rust_layouts();
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("abi_layout");
     std::fs::create_dir_all(&dir).expect("tmp dir");
-    let src = dir.join("layout.c");
-    let bin = dir.join("layout");
-    std::fs::write(&src, c_program(&layouts)).expect("write C source");
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, c_program(header, layouts, extra)).expect("write C source");
     let cc = Command::new("gcc")
         .arg("-o")
         .arg(&bin)
@@ -226,14 +299,14 @@ fn abi_mirrors_match_the_system_verbs_header() {
         .collect();
 
     let mut rust = BTreeMap::new();
-    for (s, size, fields) in &layouts {
+    for (s, size, fields) in layouts {
         rust.insert(s.to_string(), *size);
         for (f, off) in fields {
             rust.insert(format!("{s}.{f}"), *off);
         }
     }
-    for (k, v) in send_wr_union_members() {
-        rust.insert(k.to_string(), v);
+    for (k, v) in extra {
+        rust.insert(k.to_string(), *v);
     }
     let mismatches: Vec<String> = rust
         .iter()
@@ -244,5 +317,25 @@ fn abi_mirrors_match_the_system_verbs_header() {
         mismatches.is_empty(),
         "layout mismatches:\n{}",
         mismatches.join("\n")
+    );
+}
+
+#[test]
+fn abi_mirrors_match_the_system_verbs_header() {
+    check_against(
+        "infiniband/verbs.h",
+        "layout",
+        &rust_layouts(),
+        &send_wr_union_members(),
+    );
+}
+
+#[test]
+fn rdma_cm_mirrors_match_the_system_rdma_cma_header() {
+    check_against(
+        "rdma/rdma_cma.h",
+        "cm_layout",
+        &cm_layouts(),
+        &cm_nested_members(),
     );
 }

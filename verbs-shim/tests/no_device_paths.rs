@@ -1,8 +1,10 @@
-//! What programs see without a connection manager or a daemon: librdmacm fails as the
-//! real one does with no RDMA device, and the helper strings match rdma-core's.
+//! What programs see without a daemon: librdmacm fails as the real one does with no
+//! RDMA device, and the helper strings match rdma-core's.
 use std::ffi::CStr;
+use verbs_shim::cm::device::rdma_get_devices;
+use verbs_shim::cm::event::rdma_event_str;
+use verbs_shim::cm::id::{rdma_create_event_channel, rdma_create_id};
 use verbs_shim::misc::*;
-use verbs_shim::rdmacm::*;
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -14,11 +16,18 @@ fn s(p: *const std::ffi::c_char) -> &'static str {
 }
 
 #[test]
-fn rdmacm_without_a_cm_fails_with_enodev() {
+fn rdmacm_without_a_daemon_fails_with_enodev() {
+    let nowhere = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-cm-daemon.sock");
+    let _ = std::fs::remove_file(&nowhere);
+    std::env::set_var(wire::client::SOCKET_ENV, &nowhere);
     assert!(rdma_create_event_channel().is_null());
     assert_eq!(errno(), libc::ENODEV);
-    assert_eq!(rdma_create_id(), -1);
+    let mut id = std::ptr::null_mut();
+    let ps_tcp = 0x0106;
+    let rc = rdma_create_id(std::ptr::null_mut(), &mut id, std::ptr::null_mut(), ps_tcp);
+    assert_eq!(rc, -1);
     assert_eq!(errno(), libc::ENODEV);
+    assert!(id.is_null());
     let mut n = 5;
     assert!(rdma_get_devices(&mut n).is_null());
     assert_eq!(n, 0);

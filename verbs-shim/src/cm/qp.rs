@@ -1,0 +1,498 @@
+//! QPs, SRQs and endpoints on ids: `rdma_create_qp(_ex)`, `rdma_create_srq(_ex)`,
+//! `rdma_create_ep`, `rdma_init_qp_attr`, and the transitions librdmacm makes around
+//! connect and accept (`ucma_modify_qp_rtr/rts/sqd/err`, `ucma_init_conn_qp`,
+//! `ucma_init_ud_qp`), with the attributes the daemon's CM computes.
+use super::abi::*;
+use super::id::{self, cm, CmId};
+use super::{call, verbs_ptr, verbs_rc, Errno, VResult};
+use crate::abi::*;
+use crate::cq::{ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq};
+use crate::ffi;
+use crate::qp::{ibv_destroy_qp, ibv_modify_qp, qp_attr_from_wire, vctx_create_qp_ex};
+use crate::verbs::{ibv_create_srq, ibv_destroy_srq};
+use core::ffi::{c_int, c_void};
+use wire::client::cm::{CmReply, CmRequest};
+use wire::client::verbs::{qp_attr_mask as mask, qp_state, qp_type};
+
+/// `rdma_init_qp_attr`: the attributes and mask for moving the id's QP to `state`.
+pub fn init_qp_attr(c: &CmId, state: u32) -> VResult<(ibv_qp_attr, c_int)> {
+    match call(CmRequest::InitQpAttr {
+        id: c.handle,
+        qp_state: state,
+    })? {
+        Some(CmReply::QpAttr { attr, mask }) => Ok((qp_attr_from_wire(&attr), mask as c_int)),
+        _ => Err(Errno::EIO),
+    }
+}
+
+fn modify(qp: *mut ibv_qp, attr: &mut ibv_qp_attr, attr_mask: c_int) -> VResult<()> {
+    verbs_rc(ibv_modify_qp(qp, attr, attr_mask))
+}
+
+/// `ucma_modify_qp_rtr`: INIT again (the path may have changed), then RTR; a consumer's
+/// `responder_resources` overrides the CM's `max_dest_rd_atomic`.
+pub fn modify_qp_rtr(c: &CmId, resp_res: u8) -> VResult<()> {
+    if c.id.qp.is_null() {
+        return Ok(());
+    }
+    let (mut a, m) = init_qp_attr(c, qp_state::INIT)?;
+    modify(c.id.qp, &mut a, m)?;
+    let (mut a, m) = init_qp_attr(c, qp_state::RTR)?;
+    if resp_res != RDMA_MAX_RESP_RES {
+        a.max_dest_rd_atomic = resp_res;
+    }
+    modify(c.id.qp, &mut a, m)
+}
+
+/// `ucma_modify_qp_rts`: a consumer's `initiator_depth` overrides `max_rd_atomic`.
+pub fn modify_qp_rts(c: &CmId, init_depth: u8) -> VResult<()> {
+    if c.id.qp.is_null() {
+        return Ok(());
+    }
+    let (mut a, m) = init_qp_attr(c, qp_state::RTS)?;
+    if init_depth != RDMA_MAX_INIT_DEPTH {
+        a.max_rd_atomic = init_depth;
+    }
+    modify(c.id.qp, &mut a, m)
+}
+
+fn modify_state(c: &CmId, state: u32) -> VResult<()> {
+    if c.id.qp.is_null() {
+        return Ok(());
+    }
+    let mut a = ibv_qp_attr {
+        qp_state: state as c_int,
+        ..ibv_qp_attr::default()
+    };
+    modify(c.id.qp, &mut a, mask::STATE as c_int)
+}
+
+/// `ucma_modify_qp_sqd`.
+pub fn modify_qp_sqd(c: &CmId) -> VResult<()> {
+    modify_state(c, qp_state::SQD)
+}
+
+/// `ucma_modify_qp_err`.
+pub fn modify_qp_err(c: &CmId) -> VResult<()> {
+    modify_state(c, qp_state::ERR)
+}
+
+/// `ucma_process_conn_resp`: the active side after CONNECT_RESPONSE (and
+/// `rdma_establish`): RTR, RTS, then RTU through the daemon; the QP goes to ERROR if
+/// any step fails.
+pub fn finish_connect(c: &CmId) -> VResult<()> {
+    let done = modify_qp_rtr(c, RDMA_MAX_RESP_RES)
+        .and_then(|()| modify_qp_rts(c, RDMA_MAX_INIT_DEPTH))
+        .and_then(|()| call(CmRequest::Establish { id: c.handle }).map(drop));
+    if done.is_err() {
+        let _ = modify_qp_err(c);
+    }
+    done
+}
+
+/// `ucma_init_conn_qp`: RC/UC QPs start in INIT with the CM's attributes.
+fn init_conn_qp(c: &CmId, qp: *mut ibv_qp) -> VResult<()> {
+    let (mut a, m) = init_qp_attr(c, qp_state::INIT)?;
+    modify(qp, &mut a, m)
+}
+
+/// `ucma_init_ud_qp`: UD QPs go straight to RTS (Q_Key and port from the CM).
+fn init_ud_qp(c: &CmId, qp: *mut ibv_qp) -> VResult<()> {
+    let (mut a, m) = init_qp_attr(c, qp_state::INIT)?;
+    modify(qp, &mut a, m)?;
+    a.qp_state = qp_state::RTR as c_int;
+    modify(qp, &mut a, mask::STATE as c_int)?;
+    a.qp_state = qp_state::RTS as c_int;
+    a.sq_psn = 0;
+    modify(qp, &mut a, (mask::STATE | mask::SQ_PSN) as c_int)
+}
+
+/// `ucma_create_cqs`: a completion channel and a CQ for each queue the caller gave no
+/// CQ for (size 0: none).
+fn create_cqs(c: &mut CmId, send_size: u32, recv_size: u32) -> VResult<()> {
+    let ctx = c as *mut CmId as *mut c_void;
+    let make = |size: u32| -> VResult<(*mut ibv_comp_channel, *mut ibv_cq)> {
+        let ch = verbs_ptr(ibv_create_comp_channel(c.id.verbs))?;
+        let size = c_int::try_from(size).map_err(|_| Errno::EINVAL)?;
+        match verbs_ptr(ibv_create_cq(c.id.verbs, size, ctx, ch, 0)) {
+            Ok(cq) => Ok((ch, cq)),
+            Err(e) => {
+                ibv_destroy_comp_channel(ch);
+                Err(e)
+            }
+        }
+    };
+    if recv_size != 0 {
+        let (ch, cq) = make(recv_size)?;
+        c.id.recv_cq_channel = ch;
+        c.id.recv_cq = cq;
+    }
+    if send_size != 0 {
+        match make(send_size) {
+            Ok((ch, cq)) => {
+                c.id.send_cq_channel = ch;
+                c.id.send_cq = cq;
+            }
+            Err(e) => {
+                destroy_cqs(c);
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ucma_destroy_cqs`.
+fn destroy_cqs(c: &mut CmId) {
+    use core::ptr::null_mut as null;
+    if !c.id.recv_cq.is_null() {
+        ibv_destroy_cq(c.id.recv_cq);
+        if !c.id.send_cq.is_null() && c.id.send_cq != c.id.recv_cq {
+            ibv_destroy_cq(c.id.send_cq);
+            c.id.send_cq = null();
+        }
+        c.id.recv_cq = null();
+    }
+    if !c.id.recv_cq_channel.is_null() {
+        ibv_destroy_comp_channel(c.id.recv_cq_channel);
+        if !c.id.send_cq_channel.is_null() && c.id.send_cq_channel != c.id.recv_cq_channel {
+            ibv_destroy_comp_channel(c.id.send_cq_channel);
+            c.id.send_cq_channel = null();
+        }
+        c.id.recv_cq_channel = null();
+    }
+}
+
+fn create_qp_ex(c: &mut CmId, attr: &mut ibv_qp_init_attr_ex) -> VResult<()> {
+    if !c.id.qp.is_null() || c.id.verbs.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    if attr.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || attr.pd.is_null() {
+        attr.comp_mask |= IBV_QP_INIT_ATTR_PD;
+        attr.pd = c.id.pd;
+    } else {
+        // SAFETY: a non-NULL pd is an ibv_pd of this library (API contract).
+        if c.id.verbs != unsafe { (*attr.pd).context } {
+            return Err(Errno::EINVAL);
+        }
+    }
+    let clash = |mine: *mut ibv_cq, theirs: *mut ibv_cq| {
+        !mine.is_null() && !theirs.is_null() && mine != theirs
+    };
+    if clash(c.id.recv_cq, attr.recv_cq) || clash(c.id.send_cq, attr.send_cq) {
+        return Err(Errno::EINVAL);
+    }
+    if attr.qp_type as u32 == qp_type::XRC_RECV || attr.qp_type as u32 == qp_type::XRC_SEND {
+        // No XRC domains on this device (ibv_open_xrcd).
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let send = if attr.send_cq.is_null() && c.id.send_cq.is_null() {
+        attr.cap.max_send_wr
+    } else {
+        0
+    };
+    let recv = if attr.recv_cq.is_null() && c.id.recv_cq.is_null() {
+        attr.cap.max_recv_wr
+    } else {
+        0
+    };
+    create_cqs(c, send, recv)?;
+    if attr.send_cq.is_null() {
+        attr.send_cq = c.id.send_cq;
+    }
+    if attr.recv_cq.is_null() {
+        attr.recv_cq = c.id.recv_cq;
+    }
+    if !c.id.srq.is_null() && attr.srq.is_null() {
+        attr.srq = c.id.srq;
+    }
+    // SAFETY: verbs is a context this library opened; attr is a valid init attr.
+    let qp = match verbs_ptr(unsafe { vctx_create_qp_ex(c.id.verbs, attr) }) {
+        Ok(qp) => qp,
+        Err(e) => {
+            destroy_cqs(c);
+            return Err(e);
+        }
+    };
+    let ready = if c.id.qp_type == IBV_QPT_UD {
+        init_ud_qp(c, qp)
+    } else {
+        init_conn_qp(c, qp)
+    };
+    if let Err(e) = ready {
+        ibv_destroy_qp(qp);
+        destroy_cqs(c);
+        return Err(e);
+    }
+    // SAFETY: qp was just created by this library.
+    c.id.pd = unsafe { (*qp).pd };
+    c.id.qp = qp;
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> c_int {
+    ffi::minus_one(|| create_qp_ex(cm(id)?, ffi::nonnull(attr)?))
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    ffi::minus_one(|| {
+        let c = cm(id)?;
+        let init = ffi::nonnull(qp_init_attr)?;
+        let mut ex = ibv_qp_init_attr_ex {
+            qp_context: init.qp_context,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            cap: init.cap,
+            qp_type: init.qp_type,
+            sq_sig_all: init.sq_sig_all,
+            comp_mask: IBV_QP_INIT_ATTR_PD,
+            pd: if pd.is_null() { c.id.pd } else { pd },
+            xrcd: core::ptr::null_mut(),
+            create_flags: 0,
+            max_tso_header: 0,
+            rwq_ind_tbl: core::ptr::null_mut(),
+            rx_hash_conf: ibv_rx_hash_conf {
+                rx_hash_function: 0,
+                rx_hash_key_len: 0,
+                rx_hash_key: core::ptr::null_mut(),
+                rx_hash_fields_mask: 0,
+            },
+            source_qpn: 0,
+            send_ops_flags: 0,
+        };
+        let r = create_qp_ex(c, &mut ex);
+        *init = ibv_qp_init_attr {
+            qp_context: ex.qp_context,
+            send_cq: ex.send_cq,
+            recv_cq: ex.recv_cq,
+            srq: ex.srq,
+            cap: ex.cap,
+            qp_type: ex.qp_type,
+            sq_sig_all: ex.sq_sig_all,
+        };
+        r
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    ffi::value((), || {
+        if let Ok(c) = cm(id) {
+            destroy_qp(c);
+        }
+    })
+}
+
+fn destroy_qp(c: &mut CmId) {
+    ibv_destroy_qp(c.id.qp);
+    c.id.qp = core::ptr::null_mut();
+    destroy_cqs(c);
+}
+
+const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+const IBV_SRQT_BASIC: c_int = 0;
+
+fn create_srq_ex(c: &mut CmId, attr: &mut ibv_srq_init_attr_ex) -> VResult<()> {
+    if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if attr.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || attr.pd.is_null() {
+        attr.pd = c.id.pd;
+        attr.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    // What ibv_create_srq_ex reaches without a provider `create_srq_ex` (XRC, tag
+    // matching): EOPNOTSUPP.
+    if attr.srq_type != IBV_SRQT_BASIC
+        || attr.comp_mask & !(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD) != 0
+    {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let mut basic = ibv_srq_init_attr {
+        srq_context: attr.srq_context,
+        attr: attr.attr,
+    };
+    let srq = verbs_ptr(ibv_create_srq(attr.pd, &mut basic))?;
+    attr.attr = basic.attr;
+    if c.id.pd.is_null() {
+        c.id.pd = attr.pd;
+    }
+    c.id.srq = srq;
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    ffi::minus_one(|| create_srq_ex(cm(id)?, ffi::nonnull(attr)?))
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    ffi::minus_one(|| {
+        let c = cm(id)?;
+        let a = ffi::nonnull(attr)?;
+        let mut ex = ibv_srq_init_attr_ex {
+            srq_context: a.srq_context,
+            attr: a.attr,
+            comp_mask: IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+            srq_type: if c.id.qp_type as u32 == qp_type::XRC_RECV {
+                1
+            } else {
+                IBV_SRQT_BASIC
+            },
+            pd,
+            xrcd: core::ptr::null_mut(),
+            cq: core::ptr::null_mut(),
+            tm_cap: ibv_tm_cap::default(),
+        };
+        let r = create_srq_ex(c, &mut ex);
+        a.srq_context = ex.srq_context;
+        a.attr = ex.attr;
+        r
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    ffi::value((), || {
+        if let Ok(c) = cm(id) {
+            destroy_srq(c);
+        }
+    })
+}
+
+fn destroy_srq(c: &mut CmId) {
+    ibv_destroy_srq(c.id.srq);
+    c.id.srq = core::ptr::null_mut();
+    destroy_cqs(c);
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    ffi::minus_one(|| {
+        let c = cm(id)?;
+        let a = ffi::nonnull(qp_attr)?;
+        let m = ffi::nonnull(qp_attr_mask)?;
+        let (attr, attr_mask) = init_qp_attr(c, a.qp_state as u32)?;
+        *a = attr;
+        *m = attr_mask;
+        Ok(())
+    })
+}
+
+/// -1 from one of this library's own exports: its errno.
+fn ok_or_errno(rc: c_int) -> VResult<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
+fn create_ep(
+    r: &rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+    idp: *mut rdma_cm_id,
+) -> VResult<()> {
+    let c = cm(idp)?;
+    if r.ai_flags & RAI_PASSIVE != 0 {
+        ok_or_errno(id::rdma_bind_addr(idp, r.ai_src_addr))?;
+        if !pd.is_null() {
+            c.id.pd = pd;
+        }
+        // SAFETY: NULL or a valid ibv_qp_init_attr (API contract).
+        if let Some(init) = unsafe { qp_init_attr.as_ref() } {
+            let mut init = *init;
+            init.qp_type = r.ai_qp_type;
+            c.qp_init_attr = Some(init);
+        }
+        return Ok(());
+    }
+    ok_or_errno(id::rdma_resolve_addr(
+        idp,
+        r.ai_src_addr,
+        r.ai_dst_addr,
+        2000,
+    ))?;
+    if r.ai_route_len != 0 {
+        ok_or_errno(id::rdma_set_option(
+            idp,
+            RDMA_OPTION_IB,
+            RDMA_OPTION_IB_PATH,
+            r.ai_route,
+            r.ai_route_len,
+        ))?;
+        id::complete(c)?;
+    } else {
+        ok_or_errno(id::rdma_resolve_route(idp, 2000))?;
+    }
+    // SAFETY: NULL or a valid ibv_qp_init_attr (API contract).
+    if let Some(init) = unsafe { qp_init_attr.as_mut() } {
+        init.qp_type = r.ai_qp_type;
+        ok_or_errno(rdma_create_qp(idp, pd, init))?;
+    }
+    if r.ai_connect_len != 0 && !r.ai_connect.is_null() {
+        // SAFETY: the addrinfo holds ai_connect_len bytes at ai_connect.
+        let d = unsafe { core::slice::from_raw_parts(r.ai_connect as *const u8, r.ai_connect_len) };
+        c.connect = d.to_vec();
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_create_ep(
+    id: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    ffi::minus_one(|| {
+        let out = ffi::nonnull(id)?;
+        let r = ffi::nonnull(res)?;
+        let idp = id::create(
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            r.ai_port_space as u32,
+            r.ai_qp_type,
+        )? as *mut rdma_cm_id;
+        if let Err(e) = create_ep(r, pd, qp_init_attr, idp) {
+            rdma_destroy_ep(idp);
+            return Err(e);
+        }
+        *out = idp;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    ffi::value((), || {
+        let Ok(c) = cm(id) else { return };
+        if !c.id.qp.is_null() {
+            destroy_qp(c);
+        }
+        if !c.id.srq.is_null() {
+            destroy_srq(c);
+        }
+        let _ = id::destroy(id);
+    })
+}
