@@ -38,6 +38,13 @@ struct Args {
     /// Socket file mode, octal (default 600; 660 lets the socket's group in).
     #[arg(long, value_parser = parse_mode)]
     socket_mode: Option<u32>,
+    /// CM response timeout exponent N (4.096 us x 2^N; default 20 as the kernel's CMA).
+    /// Smaller values make connection attempts to a dead peer fail sooner.
+    #[arg(long, value_name = "EXP")]
+    cm_response_timeout: Option<u8>,
+    /// CM retransmissions before giving up (default 15 as the kernel's CMA, at most 15).
+    #[arg(long, value_name = "N")]
+    cm_max_retries: Option<u8>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -71,6 +78,12 @@ fn config(args: &Args) -> Result<Config, String> {
     }
     if let Some(m) = args.socket_mode {
         cfg.socket_mode = m;
+    }
+    if let Some(t) = args.cm_response_timeout {
+        cfg.cm_response_timeout = t;
+    }
+    if let Some(r) = args.cm_max_retries {
+        cfg.cm_max_retries = r;
     }
     if let Some(n) = &args.netdev {
         match cfg.devices.as_mut_slice() {

@@ -5,6 +5,8 @@
 //! poll = "adaptive"          # busy | adaptive | sleep
 //! spin_us = 50               # adaptive: how long to spin without work before sleeping
 //! socket_mode = 0o600        # 0o660 to let the socket's group in
+//! cm_response_timeout = 20   # CM response timeout exponent (4.096 us x 2^N) in REQs
+//! cm_max_retries = 15        # CM retransmissions before UNREACHABLE / a timed-out DREQ
 //!
 //! [[device]]
 //! name = "rxe0"
@@ -72,6 +74,8 @@ struct FileConfig {
     local_path: Option<bool>,
     socket_mode: Option<u32>,
     seed: Option<u64>,
+    cm_response_timeout: Option<u8>,
+    cm_max_retries: Option<u8>,
     #[serde(default)]
     device: Vec<DeviceSpec>,
 }
@@ -89,6 +93,13 @@ pub struct Config {
     pub local_path: bool,
     pub devices: Vec<DeviceSpec>,
     pub seed: u64,
+    /// The connection manager's CM response timeout exponent (4.096 µs × 2^N, sent in
+    /// REQs and setting the retransmission interval with twice the packet lifetime).
+    /// Default 20, the CMA's.
+    pub cm_response_timeout: u8,
+    /// Retransmissions of REQ/REP/DREQ/SIDR_REQ before the connection manager gives up
+    /// (UNREACHABLE, or a DREQ that timed out). Default 15, the CMA's; at most 15.
+    pub cm_max_retries: u8,
 }
 
 impl Default for Config {
@@ -106,6 +117,8 @@ impl Default for Config {
                 addrs: None,
             }],
             seed: 0x5eed,
+            cm_response_timeout: 20,
+            cm_max_retries: 15,
         }
     }
 }
@@ -141,6 +154,12 @@ impl Config {
         if let Some(s) = file.seed {
             cfg.seed = s;
         }
+        if let Some(t) = file.cm_response_timeout {
+            cfg.cm_response_timeout = t;
+        }
+        if let Some(r) = file.cm_max_retries {
+            cfg.cm_max_retries = r;
+        }
         if !file.device.is_empty() {
             cfg.devices = file.device;
         }
@@ -148,8 +167,21 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Checks device names and types.
+    /// Checks device names and types, and the CM's timer values (the REQ's 5-bit
+    /// response timeout and 4-bit retry count fields).
     pub fn validate(&self) -> Result<(), String> {
+        if self.cm_response_timeout > 31 {
+            return Err(format!(
+                "cm_response_timeout {} is not an exponent 0..=31",
+                self.cm_response_timeout
+            ));
+        }
+        if self.cm_max_retries > 15 {
+            return Err(format!(
+                "cm_max_retries {} is more than 15",
+                self.cm_max_retries
+            ));
+        }
         for (i, d) in self.devices.iter().enumerate() {
             validate_device_name(&d.name)?;
             if d.link_type != "rxe" && d.link_type != "siw" {
@@ -214,5 +246,9 @@ mod tests {
             Config::from_toml("[[device]]\nname = \"x\"\ntype = \"ib\"\nnetdev = \"lo\"").is_err()
         );
         assert!(Config::from_toml("socket_mode = 4096").is_err());
+        assert!(Config::from_toml("cm_response_timeout = 32").is_err());
+        assert!(Config::from_toml("cm_max_retries = 16").is_err());
+        let cm = Config::from_toml("cm_response_timeout = 8\ncm_max_retries = 2").unwrap();
+        assert_eq!((cm.cm_response_timeout, cm.cm_max_retries), (8, 2));
     }
 }

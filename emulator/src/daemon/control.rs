@@ -42,7 +42,7 @@ fn is_proc_mem(fd: &OwnedFd) -> bool {
 }
 
 /// Checks the descriptor is the write end of a pipe, and makes it nonblocking.
-fn is_pipe_write_end(fd: &OwnedFd) -> bool {
+pub(super) fn is_pipe_write_end(fd: &OwnedFd) -> bool {
     // SAFETY: fstat/fcntl on a descriptor we own, with a zeroed out-parameter.
     let ok = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -124,6 +124,7 @@ impl Engine {
             RequestBody::OpenDevice { .. }
                 | RequestBody::CreateCompChannel { .. }
                 | RequestBody::Capture { .. }
+                | RequestBody::Cm(wire::client::cm::CmRequest::CreateChannel)
         );
         if (needs_fd && fds.len() != 1) || (!needs_fd && !fds.is_empty()) {
             return Err(libc::EINVAL);
@@ -386,6 +387,7 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             R::Stat { device, qpn } => self.stat(device, qpn),
+            R::Cm(req) => self.cm_request(session, req, fds, now),
             R::LinkShow => ok(ReplyBody::Links(
                 self.devices
                     .iter()
@@ -444,6 +446,7 @@ impl Engine {
                 for fd in d.udp.fds() {
                     self.epoll.remove(fd);
                 }
+                self.cm_device_removed(i);
                 tracing::info!(device = %name, "device removed");
                 self.devices[i] = None;
                 ok(ReplyBody::Ok)

@@ -173,7 +173,7 @@ fn qp_attr_in(a: &proto::QpAttr, mask: u32) -> Result<core::QpAttr, Errno> {
     })
 }
 
-fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
+pub(super) fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
     proto::QpAttr {
         qp_state: a.qp_state as u32,
         cur_qp_state: a.cur_qp_state as u32,

@@ -36,7 +36,7 @@ fn is_local(d: &Device, dst: SocketAddr) -> bool {
 /// Sends `bufs` (or, on the local path, hands them straight to the device's receive side).
 /// True when anything was delivered locally: the core may then have new output (ACKs,
 /// READ responses) that must leave before this pass hands out completions.
-fn transmit(
+pub(super) fn transmit(
     d: &mut Device,
     bufs: &[Vec<u8>],
     meta: &[(SocketAddr, SocketAddr)],
@@ -54,7 +54,7 @@ fn transmit(
             for c in &mut d.captures {
                 c.record(d.netdev.mac, src, dst, &bufs[at]);
             }
-            d.nic.handle_datagram(now, src, dst, &bufs[at], mem);
+            d.deliver(now, src, dst, &bufs[at], mem);
             delivered_locally = true;
             for c in &mut d.captures {
                 c.record(d.netdev.mac, src, dst, &bufs[at]);

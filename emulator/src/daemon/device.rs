@@ -5,6 +5,7 @@ use super::config::DeviceSpec;
 use super::netdev::{self, Netdev};
 use super::nic::{Limits, Nic};
 use super::udp::{UdpBackend, ROCE_V2_PORT};
+use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
@@ -56,6 +57,12 @@ pub struct Device {
     pub rx_truncated: u64,
     /// Running `rdma-emu capture` streams.
     pub captures: Vec<super::capture::Capture>,
+    /// The connection manager of the port (QP1 traffic, RDMA CM).
+    pub cm: CmAgent,
+    /// PSN of the next packet QP1 sends.
+    pub gsi_psn: u32,
+    /// Packets to QP1 dropped before the agent (bad ICRC, not a GSI MAD).
+    pub gsi_rx_dropped: u64,
 }
 
 /// Builds the transport engine of a device from its parameters.
@@ -93,6 +100,22 @@ impl Device {
         // The GID table holds the addresses actually served.
         let gids: Vec<IpAddr> = udp.sockets.iter().map(|s| s.local.ip()).collect();
         let mtu = netdev::ib_mtu_for(netdev.mtu);
+        let node_guid = netdev::node_guid(netdev.mac, &spec.name);
+        let active_mtu = mtu::from_bytes(mtu)
+            .and_then(emu_core::Mtu::from_raw)
+            .unwrap_or(emu_core::Mtu::Mtu1024);
+        // Communication IDs and starting PSNs differ from one run to the next, as the
+        // kernel's random ones do: a restarted daemon's REQs must not look like
+        // duplicates of its previous life's to a peer still in time wait.
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let cm = CmAgent::new(CmConfig::new(
+            node_guid,
+            gids.iter().map(|ip| emu_core::Gid::from_ip(*ip)).collect(),
+            active_mtu,
+            seed ^ node_guid ^ started,
+        ));
         let nic = factory(
             &spec.name,
             &gids,
@@ -103,7 +126,7 @@ impl Device {
         );
         Ok(Device {
             spec: spec.clone(),
-            node_guid: netdev::node_guid(netdev.mac, &spec.name),
+            node_guid,
             netdev,
             gids,
             mtu,
@@ -118,7 +141,22 @@ impl Device {
             tx_errors: 0,
             rx_truncated: 0,
             captures: Vec::new(),
+            cm,
+            gsi_psn: 0,
+            gsi_rx_dropped: 0,
         })
+    }
+
+    /// Sets the CM's response timeout exponent and retry count (the daemon's options);
+    /// only before the agent has any connection.
+    pub fn set_cm_timers(&mut self, response_timeout: u8, max_retries: u8) {
+        let mut cfg = self.cm.config().clone();
+        if (cfg.cm_response_timeout, cfg.max_cm_retries) == (response_timeout, max_retries) {
+            return;
+        }
+        cfg.cm_response_timeout = response_timeout;
+        cfg.max_cm_retries = max_retries;
+        self.cm = CmAgent::new(cfg);
     }
 
     pub fn name(&self) -> &str {

@@ -106,6 +106,8 @@ pub struct Engine {
     /// Datagrams received in batches (recvmmsg).
     rx: super::mmsg::RecvBatch,
     msg_buf: Vec<u8>,
+    /// RDMA CM channels, ids, port spaces.
+    pub(super) cm: super::cm::CmTables,
 }
 
 impl Engine {
@@ -133,6 +135,7 @@ impl Engine {
         })?;
         let epoll = Epoll::new()?;
         let timer = sys::timerfd()?;
+        let cfg_seed = cfg.seed;
         epoll.add(listener.as_raw_fd(), T_LISTENER)?;
         epoll.add(timer.as_raw_fd(), T_TIMER)?;
         epoll.add(shutdown.wake_fd(), T_WAKE)?;
@@ -155,6 +158,7 @@ impl Engine {
             tx_meta: Vec::with_capacity(TX_STAGE),
             rx: super::mmsg::RecvBatch::new(32, 9216),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
+            cm: super::cm::CmTables::new(cfg_seed),
         };
         for dev in devices {
             engine.add_device(dev.expect("just opened"))?;
@@ -163,7 +167,8 @@ impl Engine {
     }
 
     /// Registers a device's sockets and makes it visible to clients.
-    pub(super) fn add_device(&mut self, dev: Device) -> io::Result<usize> {
+    pub(super) fn add_device(&mut self, mut dev: Device) -> io::Result<usize> {
+        dev.set_cm_timers(self.cfg.cm_response_timeout, self.cfg.cm_max_retries);
         let index = self
             .devices
             .iter()
@@ -179,6 +184,7 @@ impl Engine {
         } else {
             self.devices[index] = Some(dev);
         }
+        self.cm_device_added(index);
         Ok(index)
     }
 
@@ -234,11 +240,18 @@ impl Engine {
                 self.epoll.wait(&mut ready, Some(Duration::ZERO))?;
                 continue;
             }
+            // Pipes owed CM event tokens are retried soon (they drain when read).
+            let token_retry = self
+                .cm
+                .tokens_owed()
+                .then(|| Instant::now() + Duration::from_millis(10));
             let deadline = self
                 .devices
                 .iter()
                 .flatten()
-                .filter_map(|d| d.nic.poll_timeout())
+                .flat_map(|d| [d.nic.poll_timeout(), d.cm.poll_timeout()])
+                .flatten()
+                .chain(token_retry)
                 .min();
             sys::timerfd_set(
                 self.timer.as_raw_fd(),
@@ -287,6 +300,7 @@ impl Engine {
         }
         worked |= self.drain_rings(now);
         worked |= self.drive_cores(now);
+        worked |= self.drive_cm(now);
         Ok(worked)
     }
 
@@ -309,7 +323,7 @@ impl Engine {
                     continue;
                 };
                 let payload = &self.rx.bufs[i][..len];
-                d.nic.handle_datagram(now, src, dst, payload, &mut self.mem);
+                d.deliver(now, src, dst, payload, &mut self.mem);
                 for c in &mut d.captures {
                     c.record(d.netdev.mac, src, dst, payload);
                 }
@@ -435,6 +449,7 @@ impl Engine {
         for ctx in ctxs {
             self.release_ctx(ctx);
         }
+        self.cm_release_session(id);
         tracing::debug!(
             session = id,
             pid = session.pid,
@@ -542,6 +557,13 @@ impl Engine {
         for _ in 0..4 {
             self.drive_cores(now);
         }
+        // Connections end as the CM ends them for a consumer that is gone: peers hear a
+        // DREQ (or REJ) now instead of timing out.
+        let ids: Vec<Handle> = self.cm_ids();
+        for h in ids {
+            self.cm_destroy_id(now, h);
+        }
+        self.drive_cm(now);
         let ctxs: Vec<Handle> = self
             .objects
             .iter()

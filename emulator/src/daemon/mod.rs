@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod client;
+mod cm;
 pub mod config;
 mod control;
 pub mod core_nic;

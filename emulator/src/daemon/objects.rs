@@ -38,6 +38,10 @@ pub enum Kind {
     Ah {
         id: u32,
     },
+    /// An RDMA CM event channel; its state is in the engine's CM tables.
+    CmChannel,
+    /// An RDMA CM id; its state is in the engine's CM tables.
+    CmId,
 }
 
 /// An open device context: the client's memory, its doorbell, session page and async

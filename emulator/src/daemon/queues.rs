@@ -271,6 +271,13 @@ impl Engine {
                     counters.push(("bad_wqes".into(), self.counters.bad_wqes));
                     counters.push(("broken_rings".into(), self.counters.broken_rings));
                     counters.push(("memory_faults".into(), self.mem.faults));
+                    let cm = d.cm.counters();
+                    counters.push(("cm_tx".into(), cm.tx));
+                    counters.push(("cm_tx_retries".into(), cm.tx_retries));
+                    counters.push(("cm_rx".into(), cm.rx));
+                    counters.push(("cm_rx_duplicates".into(), cm.rx_duplicates));
+                    counters.push(("cm_rx_dropped".into(), cm.rx_dropped + d.gsi_rx_dropped));
+                    counters.push(("cm_connections".into(), d.cm.connection_count() as u64));
                     sets.push(CounterSet {
                         device: d.name().into(),
                         qpn: None,

@@ -12,7 +12,7 @@ use super::format;
 use super::table::{step, CmState, Ev, Input, Msg, Timer};
 use super::{
     iba_time, reason, sidr_status, CmConfig, CmCounters, CmEvent, CmTransmit, ConnId, ConnParams,
-    Owner, PeerInfo, Route,
+    ConnPath, Owner, PeerInfo, Route,
 };
 use crate::sim::Rng;
 use crate::types::{Errno, Mtu, QpType};
@@ -137,6 +137,20 @@ impl CmAgent {
     /// What the peer of a connection said (after REQ or REP).
     pub fn peer(&self, id: ConnId) -> Option<PeerInfo> {
         self.conns.get(&id.0).and_then(|c| c.peer)
+    }
+
+    /// The path of a connection (what `rdma_cm_id.route` shows for it).
+    pub fn path(&self, id: ConnId) -> Option<ConnPath> {
+        self.conns.get(&id.0).map(|c| ConnPath {
+            local: c.local,
+            remote: c.remote,
+            service_id: c.service_id,
+            sgid_index: c.sgid_index,
+            flow_label: c.flow_label,
+            hop_limit: c.hop_limit,
+            traffic_class: c.traffic_class,
+            mtu: c.mtu,
+        })
     }
 
     /// Number of connection records (time-wait ones included).

@@ -32,6 +32,20 @@ pub fn encapsulate(
     mad: &[u8; wire::cm::MAD_LEN],
     buf: &mut [u8],
 ) -> usize {
+    encapsulate_from(src, dst, GSI_UDP_SRC_PORT, psn, mad, buf)
+}
+
+/// [`encapsulate`] for a packet that leaves from UDP port `src_port` instead of rxe's
+/// QP1 port (the ICRC covers the UDP ports: a daemon whose socket is bound to 4791 sends
+/// from 4791).
+pub fn encapsulate_from(
+    src: IpAddr,
+    dst: IpAddr,
+    src_port: u16,
+    psn: Psn,
+    mad: &[u8; wire::cm::MAD_LEN],
+    buf: &mut [u8],
+) -> usize {
     let b = &mut buf[..GSI_PACKET_LEN];
     b.fill(0);
     {
@@ -54,10 +68,8 @@ pub fn encapsulate(
     b[at..at + wire::cm::MAD_LEN].copy_from_slice(mad);
     let covered = &b[..GSI_PACKET_LEN - ICRC_LEN];
     let crc = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            icrc::for_udp4(s, d, GSI_UDP_SRC_PORT, ROCE_V2_PORT, covered)
-        }
-        (s, d) => icrc::for_udp6(to_v6(s), to_v6(d), GSI_UDP_SRC_PORT, ROCE_V2_PORT, covered),
+        (IpAddr::V4(s), IpAddr::V4(d)) => icrc::for_udp4(s, d, src_port, ROCE_V2_PORT, covered),
+        (s, d) => icrc::for_udp6(to_v6(s), to_v6(d), src_port, ROCE_V2_PORT, covered),
     };
     packet::Packet::new_unchecked(&mut b[..]).set_icrc(crc);
     GSI_PACKET_LEN

@@ -217,6 +217,27 @@ impl Route {
     }
 }
 
+/// The path of a connection as the agent keeps it ([`CmAgent::path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnPath {
+    /// Local address (a GID of this device).
+    pub local: IpAddr,
+    /// The peer's address.
+    pub remote: IpAddr,
+    /// The service ID (the listened one on the passive side).
+    pub service_id: ServiceId,
+    /// Index of the local GID in the device's table.
+    pub sgid_index: u8,
+    /// Flow label of the path.
+    pub flow_label: u32,
+    /// IP TTL / hop limit of the path.
+    pub hop_limit: u8,
+    /// Traffic class (IP TOS).
+    pub traffic_class: u8,
+    /// The connection's path MTU.
+    pub mtu: Mtu,
+}
+
 /// What the peer said about itself in its REQ or REP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerInfo {

@@ -1,0 +1,324 @@
+//! Addresses of CM ids: binding in a port space (`rdma_bind_addr`), address resolution
+//! through the kernel's routing (`rdma_resolve_addr`) and route resolution
+//! (`rdma_resolve_route`), as the kernel's CMA does them on RoCE.
+
+use super::{event, CmPath, IdState};
+use crate::daemon::engine::Engine;
+use crate::daemon::objects::SessionId;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::ops::RangeInclusive;
+use wire::client::proto::Handle;
+
+/// Ports `rdma_bind_addr` picks from for port 0 (Linux's default
+/// `ip_local_port_range`).
+pub(super) const EPHEMERAL: RangeInclusive<u16> = 32768..=60999;
+
+/// Ports below this need privilege (`PROT_SOCK`).
+const PRIVILEGED_BELOW: u16 = 1024;
+
+/// The CMA's packet lifetime exponent on RoCE paths (`CMA_IBOE_PACKET_LIFETIME`).
+const IBOE_PACKET_LIFETIME: u8 = 16;
+
+/// The IP hop limit the CMA puts in RoCE paths.
+const HOP_LIMIT: u8 = 64;
+
+/// IPv4-mapped IPv6 addresses as IPv4 (how sockets and GIDs name them).
+pub(super) fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn is_link_local(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+fn scope_of(a: SocketAddr) -> u32 {
+    match a {
+        SocketAddr::V6(v6) => v6.scope_id(),
+        SocketAddr::V4(_) => 0,
+    }
+}
+
+/// `ip:port`, with `scope` when `ip` is IPv6 link-local.
+fn with_scope(ip: IpAddr, port: u16, scope: u32) -> SocketAddr {
+    match ip {
+        IpAddr::V6(v6) if is_link_local(ip) => {
+            SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
+        }
+        ip => SocketAddr::new(ip, port),
+    }
+}
+
+fn errno_of(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EINVAL)
+}
+
+/// The source address the kernel's routing (in the daemon's network namespace) picks
+/// for `dst`: a UDP socket connected to it says. Errors are the routing's
+/// (ENETUNREACH, EHOSTUNREACH; an IPv6 link-local destination without a scope is
+/// EADDRNOTAVAIL).
+fn route_source(dst: SocketAddr) -> Result<SocketAddr, i32> {
+    let any: SocketAddr = match dst {
+        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+    };
+    let sock = UdpSocket::bind(any).map_err(|e| errno_of(&e))?;
+    let mut to = dst;
+    if to.port() == 0 {
+        to.set_port(crate::daemon::udp::ROCE_V2_PORT);
+    }
+    match sock.connect(to) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Err(libc::EADDRNOTAVAIL),
+        Err(e) => return Err(errno_of(&e)),
+    }
+    sock.local_addr().map_err(|e| errno_of(&e))
+}
+
+/// Whether `ip` is an address of this host (in the daemon's namespace).
+fn is_local_address(ip: IpAddr, scope: u32) -> bool {
+    UdpSocket::bind(with_scope(ip, 0, scope)).is_ok()
+}
+
+impl Engine {
+    /// The device serving `ip` (for IPv6 link-local, on interface `scope` if given) and
+    /// the device's interface index.
+    pub(super) fn cm_device_by_ip(&self, ip: IpAddr, scope: u32) -> Option<(usize, u32)> {
+        let ip = canonical(ip);
+        self.devices.iter().enumerate().find_map(|(i, d)| {
+            let d = d.as_ref()?;
+            let scoped_ok = !is_link_local(ip) || scope == 0 || d.netdev.index == scope;
+            (scoped_ok && d.gids.contains(&ip)).then_some((i, d.netdev.index))
+        })
+    }
+
+    /// The kernel CMA's `cma_check_port`: may `h` hold `addr` in `(ps, port)`?
+    /// EADDRINUSE for the same address, EADDRNOTAVAIL when either side is a wildcard.
+    pub(super) fn cm_check_port(
+        &self,
+        h: Handle,
+        ps: u32,
+        addr: SocketAddr,
+        reuseaddr: bool,
+        afonly: bool,
+    ) -> Result<(), i32> {
+        let Some(owners) = self.cm.ports.get(&(ps, addr.port())) else {
+            return Ok(());
+        };
+        for &o in owners {
+            let Some(cur) = self.cm.ids.get(&o).filter(|_| o != h) else {
+                continue;
+            };
+            if reuseaddr && cur.reuseaddr {
+                continue;
+            }
+            let Some(cur_addr) = cur.src else {
+                continue;
+            };
+            if afonly && cur.afonly && addr.is_ipv4() != cur_addr.is_ipv4() {
+                continue;
+            }
+            if addr.ip().is_unspecified() || cur_addr.ip().is_unspecified() {
+                return Err(libc::EADDRNOTAVAIL);
+            }
+            if canonical(addr.ip()) == canonical(cur_addr.ip()) {
+                return Err(libc::EADDRINUSE);
+            }
+        }
+        Ok(())
+    }
+
+    /// `rdma_bind_addr` (also the implicit binds of resolve and listen): a specific
+    /// address must be served by a device (EADDRNOTAVAIL: not an address of this host;
+    /// ENODEV: one no device serves); port 0 takes a free ephemeral port of the port space.
+    pub(super) fn cm_bind(
+        &mut self,
+        session: SessionId,
+        h: Handle,
+        addr: SocketAddr,
+    ) -> Result<(), i32> {
+        let id = self.cm_id(session, h)?;
+        let (ps, reuseaddr, afonly) = (id.ps, id.reuseaddr, id.afonly);
+        let ip = canonical(addr.ip());
+        let (dev, addr) = if ip.is_unspecified() {
+            (None, addr)
+        } else {
+            match self.cm_device_by_ip(ip, scope_of(addr)) {
+                Some((d, ifindex)) => (Some(d), with_scope(ip, addr.port(), ifindex)),
+                None if is_local_address(ip, scope_of(addr)) => return Err(libc::ENODEV),
+                None => return Err(libc::EADDRNOTAVAIL),
+            }
+        };
+        let port = if addr.port() == 0 {
+            self.cm_ephemeral_port(ps).ok_or(libc::EADDRNOTAVAIL)?
+        } else {
+            let privileged = self
+                .sessions
+                .get(&session)
+                .is_some_and(|s| s.uid == 0 || s.uid == crate::daemon::sys::euid());
+            if addr.port() < PRIVILEGED_BELOW && !privileged {
+                return Err(libc::EACCES);
+            }
+            self.cm_check_port(h, ps, addr, reuseaddr, afonly)?;
+            addr.port()
+        };
+        let mut addr = addr;
+        addr.set_port(port);
+        self.cm.ports.entry((ps, port)).or_default().push(h);
+        let id = self.cm_id_mut(session, h)?;
+        id.src = Some(addr);
+        id.dev = dev;
+        id.state = IdState::AddrBound;
+        tracing::debug!(id = h.0, %addr, "cm bound");
+        Ok(())
+    }
+
+    /// A port of the ephemeral range no id of port space `ps` holds.
+    fn cm_ephemeral_port(&mut self, ps: u32) -> Option<u16> {
+        let (lo, hi) = (*EPHEMERAL.start(), *EPHEMERAL.end());
+        let n = hi - lo + 1;
+        for _ in 0..n {
+            let p = self.cm.next_port;
+            self.cm.next_port = if p >= hi { lo } else { p + 1 };
+            if !(lo..=hi).contains(&p) {
+                continue;
+            }
+            if self.cm.ports.get(&(ps, p)).is_none_or(Vec::is_empty) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Drops an id from its port's owners.
+    pub(super) fn cm_unbind(&mut self, h: Handle) {
+        let Some(id) = self.cm.ids.get(&h) else {
+            return;
+        };
+        let Some(src) = id.src else {
+            return;
+        };
+        let key = (id.ps, src.port());
+        if let Some(owners) = self.cm.ports.get_mut(&key) {
+            owners.retain(|o| *o != h);
+            if owners.is_empty() {
+                self.cm.ports.remove(&key);
+            }
+        }
+    }
+
+    /// `rdma_resolve_addr`: binds if needed, picks the source address by routing when
+    /// the id is unbound or bound to a wildcard, finds the device serving it, and queues
+    /// ADDR_RESOLVED or ADDR_ERROR (with -ENETUNREACH, -EHOSTUNREACH, -EADDRNOTAVAIL or
+    /// -ENODEV).
+    pub(super) fn cm_resolve_addr(
+        &mut self,
+        session: SessionId,
+        h: Handle,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+    ) -> Result<(), i32> {
+        let id = self.cm_id(session, h)?;
+        if !matches!(
+            id.state,
+            IdState::Idle | IdState::AddrBound | IdState::AddrResolved
+        ) {
+            return Err(libc::EINVAL);
+        }
+        if id.state == IdState::Idle {
+            let any = match dst {
+                SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+                SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+            };
+            self.cm_bind(session, h, src.unwrap_or(any))?;
+        }
+        let id = self.cm_id(session, h)?;
+        let bound = id.src.ok_or(libc::EINVAL)?;
+        if bound.is_ipv4() != dst.is_ipv4() {
+            return Err(libc::EINVAL);
+        }
+        // An unscoped link-local destination takes the bound address's interface.
+        let mut dst = dst;
+        if let SocketAddr::V6(d) = &mut dst {
+            if d.scope_id() == 0 && is_link_local(IpAddr::V6(*d.ip())) {
+                d.set_scope_id(scope_of(bound));
+            }
+        }
+        // A wildcard destination is this host (the CMA's loopback resolution).
+        if dst.ip().is_unspecified() {
+            dst.set_ip(match dst {
+                SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            });
+        }
+        let source = if bound.ip().is_unspecified() {
+            route_source(dst).map(|s| (canonical(s.ip()), scope_of(s)))
+        } else {
+            Ok((canonical(bound.ip()), scope_of(bound)))
+        };
+        let found = source.and_then(|(ip, scope)| {
+            self.cm_device_by_ip(ip, scope)
+                .map(|(d, ifindex)| (ip, d, ifindex))
+                .ok_or(libc::ENODEV)
+        });
+        let id = self.cm_id_mut(session, h)?;
+        match found {
+            Ok((ip, dev, ifindex)) => {
+                id.src = Some(with_scope(ip, bound.port(), ifindex));
+                id.dst = Some(dst);
+                id.dev = Some(dev);
+                id.path = None;
+                id.state = IdState::AddrResolved;
+                tracing::debug!(id = h.0, src = ?id.src, %dst, "cm address resolved");
+                self.cm.simple_event(h, event::ADDR_RESOLVED, 0);
+            }
+            Err(e) => {
+                id.state = IdState::AddrBound;
+                tracing::debug!(id = h.0, %dst, errno = e, "cm address not resolved");
+                self.cm.simple_event(h, event::ADDR_ERROR, -e);
+            }
+        }
+        Ok(())
+    }
+
+    /// `rdma_resolve_route` on RoCE: the path is the CMA's (flow label hashed from the
+    /// ports, hop limit 64, the device's MTU, packet lifetime 16); ROUTE_RESOLVED, or
+    /// ROUTE_ERROR -ENODEV when the device went away.
+    pub(super) fn cm_resolve_route(&mut self, session: SessionId, h: Handle) -> Result<(), i32> {
+        let id = self.cm_id(session, h)?;
+        if id.state != IdState::AddrResolved {
+            return Err(libc::EINVAL);
+        }
+        let (Some(src), Some(dst)) = (id.src, id.dst) else {
+            return Err(libc::EINVAL);
+        };
+        let tos = id.tos.unwrap_or(0);
+        let mtu = id
+            .dev
+            .and_then(|d| self.devices.get(d))
+            .and_then(Option::as_ref)
+            .map(|d| d.cm.config().active_mtu as u32);
+        let id = self.cm_id_mut(session, h)?;
+        match mtu {
+            Some(mtu) => {
+                let route = emu_core::cm::Route::tcp(src.ip(), dst.ip(), src.port(), dst.port());
+                id.path = Some(CmPath {
+                    flow_label: route.flow_label(),
+                    hop_limit: HOP_LIMIT,
+                    traffic_class: tos,
+                    sl: 0,
+                    mtu,
+                    rate: 0,
+                    packet_life_time: IBOE_PACKET_LIFETIME,
+                });
+                id.state = IdState::RouteResolved;
+                self.cm.simple_event(h, event::ROUTE_RESOLVED, 0);
+            }
+            None => self.cm.simple_event(h, event::ROUTE_ERROR, -libc::ENODEV),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,480 @@
+//! Driving the agents and turning their events into `RDMA_CM_EVENT_*` records
+//! (`docs/cm.md`, table "Events"), connect requests on listeners, and the end of ids,
+//! sessions and devices.
+
+use super::addr::canonical;
+use super::{event, CmId, IdState};
+use crate::daemon::engine::Engine;
+use crate::daemon::objects::{Kind, SessionId};
+use emu_core::cm::{reason, CmEvent, ConnId, PeerInfo, ServiceId};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+use wire::client::cm::{CmConnParam, CmEventParam, CmEventRecord, CmPath};
+use wire::client::proto::{AhAttr, GlobalRoute, Handle};
+
+/// Rounds of (timers, transmits, events) per engine pass: a locally delivered MAD can
+/// answer at once, and that answer can raise another event.
+const ROUNDS: usize = 8;
+
+/// `param.conn` of CONNECT_REQUEST / CONNECT_RESPONSE: the peer's resources swapped as
+/// the IB CM reports them (its initiator depth is what we must answer, and vice versa).
+fn conn_param(peer: &PeerInfo, private_data: Vec<u8>) -> CmConnParam {
+    CmConnParam {
+        private_data,
+        responder_resources: peer.initiator_depth,
+        initiator_depth: peer.responder_resources,
+        flow_control: u8::from(peer.flow_control),
+        retry_count: peer.retry_count,
+        rnr_retry_count: peer.rnr_retry_count,
+        srq: u8::from(peer.srq),
+        qp_num: peer.qpn.0,
+        qkey: 0,
+    }
+}
+
+/// An address handle to `peer` over `path` (`param.ud.ah_attr`).
+fn ah_to(peer: IpAddr, sgid_index: u8, path: Option<&CmPath>) -> AhAttr {
+    AhAttr {
+        grh: GlobalRoute {
+            dgid: crate::daemon::netdev::gid_of(canonical(peer)),
+            flow_label: path.map_or(0, |p| p.flow_label),
+            sgid_index,
+            hop_limit: path.map_or(64, |p| p.hop_limit),
+            traffic_class: path.map_or(0, |p| p.traffic_class),
+        },
+        is_global: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    }
+}
+
+impl Engine {
+    /// Timers, MADs out and events of every device's agent. Whether anything happened.
+    pub(in crate::daemon) fn drive_cm(&mut self, now: Instant) -> bool {
+        let mut worked = false;
+        let mut events = Vec::new();
+        for _ in 0..ROUNDS {
+            let mut sent = false;
+            for (i, slot) in self.devices.iter_mut().enumerate() {
+                let Some(d) = slot.as_mut() else {
+                    continue;
+                };
+                if d.cm.poll_timeout().is_some_and(|t| t <= now) {
+                    d.cm.handle_timeout(now);
+                }
+                sent |= super::stage_gsi_transmits(
+                    d,
+                    &mut self.tx_bufs,
+                    &mut self.tx_meta,
+                    self.cfg.local_path,
+                    now,
+                    &mut self.mem,
+                );
+                while let Some((conn, _, ev)) = d.cm.poll_event() {
+                    events.push((i, conn, ev));
+                }
+            }
+            if events.is_empty() && !sent {
+                break;
+            }
+            worked = true;
+            for (dev, conn, ev) in events.drain(..) {
+                self.cm_event(now, dev, conn, ev);
+            }
+        }
+        self.cm.flush_tokens();
+        worked
+    }
+
+    /// One agent event → the record librdmacm reports.
+    fn cm_event(&mut self, now: Instant, dev: usize, conn: ConnId, ev: CmEvent) {
+        let Some(&h) = self.cm.conns.get(&(dev, conn)) else {
+            match ev {
+                CmEvent::ConnectRequest { .. } | CmEvent::SidrRequest { .. } => {
+                    self.cm_connect_request(now, dev, conn, ev);
+                }
+                _ => tracing::trace!(comm_id = conn.0, ?ev, "cm event of a destroyed id"),
+            }
+            return;
+        };
+        let (peer_ip, sgid_index, path) = {
+            let info = self.cm_info(h);
+            let peer = self
+                .cm
+                .ids
+                .get(&h)
+                .and_then(|id| id.dst)
+                .map_or(IpAddr::from([0u8; 4]), |a| a.ip());
+            (peer, info.sgid_index, info.path)
+        };
+        let (ev_type, status, param) = match ev {
+            CmEvent::ConnectRequest { .. } | CmEvent::SidrRequest { .. } => return,
+            // librdmacm moves the QP to RTR/RTS, sends Establish (the RTU) and reports
+            // ESTABLISHED itself (ucma_process_conn_resp).
+            CmEvent::ConnectResponse { peer, private_data } => (
+                event::CONNECT_RESPONSE,
+                0,
+                CmEventParam::Conn(conn_param(&peer, private_data)),
+            ),
+            CmEvent::Established => (event::ESTABLISHED, 0, CmEventParam::None),
+            CmEvent::SidrResolved {
+                qpn,
+                qkey,
+                private_data,
+            } => (
+                event::ESTABLISHED,
+                0,
+                CmEventParam::Ud {
+                    private_data,
+                    ah_attr: ah_to(peer_ip, sgid_index, path.as_ref()),
+                    qp_num: qpn.0,
+                    qkey: qkey.0,
+                },
+            ),
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ari: _,
+            } => (
+                event::REJECTED,
+                i32::from(reason),
+                CmEventParam::Conn(CmConnParam {
+                    private_data,
+                    ..CmConnParam::default()
+                }),
+            ),
+            CmEvent::SidrRejected {
+                status,
+                private_data,
+            } => (
+                event::UNREACHABLE,
+                i32::from(status),
+                CmEventParam::Ud {
+                    private_data,
+                    ah_attr: AhAttr::default(),
+                    qp_num: 0,
+                    qkey: 0,
+                },
+            ),
+            CmEvent::Unreachable => (event::UNREACHABLE, -libc::ETIMEDOUT, CmEventParam::None),
+            CmEvent::Disconnected {
+                timed_out,
+                private_data,
+            } => (
+                event::DISCONNECTED,
+                if timed_out { -libc::ETIMEDOUT } else { 0 },
+                CmEventParam::Conn(CmConnParam {
+                    private_data,
+                    ..CmConnParam::default()
+                }),
+            ),
+            CmEvent::TimewaitExit => (event::TIMEWAIT_EXIT, 0, CmEventParam::None),
+        };
+        self.cm.push_event(CmEventRecord {
+            id: h,
+            listen_id: None,
+            event: ev_type,
+            status,
+            new_id: None,
+            param,
+        });
+        self.cm_sync_conn(h);
+    }
+
+    /// The listener a request for `(ps, port)` to `local` belongs to: one bound to that
+    /// address before a wildcard one.
+    fn cm_find_listener(&self, dev: usize, sid: ServiceId, local: IpAddr) -> Option<Handle> {
+        let (space, port) = sid.as_rdma_ip()?;
+        let mut wildcard = None;
+        for (&h, id) in &self.cm.ids {
+            let Some(src) = id.src else {
+                continue;
+            };
+            if id.state != IdState::Listen
+                || src.port() != port
+                || super::port_space(id.ps) != space
+            {
+                continue;
+            }
+            if src.ip().is_unspecified() {
+                let family_ok = !id.afonly || src.is_ipv4() == local.is_ipv4();
+                if family_ok && wildcard.is_none_or(|w: Handle| h < w) {
+                    wildcard = Some(h);
+                }
+            } else if id.dev == Some(dev) && canonical(src.ip()) == local {
+                return Some(h);
+            }
+        }
+        wildcard
+    }
+
+    /// A REQ or SIDR_REQ for a listened service: a new id on the listener's channel and
+    /// CONNECT_REQUEST, unless the listener's backlog is full (then the request is
+    /// rejected, as the CM answers a request its consumer refused).
+    fn cm_connect_request(&mut self, now: Instant, dev: usize, conn: ConnId, ev: CmEvent) {
+        let Some(d) = self.devices.get_mut(dev).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(path) = d.cm.path(conn) else {
+            return;
+        };
+        let (service_id, peer_addr, cma, private_data, peer) = match ev {
+            CmEvent::ConnectRequest {
+                service_id,
+                peer,
+                cma,
+                private_data,
+            } => (service_id, peer.addr, cma, private_data, Some(peer)),
+            CmEvent::SidrRequest {
+                service_id,
+                addr,
+                cma,
+                private_data,
+            } => (service_id, addr, cma, private_data, None),
+            _ => return,
+        };
+        let local = canonical(path.local);
+        let listen_addr = cma.map_or(local, |c| canonical(c.dst));
+        let listener = self
+            .cm_find_listener(dev, service_id, listen_addr)
+            .or_else(|| self.cm_find_listener(dev, service_id, local));
+        let Some(lh) = listener else {
+            tracing::debug!(comm_id = conn.0, "cm request without a listener: rejected");
+            if let Some(Some(d)) = self.devices.get_mut(dev) {
+                let _ = d.cm.reject(now, conn, reason::INVALID_SERVICE_ID, &[]);
+            }
+            return;
+        };
+        let Some(l) = self.cm.ids.get(&lh) else {
+            return;
+        };
+        let (session, channel, ps, lport, tos, ack, afonly) = (
+            l.session,
+            l.channel,
+            l.ps,
+            l.src.map_or(0, |s| s.port()),
+            l.tos,
+            l.ack_timeout,
+            l.afonly,
+        );
+        let full = l.pending >= l.backlog;
+        let new = if full {
+            Err(libc::ENOMEM)
+        } else {
+            self.insert(session, None, Kind::CmId)
+        };
+        let Ok(nh) = new else {
+            tracing::debug!(
+                listener = lh.0,
+                comm_id = conn.0,
+                "cm listener backlog full: request refused"
+            );
+            if let Some(Some(d)) = self.devices.get_mut(dev) {
+                let _ = d.cm.destroy(now, conn);
+            }
+            return;
+        };
+        let ifindex = self
+            .devices
+            .get(dev)
+            .and_then(Option::as_ref)
+            .map_or(0, |d| d.netdev.index);
+        let scoped = |ip: IpAddr, port: u16| match ip {
+            IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => {
+                SocketAddr::V6(std::net::SocketAddrV6::new(v6, port, 0, ifindex))
+            }
+            ip => SocketAddr::new(ip, port),
+        };
+        let qp_type = match &peer {
+            Some(p) => p.qp_type,
+            None => emu_core::QpType::Ud,
+        };
+        let mut id = CmId::new(session, channel, ps, qp_type);
+        id.state = IdState::Passive;
+        id.src = Some(scoped(local, lport));
+        id.dst = Some(scoped(canonical(peer_addr), cma.map_or(0, |c| c.src_port)));
+        id.dev = Some(dev);
+        id.conn = Some(conn);
+        id.tos = tos;
+        id.ack_timeout = ack;
+        id.afonly = afonly;
+        id.path = Some(CmPath {
+            flow_label: path.flow_label,
+            hop_limit: path.hop_limit,
+            traffic_class: path.traffic_class,
+            sl: 0,
+            mtu: path.mtu as u32,
+            rate: 0,
+            packet_life_time: 16,
+        });
+        self.cm.ids.insert(nh, id);
+        self.cm.conns.insert((dev, conn), nh);
+        if let Some(ch) = self.cm.channels.get_mut(&channel) {
+            ch.users += 1;
+        }
+        if let Some(l) = self.cm.ids.get_mut(&lh) {
+            l.pending += 1;
+        }
+        let info = self.cm_info(nh);
+        let param = match peer {
+            Some(p) => CmEventParam::Conn(conn_param(&p, private_data)),
+            None => CmEventParam::Ud {
+                private_data,
+                ah_attr: ah_to(peer_addr, info.sgid_index, info.path.as_ref()),
+                qp_num: 0,
+                qkey: 0,
+            },
+        };
+        tracing::debug!(
+            listener = lh.0,
+            id = nh.0,
+            comm_id = conn.0,
+            peer = %peer_addr,
+            "cm connect request"
+        );
+        self.cm.push_event(CmEventRecord {
+            id: nh,
+            listen_id: Some(lh),
+            event: event::CONNECT_REQUEST,
+            status: 0,
+            new_id: Some(info),
+            param,
+        });
+    }
+
+    /// `rdma_destroy_id`: the connection ends quietly (the agent finishes the protocol),
+    /// a listener stops listening and takes its unfetched requests with it, queued
+    /// events go, the port is freed.
+    pub(in crate::daemon) fn cm_destroy_id(&mut self, now: Instant, h: Handle) {
+        let Some(id) = self.cm.ids.get(&h) else {
+            return;
+        };
+        let (dev, conn, state, channel, src, ps) =
+            (id.dev, id.conn, id.state, id.channel, id.src, id.ps);
+        if let (Some(d), Some(c)) = (dev, conn) {
+            if self.cm.conns.get(&(d, c)) == Some(&h) {
+                self.cm.conns.remove(&(d, c));
+            }
+            if let Some(Some(dv)) = self.devices.get_mut(d) {
+                let _ = dv.cm.destroy(now, c);
+            }
+        }
+        let mut children = Vec::new();
+        if state == IdState::Listen {
+            if let Some(src) = src {
+                let sid = ServiceId::rdma_ip(super::port_space(ps), src.port());
+                let devs: Vec<usize> = self
+                    .cm
+                    .listens
+                    .keys()
+                    .filter(|(_, s)| *s == sid.0)
+                    .map(|(d, _)| *d)
+                    .collect();
+                for d in devs {
+                    if src.ip().is_unspecified() || dev == Some(d) {
+                        self.cm_unlisten_on(d, sid);
+                    }
+                }
+            }
+            // Requests nobody fetched die with their listener (the ucma destroys them).
+            for ch in self.cm.channels.values_mut() {
+                let gone = ch
+                    .remove_where(|e| e.event == event::CONNECT_REQUEST && e.listen_id == Some(h));
+                children.extend(gone.into_iter().map(|e| e.id));
+            }
+        }
+        if let Some(ch) = self.cm.channels.get_mut(&channel) {
+            let gone = ch.remove_where(|e| e.id == h);
+            ch.users = ch.users.saturating_sub(1);
+            for e in gone {
+                // A request fetched never: give the listener its backlog slot back.
+                if let Some(l) = e.listen_id.and_then(|l| self.cm.ids.get_mut(&l)) {
+                    l.pending = l.pending.saturating_sub(1);
+                }
+            }
+        }
+        self.cm_unbind(h);
+        self.cm.ids.remove(&h);
+        self.forget(h);
+        tracing::debug!(id = h.0, "cm id destroyed");
+        for c in children {
+            self.cm_destroy_id(now, c);
+        }
+    }
+
+    /// Every CM id, in creation order.
+    pub(in crate::daemon) fn cm_ids(&self) -> Vec<Handle> {
+        let mut ids: Vec<Handle> = self.cm.ids.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// A session ended: its ids and channels go as if destroyed.
+    pub(in crate::daemon) fn cm_release_session(&mut self, session: SessionId) {
+        let now = Instant::now();
+        let mut ids: Vec<Handle> = self
+            .cm
+            .ids
+            .iter()
+            .filter(|(_, id)| id.session == session)
+            .map(|(h, _)| *h)
+            .collect();
+        ids.sort_unstable();
+        for h in ids {
+            self.cm_destroy_id(now, h);
+        }
+        let channels: Vec<Handle> = self
+            .cm
+            .channels
+            .iter()
+            .filter(|(_, c)| c.session == session)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in channels {
+            self.cm.channels.remove(&h);
+            self.forget(h);
+        }
+        self.drive_cm(now);
+    }
+
+    /// A device was added: wildcard listeners listen on it too.
+    pub(in crate::daemon) fn cm_device_added(&mut self, dev: usize) {
+        let sids: Vec<ServiceId> = self
+            .cm
+            .ids
+            .values()
+            .filter(|id| id.state == IdState::Listen)
+            .filter_map(|id| {
+                let src = id.src?;
+                src.ip()
+                    .is_unspecified()
+                    .then(|| ServiceId::rdma_ip(super::port_space(id.ps), src.port()))
+            })
+            .collect();
+        for sid in sids {
+            self.cm_listen_on(dev, sid);
+        }
+    }
+
+    /// A device is being removed: ids bound to it get DEVICE_REMOVAL and lose their
+    /// connection (the agent goes with the device).
+    pub(in crate::daemon) fn cm_device_removed(&mut self, dev: usize) {
+        self.cm.listens.retain(|(d, _), _| *d != dev);
+        self.cm.conns.retain(|(d, _), _| *d != dev);
+        let mut hit: Vec<Handle> = self
+            .cm
+            .ids
+            .iter()
+            .filter(|(_, id)| id.dev == Some(dev))
+            .map(|(h, _)| *h)
+            .collect();
+        hit.sort_unstable();
+        for h in hit {
+            if let Some(id) = self.cm.ids.get_mut(&h) {
+                id.conn = None;
+                id.dev = None;
+            }
+            self.cm.simple_event(h, event::DEVICE_REMOVAL, 0);
+        }
+    }
+}

@@ -1,0 +1,590 @@
+//! RDMA CM in the daemon: what the kernel's `rdma_ucm` + CMA + IB CM do for librdmacm.
+//!
+//! The shim (librdmacm) keeps the `rdma_cm_id` objects and moves QPs itself; the daemon
+//! keeps, per session, event channels and CM ids (named by protocol handles), the port
+//! spaces' bindings, address and route resolution through the kernel's routing, and one
+//! sans-IO [`emu_core::cm::CmAgent`] per RoCE device speaking the IB CM protocol on QP1.
+//!
+//! - [`CmRequest`]s arrive through [`Engine::cm_request`] (this file): every handle must
+//!   name an object of the calling session (ENOENT otherwise, EINVAL for an object of
+//!   another kind), errnos are the ones the kernel's ucma/CMA return.
+//! - `addr.rs`: `rdma_bind_addr` (port spaces, ephemeral ports, EADDRINUSE),
+//!   `rdma_resolve_addr` (the source address the kernel's routing picks, the device whose
+//!   GID table holds it), `rdma_resolve_route`.
+//! - `events.rs`: driving the agents (timers, MADs out, events in), the `CmEvent` →
+//!   `RDMA_CM_EVENT_*` mapping (`docs/cm.md`), connect requests on listeners (backlog),
+//!   session death, devices added and removed.
+//! - `gsi.rs`: QP1 packets: received datagrams to QP1 go to the device's agent after the
+//!   ICRC check, the agent's MADs leave as GSI packets like every other packet.
+//!
+//! Events of a channel queue here until `GetEvent` takes them; one
+//! [`CmEventToken`] per queued event goes into the channel's pipe (written later when the
+//! pipe is full, never dropped).
+
+mod addr;
+mod conn;
+mod events;
+mod gsi;
+
+use super::control::{ok, Answer};
+use super::engine::Engine;
+use super::objects::{Kind, SessionId};
+use emu_core::cm::{self as core_cm, reason, ConnId};
+use emu_core::QpType;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Instant;
+use wire::client::cm::{
+    event, ps, CmEventRecord, CmEventToken, CmIdInfo, CmPath, CmReply, CmRequest,
+};
+use wire::client::proto::Handle;
+use wire::client::verbs::event_type;
+use wire::client::ReplyBody;
+
+pub(super) use gsi::stage_gsi_transmits;
+
+/// `RDMA_OPTION_ID` (`rdma_set_option` level) and its option names.
+mod option {
+    pub const LEVEL_ID: i32 = 0;
+    pub const LEVEL_IB: i32 = 1;
+    pub const ID_TOS: i32 = 0;
+    pub const ID_REUSEADDR: i32 = 1;
+    pub const ID_AFONLY: i32 = 2;
+    pub const ID_ACK_TIMEOUT: i32 = 3;
+}
+
+/// Most CONNECT_REQUESTs a listener may have waiting (the ucma's `max_backlog`).
+const MAX_BACKLOG: usize = 1024;
+
+/// `RDMA_CM_EVENT_*` names for the logs.
+fn event_name(ev: u32) -> &'static str {
+    const NAMES: [&str; 16] = [
+        "ADDR_RESOLVED",
+        "ADDR_ERROR",
+        "ROUTE_RESOLVED",
+        "ROUTE_ERROR",
+        "CONNECT_REQUEST",
+        "CONNECT_RESPONSE",
+        "CONNECT_ERROR",
+        "UNREACHABLE",
+        "REJECTED",
+        "ESTABLISHED",
+        "DISCONNECTED",
+        "DEVICE_REMOVAL",
+        "MULTICAST_JOIN",
+        "MULTICAST_ERROR",
+        "ADDR_CHANGE",
+        "TIMEWAIT_EXIT",
+    ];
+    NAMES.get(ev as usize).copied().unwrap_or("?")
+}
+
+/// An event channel (`rdma_create_event_channel`).
+pub(super) struct EventChannel {
+    session: SessionId,
+    /// Write end of the shim's pipe (nonblocking).
+    write: OwnedFd,
+    events: VecDeque<CmEventRecord>,
+    /// Tokens owed to the pipe because it was full; written as it drains. Never more
+    /// than the events queued.
+    unwritten: usize,
+    /// Ids that report to this channel (destroying it is EBUSY meanwhile).
+    users: usize,
+}
+
+impl EventChannel {
+    /// Queues an event and writes its token (or owes it).
+    fn push(&mut self, ev: CmEventRecord) {
+        self.events.push_back(ev);
+        self.unwritten += 1;
+        self.flush();
+    }
+
+    /// Writes owed tokens until the pipe is full. A pipe whose reader is gone gets none.
+    fn flush(&mut self) {
+        while self.unwritten > 0 {
+            match super::sys::write_record(self.write.as_raw_fd(), &CmEventToken::BYTES) {
+                Ok(true) => self.unwritten -= 1,
+                Ok(false) => break,
+                Err(_) => {
+                    self.unwritten = 0;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The oldest event.
+    fn pop(&mut self) -> Option<CmEventRecord> {
+        let ev = self.events.pop_front()?;
+        self.unwritten = self.unwritten.min(self.events.len());
+        Some(ev)
+    }
+
+    /// Removes the events `drop` selects (their tokens, if written, stay in the pipe: the
+    /// shim's `GetEvent` then gets EAGAIN, as for any spurious wake-up).
+    fn remove_where(&mut self, mut drop: impl FnMut(&CmEventRecord) -> bool) -> Vec<CmEventRecord> {
+        let mut gone = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.events.len());
+        for ev in self.events.drain(..) {
+            if drop(&ev) {
+                gone.push(ev);
+            } else {
+                kept.push_back(ev);
+            }
+        }
+        self.events = kept;
+        self.unwritten = self.unwritten.min(self.events.len());
+        gone
+    }
+}
+
+/// Where an id stands (the kernel's `enum rdma_cm_state`, the states the daemon needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum IdState {
+    Idle,
+    AddrBound,
+    AddrResolved,
+    RouteResolved,
+    Listen,
+    /// `rdma_connect` was called (the connection may since have ended).
+    Connect,
+    /// Created by a CONNECT_REQUEST.
+    Passive,
+}
+
+/// A CM id (`rdma_create_id`).
+pub(super) struct CmId {
+    session: SessionId,
+    channel: Handle,
+    /// `RDMA_PS_*`.
+    ps: u32,
+    qp_type: QpType,
+    state: IdState,
+    /// Bound source address (port included; IPv6 link-local with its scope).
+    src: Option<SocketAddr>,
+    /// Destination (after `rdma_resolve_addr`, or the peer of a passive id).
+    dst: Option<SocketAddr>,
+    /// The device the source address belongs to.
+    dev: Option<usize>,
+    /// The agent's connection (active after `rdma_connect`, passive from its request).
+    conn: Option<ConnId>,
+    /// The resolved route (`num_paths` 1).
+    path: Option<CmPath>,
+    /// Listener: most requests waiting to be fetched, and how many wait.
+    backlog: usize,
+    pending: usize,
+    /// `rdma_set_option` values.
+    tos: Option<u8>,
+    ack_timeout: Option<u8>,
+    reuseaddr: bool,
+    afonly: bool,
+}
+
+impl CmId {
+    fn new(session: SessionId, channel: Handle, ps: u32, qp_type: QpType) -> CmId {
+        CmId {
+            session,
+            channel,
+            ps,
+            qp_type,
+            state: IdState::Idle,
+            src: None,
+            dst: None,
+            dev: None,
+            conn: None,
+            path: None,
+            backlog: 0,
+            pending: 0,
+            tos: None,
+            ack_timeout: None,
+            reuseaddr: false,
+            afonly: false,
+        }
+    }
+}
+
+/// Every CM object of the daemon.
+#[derive(Default)]
+pub(super) struct CmTables {
+    channels: HashMap<Handle, EventChannel>,
+    ids: HashMap<Handle, CmId>,
+    /// (`RDMA_PS_*`, port) → ids bound to it.
+    ports: HashMap<(u32, u16), Vec<Handle>>,
+    /// (device index, connection) → id.
+    conns: HashMap<(usize, ConnId), Handle>,
+    /// (device index, service ID) → listening ids using the agent's listener.
+    listens: HashMap<(usize, u64), usize>,
+    /// Where the search for an ephemeral port starts.
+    next_port: u16,
+    /// Some channel owes tokens to its pipe.
+    tokens_owed: bool,
+}
+
+impl CmTables {
+    pub(super) fn new(seed: u64) -> CmTables {
+        CmTables {
+            next_port: addr::EPHEMERAL.start() + (seed % 1000) as u16,
+            ..CmTables::default()
+        }
+    }
+
+    /// Whether some channel waits for room in its pipe (the engine then wakes up soon).
+    pub(super) fn tokens_owed(&self) -> bool {
+        self.tokens_owed
+    }
+
+    /// Writes tokens owed to pipes that were full.
+    pub(super) fn flush_tokens(&mut self) {
+        if !self.tokens_owed {
+            return;
+        }
+        let mut owed = false;
+        for ch in self.channels.values_mut() {
+            ch.flush();
+            owed |= ch.unwritten > 0;
+        }
+        self.tokens_owed = owed;
+    }
+
+    fn push_event(&mut self, rec: CmEventRecord) {
+        let Some(id) = self.ids.get(&rec.id) else {
+            return;
+        };
+        tracing::debug!(
+            id = rec.id.0,
+            event = event_name(rec.event),
+            status = rec.status,
+            "cm event"
+        );
+        if let Some(ch) = self.channels.get_mut(&id.channel) {
+            ch.push(rec);
+            self.tokens_owed |= ch.unwritten > 0;
+        }
+    }
+
+    fn simple_event(&mut self, id: Handle, ev: u32, status: i32) {
+        self.push_event(CmEventRecord {
+            id,
+            listen_id: None,
+            event: ev,
+            status,
+            new_id: None,
+            param: wire::client::cm::CmEventParam::None,
+        });
+    }
+}
+
+/// The port space of a service ID (`RDMA_PS_*` low octet).
+fn port_space(ps: u32) -> core_cm::PortSpace {
+    core_cm::PortSpace::from_code(ps as u8)
+}
+
+/// The QP type of an id, as the ucma derives it from the port space.
+fn id_qp_type(ps_value: u32, qp_type: u32) -> Result<QpType, i32> {
+    match ps_value {
+        ps::TCP => Ok(QpType::Rc),
+        ps::UDP | ps::IPOIB => Ok(QpType::Ud),
+        ps::IB => QpType::from_raw(qp_type).ok_or(libc::EINVAL),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+impl Engine {
+    /// A CM id of the session (ENOENT: none; EINVAL: another kind of object).
+    fn cm_id(&self, session: SessionId, h: Handle) -> Result<&CmId, i32> {
+        match self.cm.ids.get(&h) {
+            Some(id) if id.session == session => Ok(id),
+            _ => {
+                self.lookup(session, h)?;
+                Err(libc::EINVAL)
+            }
+        }
+    }
+
+    fn cm_id_mut(&mut self, session: SessionId, h: Handle) -> Result<&mut CmId, i32> {
+        self.cm_id(session, h)?;
+        self.cm.ids.get_mut(&h).ok_or(libc::ENOENT)
+    }
+
+    fn cm_channel(&self, session: SessionId, h: Handle) -> Result<&EventChannel, i32> {
+        match self.cm.channels.get(&h) {
+            Some(ch) if ch.session == session => Ok(ch),
+            _ => {
+                self.lookup(session, h)?;
+                Err(libc::EINVAL)
+            }
+        }
+    }
+
+    /// The device and connection of an id that has one (EINVAL otherwise, as the CMA
+    /// answers a verb on an id without an IB CM id).
+    fn cm_conn(&self, session: SessionId, h: Handle) -> Result<(usize, ConnId), i32> {
+        let id = self.cm_id(session, h)?;
+        match (id.dev, id.conn) {
+            (Some(d), Some(c)) if self.devices.get(d).is_some_and(Option::is_some) => Ok((d, c)),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// Runs `f` on the agent of device `dev`.
+    fn with_agent<T>(
+        &mut self,
+        dev: usize,
+        f: impl FnOnce(&mut core_cm::CmAgent) -> Result<T, emu_core::Errno>,
+    ) -> Result<T, i32> {
+        let d = self
+            .devices
+            .get_mut(dev)
+            .and_then(Option::as_mut)
+            .ok_or(libc::ENODEV)?;
+        f(&mut d.cm).map_err(|e| e.0)
+    }
+
+    /// One CM request of `session`.
+    pub(super) fn cm_request(
+        &mut self,
+        session: SessionId,
+        req: CmRequest,
+        mut fds: Vec<OwnedFd>,
+        now: Instant,
+    ) -> Answer {
+        use CmRequest as C;
+        let cm = |r: CmReply| ok(ReplyBody::Cm(r));
+        match req {
+            C::CreateChannel => {
+                let write = fds.pop().ok_or(libc::EINVAL)?;
+                if !super::control::is_pipe_write_end(&write) {
+                    return Err(libc::EINVAL);
+                }
+                let handle = self.insert(session, None, Kind::CmChannel)?;
+                self.cm.channels.insert(
+                    handle,
+                    EventChannel {
+                        session,
+                        write,
+                        events: VecDeque::new(),
+                        unwritten: 0,
+                        users: 0,
+                    },
+                );
+                cm(CmReply::Channel { handle })
+            }
+            C::DestroyChannel { channel } => {
+                if self.cm_channel(session, channel)?.users > 0 {
+                    return Err(libc::EBUSY);
+                }
+                self.cm.channels.remove(&channel);
+                self.forget(channel);
+                ok(ReplyBody::Ok)
+            }
+            C::CreateId {
+                channel,
+                ps,
+                qp_type,
+            } => {
+                self.cm_channel(session, channel)?;
+                let qp_type = id_qp_type(ps, qp_type)?;
+                let handle = self.insert(session, None, Kind::CmId)?;
+                self.cm
+                    .ids
+                    .insert(handle, CmId::new(session, channel, ps, qp_type));
+                if let Some(ch) = self.cm.channels.get_mut(&channel) {
+                    ch.users += 1;
+                }
+                tracing::debug!(session, id = handle.0, ps, ?qp_type, "cm id created");
+                cm(CmReply::Id { handle })
+            }
+            C::DestroyId { id } => {
+                self.cm_id(session, id)?;
+                self.cm_destroy_id(now, id);
+                ok(ReplyBody::Ok)
+            }
+            C::MigrateId { id, channel } => {
+                let old = self.cm_id(session, id)?.channel;
+                self.cm_channel(session, channel)?;
+                if old != channel {
+                    let moved = match self.cm.channels.get_mut(&old) {
+                        Some(ch) => {
+                            ch.users = ch.users.saturating_sub(1);
+                            ch.remove_where(|e| e.id == id)
+                        }
+                        None => Vec::new(),
+                    };
+                    if let Some(ch) = self.cm.channels.get_mut(&channel) {
+                        ch.users += 1;
+                    }
+                    self.cm_id_mut(session, id)?.channel = channel;
+                    for ev in moved {
+                        self.cm.push_event(ev);
+                    }
+                }
+                ok(ReplyBody::Ok)
+            }
+            C::BindAddr { id, addr } => {
+                if self.cm_id(session, id)?.state != IdState::Idle {
+                    return Err(libc::EINVAL);
+                }
+                self.cm_bind(session, id, addr)?;
+                cm(CmReply::Info(self.cm_info(id)))
+            }
+            C::ResolveAddr {
+                id,
+                src,
+                dst,
+                timeout_ms: _,
+            } => {
+                self.cm_resolve_addr(session, id, src, dst)?;
+                ok(ReplyBody::Ok)
+            }
+            C::ResolveRoute { id, timeout_ms: _ } => {
+                self.cm_resolve_route(session, id)?;
+                ok(ReplyBody::Ok)
+            }
+            C::Listen { id, backlog } => {
+                self.cm_listen(session, id, backlog)?;
+                ok(ReplyBody::Ok)
+            }
+            C::Connect { id, param } => {
+                self.cm_connect(now, session, id, param)?;
+                ok(ReplyBody::Ok)
+            }
+            C::Accept { id, param } => {
+                self.cm_accept(now, session, id, param)?;
+                ok(ReplyBody::Ok)
+            }
+            C::Reject { id, private_data } => {
+                let (dev, conn) = self.cm_conn(session, id)?;
+                self.with_agent(dev, |a| {
+                    a.reject(now, conn, reason::CONSUMER_DEFINED, &private_data)
+                })?;
+                self.cm_sync_conn(id);
+                ok(ReplyBody::Ok)
+            }
+            C::Establish { id } => {
+                let (dev, conn) = self.cm_conn(session, id)?;
+                self.with_agent(dev, |a| a.establish(now, conn))?;
+                ok(ReplyBody::Ok)
+            }
+            C::Notify { id, event } => {
+                let (dev, conn) = self.cm_conn(session, id)?;
+                if event != event_type::COMM_EST {
+                    return Err(libc::EINVAL);
+                }
+                self.with_agent(dev, |a| {
+                    if a.state(conn) == Some(core_cm::CmState::Established) {
+                        Err(emu_core::Errno(libc::EISCONN))
+                    } else {
+                        a.establish(now, conn)
+                    }
+                })?;
+                ok(ReplyBody::Ok)
+            }
+            C::Disconnect { id } => {
+                let (dev, conn) = self.cm_conn(session, id)?;
+                self.with_agent(dev, |a| a.disconnect(now, conn, &[]))?;
+                ok(ReplyBody::Ok)
+            }
+            C::InitQpAttr { id, qp_state } => {
+                let (attr, mask) = self.cm_init_qp_attr(session, id, qp_state)?;
+                cm(CmReply::QpAttr { attr, mask })
+            }
+            C::Query { id } => {
+                self.cm_id(session, id)?;
+                cm(CmReply::Info(self.cm_info(id)))
+            }
+            C::GetEvent { channel } => {
+                self.cm_channel(session, channel)?;
+                let ev = self
+                    .cm
+                    .channels
+                    .get_mut(&channel)
+                    .and_then(EventChannel::pop)
+                    .ok_or(libc::EAGAIN)?;
+                if ev.event == event::CONNECT_REQUEST {
+                    // The ucma gives the listener its backlog slot back when the request
+                    // is fetched.
+                    if let Some(l) = ev.listen_id.and_then(|l| self.cm.ids.get_mut(&l)) {
+                        l.pending = l.pending.saturating_sub(1);
+                    }
+                }
+                cm(CmReply::Event(ev))
+            }
+            C::JoinMulticast { id, .. } | C::LeaveMulticast { id, .. } => {
+                // Multicast needs ibv_attach_mcast, which the device does not have.
+                self.cm_id(session, id)?;
+                Err(libc::ENOSYS)
+            }
+            C::SetOption {
+                id,
+                level,
+                optname,
+                value,
+            } => {
+                self.cm_set_option(session, id, level, optname, &value)?;
+                ok(ReplyBody::Ok)
+            }
+        }
+    }
+
+    /// What the shim shows of an id (`rdma_cm_id` fields).
+    pub(super) fn cm_info(&self, h: Handle) -> CmIdInfo {
+        let Some(id) = self.cm.ids.get(&h) else {
+            return CmIdInfo::default();
+        };
+        let d = id
+            .dev
+            .and_then(|i| self.devices.get(i))
+            .and_then(Option::as_ref);
+        let gid = |a: Option<SocketAddr>| {
+            a.map(|a| super::netdev::gid_of(addr::canonical(a.ip())))
+                .unwrap_or_default()
+        };
+        let sgid_index = match (d, id.src) {
+            (Some(d), Some(src)) => d
+                .gids
+                .iter()
+                .position(|g| *g == addr::canonical(src.ip()))
+                .unwrap_or(0) as u8,
+            _ => 0,
+        };
+        CmIdInfo {
+            device: d.map(|d| d.name().to_string()),
+            node_guid: d.map_or(0, |d| d.node_guid),
+            port_num: u8::from(d.is_some()),
+            src: id.src,
+            dst: id.dst,
+            sgid: gid(id.src),
+            dgid: gid(id.dst),
+            pkey: 0xffff,
+            sgid_index,
+            num_paths: i32::from(id.path.is_some()),
+            path: id.path.clone(),
+        }
+    }
+
+    /// Forgets the connection of an id once the agent has dropped it (rejected,
+    /// unreachable, time wait over), so the agent may reuse its communication ID.
+    fn cm_sync_conn(&mut self, h: Handle) {
+        let Some(id) = self.cm.ids.get(&h) else {
+            return;
+        };
+        let (Some(dev), Some(conn)) = (id.dev, id.conn) else {
+            return;
+        };
+        let alive = self
+            .devices
+            .get(dev)
+            .and_then(Option::as_ref)
+            .is_some_and(|d| d.cm.state(conn).is_some());
+        if !alive {
+            if self.cm.conns.get(&(dev, conn)) == Some(&h) {
+                self.cm.conns.remove(&(dev, conn));
+            }
+            if let Some(id) = self.cm.ids.get_mut(&h) {
+                id.conn = None;
+            }
+        }
+    }
+}
