@@ -41,7 +41,13 @@ fn main() -> ExitCode {
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> PathBuf {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // `cargo run` sets CARGO_MANIFEST_DIR for the run: the checkout being worked on. The
+    // value baked in at build time names the checkout the binary was first built from,
+    // which a target directory shared between checkouts keeps (cargo does not rebuild
+    // an unchanged xtask for another checkout), so it is only the fallback.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 

@@ -451,8 +451,6 @@ impl Engine {
                 self.devices[i] = None;
                 ok(ReplyBody::Ok)
             }
-            // No connection manager yet: what the kernel's ucma gives without RDMA CM.
-            R::Cm(_) => Err(libc::ENOSYS),
         }
     }
 

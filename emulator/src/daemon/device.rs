@@ -63,6 +63,9 @@ pub struct Device {
     pub gsi_psn: u32,
     /// Packets to QP1 dropped before the agent (bad ICRC, not a GSI MAD).
     pub gsi_rx_dropped: u64,
+    /// REQs and SIDR_REQs for a service nobody listens on yet, held for a moment
+    /// (`cm::gsi::LISTEN_GRACE`) before the agent rejects them.
+    pub(in crate::daemon) parked_reqs: Vec<super::cm::gsi::ParkedReq>,
 }
 
 /// Builds the transport engine of a device from its parameters.
@@ -144,6 +147,7 @@ impl Device {
             cm,
             gsi_psn: 0,
             gsi_rx_dropped: 0,
+            parked_reqs: Vec::new(),
         })
     }
 

@@ -249,7 +249,13 @@ impl Engine {
                 .devices
                 .iter()
                 .flatten()
-                .flat_map(|d| [d.nic.poll_timeout(), d.cm.poll_timeout()])
+                .flat_map(|d| {
+                    [
+                        d.nic.poll_timeout(),
+                        d.cm.poll_timeout(),
+                        d.parked_deadline(),
+                    ]
+                })
                 .flatten()
                 .chain(token_retry)
                 .min();

@@ -173,6 +173,11 @@ impl CmAgent {
         Ok(())
     }
 
+    /// Whether somebody listens on `service_id`.
+    pub fn is_listening(&self, service_id: ServiceId) -> bool {
+        self.listeners.contains_key(&service_id.0)
+    }
+
     /// Stops listening (ENOENT if nobody listened).
     pub fn unlisten(&mut self, service_id: ServiceId) -> Result<(), Errno> {
         self.listeners

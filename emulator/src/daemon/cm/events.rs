@@ -59,6 +59,7 @@ impl Engine {
                 let Some(d) = slot.as_mut() else {
                     continue;
                 };
+                sent |= d.release_parked_reqs(now);
                 if d.cm.poll_timeout().is_some_and(|t| t <= now) {
                     d.cm.handle_timeout(now);
                 }

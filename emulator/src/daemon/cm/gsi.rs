@@ -8,9 +8,11 @@ use crate::daemon::memory::ProcMem;
 use crate::daemon::nic::AppMemory;
 use crate::daemon::udp::ROCE_V2_PORT;
 use emu_core::cm::gsi;
+use emu_core::cm::ServiceId;
 use emu_core::Psn;
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+use wire::cm::{CmMad, CmMessage};
 use wire::roce::{bth, icrc};
 
 /// Whether a RoCE v2 UDP payload is addressed to QP1.
@@ -59,12 +61,90 @@ impl Device {
             return;
         }
         match gsi::decapsulate(payload) {
+            Some(mad) if self.park_if_unlistened(now, src, dst, mad) => {}
             Some(mad) => self.cm.handle_mad(now, src.ip(), dst.ip(), mad),
             None => {
                 self.gsi_rx_dropped += 1;
                 tracing::trace!(%src, "QP1 packet that is not a GSI MAD dropped");
             }
         }
+    }
+}
+
+/// How long a REQ for a service nobody listens on waits for a listener before the
+/// agent rejects it (REJ reason 8). The kernel rejects at once, but there the network
+/// and its address resolution leave a server time to listen again: perftest's `-R`
+/// tests close their first connection's listener and listen anew while the client
+/// connects a second time, and on one host through this daemon the client's REQ
+/// arrives first. A connection to a port nobody listens on is still refused quickly.
+pub(in crate::daemon) const LISTEN_GRACE: Duration = Duration::from_millis(200);
+
+/// Most REQs a device holds back at once (more are handed to the agent at once).
+const MAX_PARKED: usize = 64;
+
+/// A REQ or SIDR_REQ waiting for a listener.
+pub(in crate::daemon) struct ParkedReq {
+    until: Instant,
+    service_id: u64,
+    src: SocketAddr,
+    dst: SocketAddr,
+    mad: Vec<u8>,
+}
+
+/// The service ID a REQ or SIDR_REQ asks for.
+fn requested_service(mad: &[u8]) -> Option<u64> {
+    match CmMad::parse(mad).ok()?.message {
+        CmMessage::Req(r) => Some(r.service_id),
+        CmMessage::SidrReq(r) => Some(r.service_id),
+        _ => None,
+    }
+}
+
+impl Device {
+    /// Holds back a REQ/SIDR_REQ for a service nobody listens on (see [`LISTEN_GRACE`]).
+    fn park_if_unlistened(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: SocketAddr,
+        mad: &[u8],
+    ) -> bool {
+        let Some(service_id) = requested_service(mad) else {
+            return false;
+        };
+        if self.cm.is_listening(ServiceId(service_id)) || self.parked_reqs.len() >= MAX_PARKED {
+            return false;
+        }
+        tracing::debug!(%src, service_id, "REQ for a service nobody listens on held back");
+        self.parked_reqs.push(ParkedReq {
+            until: now + LISTEN_GRACE,
+            service_id,
+            src,
+            dst,
+            mad: mad.to_vec(),
+        });
+        true
+    }
+
+    /// Hands held-back REQs to the agent once their service is listened on or their
+    /// grace is over. Whether any went.
+    pub(in crate::daemon) fn release_parked_reqs(&mut self, now: Instant) -> bool {
+        if self.parked_reqs.is_empty() {
+            return false;
+        }
+        let (go, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked_reqs)
+            .into_iter()
+            .partition(|p| p.until <= now || self.cm.is_listening(ServiceId(p.service_id)));
+        self.parked_reqs = keep;
+        for p in &go {
+            self.cm.handle_mad(now, p.src.ip(), p.dst.ip(), &p.mad);
+        }
+        !go.is_empty()
+    }
+
+    /// When the oldest held-back REQ's grace ends.
+    pub(in crate::daemon) fn parked_deadline(&self) -> Option<Instant> {
+        self.parked_reqs.iter().map(|p| p.until).min()
     }
 }
 

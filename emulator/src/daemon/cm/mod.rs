@@ -24,7 +24,7 @@
 mod addr;
 mod conn;
 mod events;
-mod gsi;
+pub(in crate::daemon) mod gsi;
 
 use super::control::{ok, Answer};
 use super::engine::Engine;
@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 use wire::client::cm::{
-    event, ps, CmEventRecord, CmEventToken, CmIdInfo, CmPath, CmReply, CmRequest,
+    event, ps, CmEventRecord, CmEventToken, CmIdInfo, CmIdSummary, CmPath, CmReply, CmRequest,
 };
 use wire::client::proto::Handle;
 use wire::client::verbs::event_type;
@@ -525,7 +525,46 @@ impl Engine {
                 self.cm_set_option(session, id, level, optname, &value)?;
                 ok(ReplyBody::Ok)
             }
+            C::ListIds => cm(CmReply::Ids(self.cm_list_ids(session))),
         }
+    }
+
+    /// `rdma-emu res cm_id`: the ids of every session of the caller's user (all of them
+    /// for root), like `rdma resource show cm_id`.
+    fn cm_list_ids(&self, caller: SessionId) -> Vec<CmIdSummary> {
+        let uid_of = |s: SessionId| self.sessions.get(&s).map(|s| s.uid);
+        let caller_uid = uid_of(caller);
+        let mut out: Vec<CmIdSummary> = self
+            .cm
+            .ids
+            .iter()
+            .filter(|(_, id)| caller_uid == Some(0) || uid_of(id.session) == caller_uid)
+            .map(|(&h, id)| {
+                let info = self.cm_info(h);
+                CmIdSummary {
+                    id: h,
+                    pid: self.sessions.get(&id.session).map_or(0, |s| s.pid),
+                    device: info.device,
+                    port_num: info.port_num,
+                    ps: id.ps,
+                    qp_type: id.qp_type as u32,
+                    state: match id.state {
+                        IdState::Idle => "IDLE",
+                        IdState::AddrBound => "ADDR_BOUND",
+                        IdState::AddrResolved => "ADDR_RESOLVED",
+                        IdState::RouteResolved => "ROUTE_RESOLVED",
+                        IdState::Listen => "LISTEN",
+                        IdState::Connect | IdState::Passive => "CONNECT",
+                    }
+                    .to_string(),
+                    src: id.src,
+                    dst: id.dst,
+                    qpn: None,
+                }
+            })
+            .collect();
+        out.sort_by_key(|s| s.id);
+        out
     }
 
     /// What the shim shows of an id (`rdma_cm_id` fields).
