@@ -6,7 +6,7 @@ use emulator::daemon::{self, Config, PollMode};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "rdma-emud",
     version,
@@ -38,6 +38,9 @@ struct Args {
     /// Socket file mode, octal (default 600; 660 lets the socket's group in).
     #[arg(long, value_parser = parse_mode)]
     socket_mode: Option<u32>,
+    /// UDP source port: hash (of the QP pair, 0xC000..=0xFFFF, default) or fixed (4791).
+    #[arg(long)]
+    udp_src_port: Option<daemon::SrcPortMode>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -71,6 +74,9 @@ fn config(args: &Args) -> Result<Config, String> {
     }
     if let Some(m) = args.socket_mode {
         cfg.socket_mode = m;
+    }
+    if let Some(m) = args.udp_src_port {
+        cfg.set_src_port_mode(m);
     }
     if let Some(n) = &args.netdev {
         match cfg.devices.as_mut_slice() {
@@ -108,7 +114,7 @@ fn main() -> ExitCode {
         }
     };
     let socket = cfg.socket.clone();
-    let engine = match daemon::Engine::new(cfg, daemon::default_factory(), shutdown.clone()) {
+    let mut engine = match daemon::Engine::new(cfg, daemon::default_factory(), shutdown.clone()) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("rdma-emud: {e}");
@@ -127,12 +133,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    if let Err(e) = daemon::sys::forward_signals(
-        shutdown.wake_fd(),
-        &[libc::SIGTERM, libc::SIGINT],
-        &[libc::SIGHUP],
-    ) {
+    if let Err(e) =
+        daemon::sys::forward_signals(shutdown.wake_fd(), &[libc::SIGTERM, libc::SIGINT], &[])
+    {
         tracing::error!("signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    let reload_args = args.clone();
+    let reload = engine
+        .enable_reload(Box::new(move || config(&reload_args)))
+        .and_then(daemon::sys::forward_sighup);
+    if let Err(e) = reload {
+        tracing::error!("SIGHUP: {e}");
         return ExitCode::FAILURE;
     }
     tracing::info!(socket = %socket.display(), "rdma-emud serving");

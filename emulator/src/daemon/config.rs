@@ -5,6 +5,7 @@
 //! poll = "adaptive"          # busy | adaptive | sleep
 //! spin_us = 50               # adaptive: how long to spin without work before sleeping
 //! socket_mode = 0o600        # 0o660 to let the socket's group in
+//! udp_src_port = "hash"      # hash (of the QP pair, 0xC000..=0xFFFF) | fixed (4791)
 //!
 //! [[device]]
 //! name = "rxe0"
@@ -43,6 +44,30 @@ impl std::str::FromStr for PollMode {
     }
 }
 
+/// Which UDP source port packets leave from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SrcPortMode {
+    /// A hash of the QP pair in 0xC000..=0xFFFF, as rxe does (RoCE v2 ECMP entropy).
+    #[default]
+    Hash,
+    /// Always 4791, for firewalls that want RoCE on 4791 both ways.
+    Fixed,
+}
+
+impl std::str::FromStr for SrcPortMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "hash" => Ok(SrcPortMode::Hash),
+            "fixed" => Ok(SrcPortMode::Fixed),
+            _ => Err(format!(
+                "unknown UDP source port mode {s:?} (expected hash or fixed)"
+            )),
+        }
+    }
+}
+
 /// One device to serve.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct DeviceSpec {
@@ -72,6 +97,7 @@ struct FileConfig {
     local_path: Option<bool>,
     socket_mode: Option<u32>,
     seed: Option<u64>,
+    udp_src_port: Option<SrcPortMode>,
     #[serde(default)]
     device: Vec<DeviceSpec>,
 }
@@ -89,6 +115,9 @@ pub struct Config {
     pub local_path: bool,
     pub devices: Vec<DeviceSpec>,
     pub seed: u64,
+    /// `Some(4791)`: every packet leaves from 4791 (`udp_src_port = "fixed"`); `None`: from
+    /// the port the core hashes from the QP pair.
+    pub udp_src_port: Option<u16>,
 }
 
 impl Default for Config {
@@ -106,6 +135,7 @@ impl Default for Config {
                 addrs: None,
             }],
             seed: 0x5eed,
+            udp_src_port: None,
         }
     }
 }
@@ -118,7 +148,7 @@ impl Config {
     }
 
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let file: FileConfig = toml::from_str(text).map_err(|e| one_line(text, &e))?;
         let mut cfg = Config::default();
         if let Some(s) = file.socket {
             cfg.socket = s;
@@ -141,11 +171,21 @@ impl Config {
         if let Some(s) = file.seed {
             cfg.seed = s;
         }
+        if let Some(m) = file.udp_src_port {
+            cfg.set_src_port_mode(m);
+        }
         if !file.device.is_empty() {
             cfg.devices = file.device;
         }
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    pub fn set_src_port_mode(&mut self, mode: SrcPortMode) {
+        self.udp_src_port = match mode {
+            SrcPortMode::Hash => None,
+            SrcPortMode::Fixed => Some(super::udp::ROCE_V2_PORT),
+        };
     }
 
     /// Checks device names and types.
@@ -163,6 +203,20 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// A TOML error as one log line: `line L, column C: message` (toml's own text spans lines).
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
     }
 }
 
@@ -194,6 +248,9 @@ mod tests {
         assert_eq!(cfg.spin, Duration::from_micros(7));
         assert!(cfg.local_path, "the local path is on by default");
         assert!(!Config::from_toml("local_path = false").unwrap().local_path);
+        assert_eq!(cfg.udp_src_port, None, "hashed source ports by default");
+        let fixed = Config::from_toml("udp_src_port = \"fixed\"").unwrap();
+        assert_eq!(fixed.udp_src_port, Some(4791));
         assert_eq!(
             cfg.devices,
             vec![DeviceSpec {
@@ -214,5 +271,8 @@ mod tests {
             Config::from_toml("[[device]]\nname = \"x\"\ntype = \"ib\"\nnetdev = \"lo\"").is_err()
         );
         assert!(Config::from_toml("socket_mode = 4096").is_err());
+        let e = Config::from_toml("poll = \"busy\"\n[[device]\n").unwrap_err();
+        assert!(!e.contains('\n'), "errors are one line: {e}");
+        assert!(e.starts_with("line 2, column 9: "), "{e}");
     }
 }

@@ -408,7 +408,8 @@ impl Engine {
                     netdev,
                     addrs: None,
                 };
-                let dev = Device::open(&spec, self.factory, self.cfg.seed).map_err(|e| {
+                let dev = Device::open(&spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
+                    .map_err(|e| {
                     tracing::info!(error = %e, "link add refused");
                     e.raw_os_error().unwrap_or(match e.kind() {
                         std::io::ErrorKind::NotFound => libc::ENODEV,
@@ -436,16 +437,7 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             R::LinkDel { name } => {
-                let i = self.device_index(&name).ok_or(libc::ENODEV)?;
-                let d = self.devices[i].as_ref().ok_or(libc::ENODEV)?;
-                if d.open_ctxs > 0 {
-                    return Err(libc::EBUSY);
-                }
-                for fd in d.udp.fds() {
-                    self.epoll.remove(fd);
-                }
-                tracing::info!(device = %name, "device removed");
-                self.devices[i] = None;
+                self.remove_device(&name)?;
                 ok(ReplyBody::Ok)
             }
         }

@@ -41,6 +41,11 @@ fn transmit(
     now: Instant,
     mem: &mut super::memory::ProcMem,
 ) {
+    for &(src, dst) in meta {
+        if !(local && is_local(d, dst)) {
+            d.udp.ensure_sender(src);
+        }
+    }
     let mut at = 0;
     while at < meta.len() {
         if local && is_local(d, meta[at].1) {

@@ -63,14 +63,21 @@ pub type NicFactory = fn(
     name: &str,
     gids: &[IpAddr],
     mtu: u32,
-    udp_src_port: u16,
+    udp_src_port: Option<u16>,
     limits: Limits,
     seed: u64,
 ) -> Box<dyn Nic + Send>;
 
 impl Device {
-    /// Looks up the interface, builds the GID table and binds the sockets.
-    pub fn open(spec: &DeviceSpec, factory: NicFactory, seed: u64) -> io::Result<Device> {
+    /// Looks up the interface, builds the GID table and binds the sockets. Packets leave
+    /// from `udp_src_port` (`Some(4791)`: `--udp-src-port fixed`), or, with `None`, from the
+    /// port the core hashes from the QP pair (RoCE v2 entropy; see `UdpBackend::send_socket`).
+    pub fn open(
+        spec: &DeviceSpec,
+        factory: NicFactory,
+        seed: u64,
+        udp_src_port: Option<u16>,
+    ) -> io::Result<Device> {
         if spec.link_type != "rxe" {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -97,7 +104,7 @@ impl Device {
             &spec.name,
             &gids,
             mtu,
-            ROCE_V2_PORT,
+            udp_src_port,
             Limits::default(),
             seed,
         );
@@ -119,6 +126,30 @@ impl Device {
             rx_truncated: 0,
             captures: Vec::new(),
         })
+    }
+
+    /// The GID table the interface's addresses call for now, when this device follows its
+    /// interface (no configured `addrs`) and the interface still exists.
+    pub fn wanted_gids(&self) -> Option<Vec<IpAddr>> {
+        if self.spec.addrs.is_some() {
+            return None;
+        }
+        let addrs = netdev::lookup(&self.netdev.name).ok()?.addrs;
+        Some(netdev::gid_table(&addrs))
+    }
+
+    /// Serves `want` (GID table order) instead of the current addresses: sockets follow,
+    /// the core gets the new table. Whether the table changed.
+    pub fn follow_addrs(&mut self, want: &[IpAddr]) -> bool {
+        self.udp.rebind(want, self.netdev.index);
+        let gids: Vec<IpAddr> = self.udp.sockets.iter().map(|s| s.local.ip()).collect();
+        if gids == self.gids {
+            return false;
+        }
+        tracing::info!(device = self.name(), old = ?self.gids, new = ?gids, "GID table changed");
+        self.nic.set_gids(&gids);
+        self.gids = gids;
+        true
     }
 
     pub fn name(&self) -> &str {

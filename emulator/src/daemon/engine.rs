@@ -18,9 +18,11 @@ use wire::client::{Reply, Request, MAX_MESSAGE_LEN};
 const T_LISTENER: u64 = 1;
 const T_TIMER: u64 = 2;
 const T_WAKE: u64 = 3;
+pub(super) const T_RELOAD: u64 = 4;
+const T_NETLINK: u64 = 5;
 const T_SESSION: u64 = 1 << 56;
 pub(super) const T_DOORBELL: u64 = 2 << 56;
-const T_UDP: u64 = 3 << 56;
+pub(super) const T_UDP: u64 = 3 << 56;
 const T_KIND: u64 = 0xff << 56;
 
 /// Packets staged per sendmmsg.
@@ -106,6 +108,10 @@ pub struct Engine {
     /// Datagrams received in batches (recvmmsg).
     rx: super::mmsg::RecvBatch,
     msg_buf: Vec<u8>,
+    /// SIGHUP's eventfd and where a new configuration comes from (`reload.rs`).
+    pub(super) reload: Option<super::reload::Reload>,
+    /// rtnetlink address notifications (None: the kernel refused the socket).
+    pub(super) netlink: Option<OwnedFd>,
 }
 
 impl Engine {
@@ -115,7 +121,12 @@ impl Engine {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut devices = Vec::new();
         for spec in &cfg.devices {
-            devices.push(Some(Device::open(spec, factory, cfg.seed)?));
+            devices.push(Some(Device::open(
+                spec,
+                factory,
+                cfg.seed,
+                cfg.udp_src_port,
+            )?));
         }
         if let Some(dir) = cfg.socket.parent() {
             if !dir.as_os_str().is_empty() && !dir.exists() {
@@ -136,6 +147,16 @@ impl Engine {
         epoll.add(listener.as_raw_fd(), T_LISTENER)?;
         epoll.add(timer.as_raw_fd(), T_TIMER)?;
         epoll.add(shutdown.wake_fd(), T_WAKE)?;
+        let netlink = match sys::netlink_addr_watch() {
+            Ok(fd) => {
+                epoll.add(fd.as_raw_fd(), T_NETLINK)?;
+                Some(fd)
+            }
+            Err(e) => {
+                tracing::warn!("rtnetlink: {e}; GID tables will not follow address changes");
+                None
+            }
+        };
         let mut engine = Engine {
             cfg,
             epoll,
@@ -155,6 +176,8 @@ impl Engine {
             tx_meta: Vec::with_capacity(TX_STAGE),
             rx: super::mmsg::RecvBatch::new(32, 9216),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
+            reload: None,
+            netlink,
         };
         for dev in devices {
             engine.add_device(dev.expect("just opened"))?;
@@ -263,6 +286,8 @@ impl Engine {
                         sys::drain_counter(self.shutdown.wake_fd());
                         self.shutdown.flag.store(true, Ordering::SeqCst);
                     }
+                    T_RELOAD => self.reload(),
+                    T_NETLINK => self.follow_addresses(),
                     _ => {}
                 },
                 T_SESSION => self.serve_session(token & !T_KIND),

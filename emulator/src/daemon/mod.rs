@@ -20,11 +20,12 @@ pub mod netdev;
 pub mod nic;
 mod objects;
 mod queues;
+mod reload;
 pub mod stub_nic;
 pub mod sys;
 pub mod udp;
 
-pub use config::{Config, DeviceSpec, PollMode};
+pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
 pub use engine::{DaemonCounters, Engine, Shutdown};
 
 use std::io;

@@ -1,6 +1,14 @@
 //! The kernel UDP backend for RoCE v2: one unconnected socket per local address of the
 //! device, on UDP port 4791 (IBA Annex A17.2.1), with DF set so that Linux sends IP ID 0
 //! (which the ICRC is computed over).
+//!
+//! RoCE v2 source port entropy: the core hashes each QP pair's UDP source port into
+//! 0xC000..=0xFFFF (`emu_core`'s `DeviceConfig::udp_src_port = None`) and computes the ICRC
+//! over that port, so a packet must leave from a socket bound to exactly that port. The
+//! send sockets are therefore derived from the core's output, not from a second copy of its
+//! hash: the first packet with a new (address, port) binds a send-only socket on it
+//! (`ensure_sender`), later ones reuse it; at most [`MAX_SENDERS`] per device. Receiving
+//! stays on 4791.
 
 use super::{mmsg, sys};
 use std::io;
@@ -17,10 +25,58 @@ pub struct BoundSocket {
     pub local: SocketAddr,
 }
 
+/// Send-only sockets a device binds for hashed source ports, at most.
+pub const MAX_SENDERS: usize = 256;
+
 /// The sockets of one device.
 #[derive(Debug, Default)]
 pub struct UdpBackend {
+    /// One per address on 4791: receive, and send when the source port is 4791.
     pub sockets: Vec<BoundSocket>,
+    /// Send-only sockets on the source ports the core hashed; indices follow `sockets`'.
+    pub senders: Vec<BoundSocket>,
+    ifindex: u32,
+}
+
+/// `ip:port`, scoped to `ifindex` when `ip` is IPv6 link-local.
+fn scoped_local(ip: IpAddr, port: u16, ifindex: u32) -> SocketAddr {
+    match ip {
+        IpAddr::V4(_) => SocketAddr::new(ip, port),
+        IpAddr::V6(v6) => {
+            let scope = if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                ifindex
+            } else {
+                0
+            };
+            SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
+        }
+    }
+}
+
+/// A nonblocking UDP socket on `local` with DF set (so IP ID 0) and large buffers.
+fn open_socket(local: SocketAddr) -> io::Result<BoundSocket> {
+    let socket = UdpSocket::bind(local)?;
+    socket.set_nonblocking(true)?;
+    let fd = socket.as_raw_fd();
+    match local {
+        SocketAddr::V4(_) => sys::setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?,
+        SocketAddr::V6(_) => sys::setsockopt_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?,
+    }
+    // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
+    let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+    let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    let local = socket.local_addr()?;
+    Ok(BoundSocket { socket, local })
 }
 
 impl UdpBackend {
@@ -30,47 +86,15 @@ impl UdpBackend {
     pub fn bind(addrs: &[IpAddr], port: u16, ifindex: u32) -> io::Result<UdpBackend> {
         let mut sockets = Vec::new();
         for &ip in addrs {
-            let local = match ip {
-                IpAddr::V4(_) => SocketAddr::new(ip, port),
-                IpAddr::V6(v6) => {
-                    let scope = if v6.segments()[0] & 0xffc0 == 0xfe80 {
-                        ifindex
-                    } else {
-                        0
-                    };
-                    SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
-                }
-            };
-            let socket = match UdpSocket::bind(local) {
-                Ok(s) => s,
+            let local = scoped_local(ip, port, ifindex);
+            match open_socket(local) {
+                Ok(s) => sockets.push(s),
                 // A tentative (DAD) or vanishing address: serve the others.
                 Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
                     tracing::warn!(%local, "address not available, left out of the GID table");
-                    continue;
                 }
                 Err(e) => return Err(io::Error::new(e.kind(), format!("bind UDP {local}: {e}"))),
-            };
-            socket.set_nonblocking(true)?;
-            let fd = socket.as_raw_fd();
-            match ip {
-                IpAddr::V4(_) => sys::setsockopt_int(
-                    fd,
-                    libc::IPPROTO_IP,
-                    libc::IP_MTU_DISCOVER,
-                    libc::IP_PMTUDISC_DO,
-                )?,
-                IpAddr::V6(_) => sys::setsockopt_int(
-                    fd,
-                    libc::IPPROTO_IPV6,
-                    libc::IPV6_MTU_DISCOVER,
-                    libc::IPV6_PMTUDISC_DO,
-                )?,
             }
-            // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
-            let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
-            let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-            let local = socket.local_addr()?;
-            sockets.push(BoundSocket { socket, local });
         }
         if sockets.is_empty() && !addrs.is_empty() {
             return Err(io::Error::new(
@@ -78,7 +102,31 @@ impl UdpBackend {
                 "no address could be bound",
             ));
         }
-        Ok(UdpBackend { sockets })
+        Ok(UdpBackend {
+            sockets,
+            senders: Vec::new(),
+            ifindex,
+        })
+    }
+
+    /// Follows a new address list (`want`, in GID table order): sockets of addresses still
+    /// wanted are kept as they are, new addresses are bound (or left out, with a warning,
+    /// when they cannot be), the others are closed.
+    pub fn rebind(&mut self, want: &[IpAddr], ifindex: u32) {
+        self.senders.retain(|s| want.contains(&s.local.ip()));
+        let mut old = std::mem::take(&mut self.sockets);
+        for &ip in want {
+            if let Some(i) = old.iter().position(|s| s.local.ip() == ip) {
+                self.sockets.push(old.swap_remove(i));
+                continue;
+            }
+            match UdpBackend::bind(&[ip], ROCE_V2_PORT, ifindex) {
+                Ok(mut b) => self.sockets.append(&mut b.sockets),
+                // Tentative (DAD): `bind` said so; a later notification brings it back.
+                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {}
+                Err(e) => tracing::warn!(addr = %ip, "address not served: {e}"),
+            }
+        }
     }
 
     pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
@@ -121,12 +169,53 @@ impl UdpBackend {
         Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local))
     }
 
-    /// The socket packets from `src` to `dst` leave from: the one bound to `src`'s
-    /// address, else any of `dst`'s family.
+    /// Makes sure a socket bound to `src` (address and port) exists when the port is a
+    /// hashed one; a port that cannot be bound (in use) is reported and left to the
+    /// fallback of `socket_for`.
+    pub fn ensure_sender(&mut self, src: SocketAddr) {
+        let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
+        if src.port() == ROCE_V2_PORT
+            || self.sockets.iter().any(same)
+            || self.senders.iter().any(same)
+            || !self.sockets.iter().any(|s| s.local.ip() == src.ip())
+        {
+            return;
+        }
+        if self.senders.len() >= MAX_SENDERS {
+            tracing::warn!(%src, "too many source ports in use; not bound");
+            return;
+        }
+        let local = scoped_local(src.ip(), src.port(), self.ifindex);
+        match open_socket(local) {
+            Ok(s) => {
+                // Nothing is received here: keep what strays in small.
+                let fd = s.socket.as_raw_fd();
+                let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 0);
+                tracing::debug!(%local, "send socket bound");
+                self.senders.push(s);
+            }
+            Err(e) => tracing::warn!(%local, "source port not bound: {e}"),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&BoundSocket> {
+        self.sockets
+            .get(i)
+            .or_else(|| self.senders.get(i.checked_sub(self.sockets.len())?))
+    }
+
+    /// The socket packets from `src` to `dst` leave from: the one bound to `src` (address
+    /// and port), else the one on 4791 of `src`'s address, else any of `dst`'s family.
     pub fn socket_for(&self, src: SocketAddr, dst: SocketAddr) -> Option<usize> {
+        let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
         self.sockets
             .iter()
-            .position(|s| s.local.ip() == src.ip())
+            .position(same)
+            .or_else(|| {
+                let i = self.senders.iter().position(same)?;
+                Some(self.sockets.len() + i)
+            })
+            .or_else(|| self.sockets.iter().position(|s| s.local.ip() == src.ip()))
             .or_else(|| {
                 self.sockets
                     .iter()
@@ -136,7 +225,7 @@ impl UdpBackend {
 
     /// `dst` with the socket's scope when it is an unscoped IPv6 link-local address.
     fn scoped(&self, i: usize, dst: SocketAddr) -> SocketAddr {
-        match (dst, self.sockets.get(i).map(|s| s.local)) {
+        match (dst, self.get(i).map(|s| s.local)) {
             (SocketAddr::V6(d), Some(SocketAddr::V6(l)))
                 if d.scope_id() == 0 && d.ip().segments()[0] & 0xffc0 == 0xfe80 =>
             {
@@ -154,7 +243,8 @@ impl UdpBackend {
                 format!("no socket for {src}"),
             )
         })?;
-        self.sockets[i]
+        self.get(i)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?
             .socket
             .send_to(payload, self.scoped(i, dst))
             .map(|_| ())
@@ -162,7 +252,7 @@ impl UdpBackend {
 
     /// Sends datagrams from socket `i` with sendmmsg; returns how many went out.
     pub fn send_batch(&self, i: usize, msgs: &mut [(SocketAddr, &[u8])]) -> io::Result<usize> {
-        let Some(s) = self.sockets.get(i) else {
+        let Some(s) = self.get(i) else {
             return Ok(0);
         };
         for m in msgs.iter_mut() {
