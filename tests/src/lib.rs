@@ -257,6 +257,20 @@ impl Daemon {
         self.child.id()
     }
 
+    /// The index of this daemon's IPv4 RoCE v2 GID, as `ibv_devinfo -v` shows it. Each
+    /// host must use its own: whether a veth's IPv6 link-local address (listed first)
+    /// has left duplicate-address detection when a daemon starts is timing, so two
+    /// daemons' tables can differ.
+    pub fn ipv4_gid_index(&self, netns: Option<&Netns>) -> String {
+        let out = self
+            .program(netns, &["ibv_devinfo", "-v"])
+            .wait(Duration::from_secs(60));
+        out.assert_success();
+        roce_v2_ipv4_gid_index(&out.stdout)
+            .expect("an IPv4 RoCE v2 GID")
+            .to_string()
+    }
+
     /// Runs an unmodified program against this daemon (through `rdma-emu run`).
     pub fn program(&self, netns: Option<&Netns>, argv: &[&str]) -> Program {
         Program::new(self, netns, argv)

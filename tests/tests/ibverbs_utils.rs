@@ -71,12 +71,14 @@ fn pingpong(program: &str, extra: &[&str], two_hosts: bool) {
         };
         let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
         let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
-        let gid = roce_v2_ipv4_gid_index(&devinfo_v(&da, Some(&net.a)))
-            .expect("an IPv4 RoCE v2 GID")
-            .to_string();
-        let mut server = vec![program, "-d", "rxe0", "-g", &gid, "-p", port];
+        let (gid_a, gid_b) = (
+            da.ipv4_gid_index(Some(&net.a)),
+            db.ipv4_gid_index(Some(&net.b)),
+        );
+        let mut server = vec![program, "-d", "rxe0", "-g", &gid_a, "-p", port];
         server.extend(extra);
-        let mut client = server.clone();
+        let mut client = vec![program, "-d", "rxe0", "-g", &gid_b, "-p", port];
+        client.extend(extra);
         client.push(&net.addr_a);
         let (s, c) = run_pair(
             &da,

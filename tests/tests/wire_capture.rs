@@ -54,37 +54,17 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
 
     let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
     let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
-    let info = da
-        .program(Some(&net.a), &["ibv_devinfo", "-v"])
-        .wait(Duration::from_secs(60));
-    info.assert_success();
-    let gid = roce_v2_ipv4_gid_index(&info.stdout)
-        .expect("IPv4 GID")
-        .to_string();
-    let runs: [Vec<&str>; 5] = [
-        vec!["ibv_rc_pingpong", "-d", "rxe0", "-g", &gid, "-n", "20"],
-        vec![
-            "ibv_ud_pingpong",
-            "-d",
-            "rxe0",
-            "-g",
-            &gid,
-            "-n",
-            "20",
-            "-s",
-            "512",
-        ],
-        vec!["ib_write_bw", "-d", "rxe0", "-F", "-n", "50", "-s", "8192"],
-        vec!["ib_read_bw", "-d", "rxe0", "-F", "-n", "50", "-s", "8192"],
-        vec!["ib_atomic_bw", "-d", "rxe0", "-F", "-n", "50"],
-    ];
-    for server in &runs {
-        let mut client = server.clone();
+    // Each host uses its own GID index (the tables can differ, see ipv4_gid_index).
+    let (gid_a, gid_b) = (
+        da.ipv4_gid_index(Some(&net.a)),
+        db.ipv4_gid_index(Some(&net.b)),
+    );
+    for (server, mut client) in runs(&gid_a).into_iter().zip(runs(&gid_b)) {
         client.push(&net.addr_a);
         let (s, c) = run_pair(
             &da,
             Some(&net.a),
-            server,
+            &server,
             &db,
             Some(&net.b),
             &client,
@@ -148,4 +128,25 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
         text.lines().count() >= frames,
         "decode printed fewer lines than frames"
     );
+}
+
+/// The pairs this test runs, with `gid` as the local GID index where a program takes one.
+fn runs(gid: &str) -> Vec<Vec<&str>> {
+    vec![
+        vec!["ibv_rc_pingpong", "-d", "rxe0", "-g", gid, "-n", "20"],
+        vec![
+            "ibv_ud_pingpong",
+            "-d",
+            "rxe0",
+            "-g",
+            gid,
+            "-n",
+            "20",
+            "-s",
+            "512",
+        ],
+        vec!["ib_write_bw", "-d", "rxe0", "-F", "-n", "50", "-s", "8192"],
+        vec!["ib_read_bw", "-d", "rxe0", "-F", "-n", "50", "-s", "8192"],
+        vec!["ib_atomic_bw", "-d", "rxe0", "-F", "-n", "50"],
+    ]
 }

@@ -33,6 +33,9 @@ fn is_local(d: &Device, dst: SocketAddr) -> bool {
 
 /// Sends staged packets, batching consecutive ones that leave from the same socket.
 /// With `local`, packets addressed to the device itself go straight to its receive path.
+/// Sends `bufs` (or, on the local path, hands them straight to the device's receive side).
+/// True when anything was delivered locally: the core may then have new output (ACKs,
+/// READ responses) that must leave before this pass hands out completions.
 fn transmit(
     d: &mut Device,
     bufs: &[Vec<u8>],
@@ -40,12 +43,13 @@ fn transmit(
     local: bool,
     now: Instant,
     mem: &mut super::memory::ProcMem,
-) {
+) -> bool {
     for &(src, dst) in meta {
         if !(local && is_local(d, dst)) {
             d.udp.ensure_sender(src);
         }
     }
+    let mut delivered_locally = false;
     let mut at = 0;
     while at < meta.len() {
         if local && is_local(d, meta[at].1) {
@@ -56,6 +60,7 @@ fn transmit(
                 c.record(d.netdev.mac, src, dst, &bufs[at]);
             }
             d.nic.handle_datagram(now, src, dst, &bufs[at], mem);
+            delivered_locally = true;
             for c in &mut d.captures {
                 c.record(d.netdev.mac, src, dst, &bufs[at]);
             }
@@ -93,6 +98,7 @@ fn transmit(
         }
         at = end;
     }
+    delivered_locally
 }
 
 /// Writes an async event record to a context's pipe; counts it if the pipe is full.
@@ -474,7 +480,7 @@ impl Engine {
                     break;
                 }
                 worked = true;
-                transmit(
+                let delivered_locally = transmit(
                     d,
                     &self.tx_bufs[..staged],
                     &self.tx_meta,
@@ -482,7 +488,11 @@ impl Engine {
                     now,
                     &mut self.mem,
                 );
-                if staged < self.tx_bufs.len() {
+                // A short batch means the core is drained, unless local delivery just
+                // made new output: the responder's ACK must leave before the requester's
+                // peer sees its completion and, say, exits and destroys the QP that
+                // would have sent it.
+                if staged < self.tx_bufs.len() && !delivered_locally {
                     break;
                 }
             }

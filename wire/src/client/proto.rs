@@ -16,6 +16,7 @@
 //! | `Srq` reply | `[SRQ ring memfd]` |
 //! | `Qp` reply | `[memfd holding the SQ ring, then the RQ ring]` |
 //! | `Capture` request | `[write end of a pipe]` |
+//! | `Cm(CreateChannel)` request | `[write end of a pipe]` |
 
 use super::ring::RingLayout;
 use serde::{Deserialize, Serialize};
@@ -169,6 +170,9 @@ pub enum RequestBody {
     Capture {
         device: String,
     },
+    /// RDMA CM (librdmacm): see [`super::cm`]. `CreateChannel` carries fd[0], the write
+    /// end of the channel's pipe.
+    Cm(super::cm::CmRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +238,7 @@ pub enum ReplyBody {
     },
     Stat(Vec<CounterSet>),
     Links(Vec<LinkInfo>),
+    Cm(super::cm::CmReply),
 }
 
 /// One device in the `Hello` reply (what `ibv_get_device_list` needs).
