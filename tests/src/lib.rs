@@ -428,6 +428,43 @@ pub fn wait_listening(netns: Option<&Netns>, port: u16, limit: Duration) -> bool
     false
 }
 
+/// Waits until an RDMA CM id of `daemon` listens on `port` (as `rdma-emu res cm_id`
+/// lists it): RDMA CM servers open no TCP port that `ss` could see.
+pub fn wait_cm_listening(
+    daemon: &Daemon,
+    netns: Option<&Netns>,
+    port: u16,
+    limit: Duration,
+) -> bool {
+    let start = Instant::now();
+    let mut argv: Vec<String> = netns.map(Netns::exec_prefix).unwrap_or_default();
+    argv.push(bin_dir().join("rdma-emu").display().to_string());
+    argv.extend([
+        "--socket".into(),
+        daemon.socket.display().to_string(),
+        "res".into(),
+        "cm_id".into(),
+    ]);
+    let suffix = format!(":{port}");
+    while start.elapsed() < limit {
+        if let Ok(o) = Command::new(&argv[0]).args(&argv[1..]).output() {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let listening = text.lines().any(|l| {
+                l.contains(" state LISTEN ")
+                    && l.split(" src-addr ")
+                        .nth(1)
+                        .and_then(|rest| rest.split_whitespace().next())
+                        .is_some_and(|a| a.ends_with(&suffix))
+            });
+            if o.status.success() && listening {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
 /// Runs a server/client pair of one program and returns both outputs. The server starts
 /// first and must be listening on `port` before the client starts.
 #[allow(clippy::too_many_arguments)]

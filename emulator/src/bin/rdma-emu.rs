@@ -5,6 +5,7 @@ use emulator::daemon::client::{CallError, Client};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use wire::client::cm::{ps, CmIdSummary, CmReply, CmRequest};
 use wire::client::{CounterSet, LinkInfo, ReplyBody, RequestBody};
 
 #[derive(Parser, Debug)]
@@ -53,6 +54,12 @@ enum Command {
     },
     /// Decode a pcap/pcapng file, one line per frame, ICRC and CRCs checked.
     Decode(emulator::decode::DecodeArgs),
+    /// Show resources (like iproute2's `rdma resource show`): `res cm_id` lists the
+    /// RDMA CM ids of your processes.
+    Res {
+        #[arg(value_parser = ["cm_id"], default_value = "cm_id")]
+        kind: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -329,6 +336,15 @@ fn main() -> ExitCode {
             file,
             count,
         } => capture(&cli, device, file, *count),
+        Command::Res { .. } => {
+            call(&cli, RequestBody::Cm(CmRequest::ListIds)).and_then(|b| match b {
+                ReplyBody::Cm(CmReply::Ids(ids)) => {
+                    print_cm_ids(&ids);
+                    Ok(())
+                }
+                other => Err(format!("unexpected reply {other:?}")),
+            })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -336,5 +352,38 @@ fn main() -> ExitCode {
             eprintln!("rdma-emu: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// One line per id, in the shape of iproute2's `rdma resource show cm_id`.
+fn print_cm_ids(ids: &[CmIdSummary]) {
+    for id in ids {
+        let link = match &id.device {
+            Some(d) => format!("{d}/{}", id.port_num),
+            None => "-".into(),
+        };
+        let ps = match id.ps {
+            ps::TCP => "TCP".to_string(),
+            ps::UDP => "UDP".to_string(),
+            ps::IB => "IB".to_string(),
+            ps::IPOIB => "IPOIB".to_string(),
+            other => format!("{other:#x}"),
+        };
+        let qp_type = match id.qp_type {
+            2 => "RC",
+            3 => "UC",
+            4 => "UD",
+            _ => "-",
+        };
+        let addr = |a: &Option<std::net::SocketAddr>| a.map_or("-".to_string(), |a| a.to_string());
+        let qpn = id.qpn.map_or(String::new(), |q| format!(" lqpn {q}"));
+        println!(
+            "link {link} cm-idn {}{qpn} qp-type {qp_type} state {} ps {ps} pid {} src-addr {} dst-addr {}",
+            id.id.0,
+            id.state,
+            id.pid,
+            addr(&id.src),
+            addr(&id.dst)
+        );
     }
 }

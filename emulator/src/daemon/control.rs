@@ -440,6 +440,8 @@ impl Engine {
                 self.remove_device(&name)?;
                 ok(ReplyBody::Ok)
             }
+            // No connection manager yet: what the kernel's ucma gives without RDMA CM.
+            R::Cm(_) => Err(libc::ENOSYS),
         }
     }
 

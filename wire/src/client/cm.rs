@@ -114,17 +114,49 @@ pub enum CmRequest {
         optname: i32,
         value: Vec<u8>,
     },
+    /// Every id of the calling user's sessions, for `rdma-emu res cm_id` (iproute2's
+    /// `rdma resource show cm_id`). Reply: `Ids`.
+    ListIds,
 }
 
 /// The connection manager's answer (inside `ReplyBody::Cm`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CmReply {
-    Channel { handle: Handle },
-    Id { handle: Handle },
+    Channel {
+        handle: Handle,
+    },
+    Id {
+        handle: Handle,
+    },
     Info(CmIdInfo),
     /// `rdma_init_qp_attr`: the attributes and `IBV_QP_*` mask to pass to `ibv_modify_qp`.
-    QpAttr { attr: QpAttr, mask: u32 },
+    QpAttr {
+        attr: QpAttr,
+        mask: u32,
+    },
     Event(CmEventRecord),
+    Ids(Vec<CmIdSummary>),
+}
+
+/// One id in `rdma-emu res cm_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CmIdSummary {
+    pub id: Handle,
+    /// The process that owns it.
+    pub pid: u32,
+    pub device: Option<String>,
+    pub port_num: u8,
+    /// `RDMA_PS_*`.
+    pub ps: u32,
+    /// `IBV_QPT_*`.
+    pub qp_type: u32,
+    /// The kernel's names: IDLE, ADDR_QUERY, ADDR_RESOLVED, ROUTE_QUERY, ROUTE_RESOLVED,
+    /// CONNECT, DISCONNECT, ADDR_BOUND, LISTEN, DEVICE_REMOVAL, DESTROYING.
+    pub state: String,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    /// The connection's QP number, once known.
+    pub qpn: Option<u32>,
 }
 
 /// `struct rdma_conn_param` (and the id's QP number, which librdmacm reads from `id->qp`).
