@@ -216,8 +216,9 @@ fn sighup_adds_and_removes_devices_and_survives_a_broken_file() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
-/// The device's GID table through the protocol (`QueryGid` up to the first empty entry).
-fn gid_table(c: &mut Client, ctx: Handle) -> Vec<IpAddr> {
+/// The device's GID table through the protocol: `QueryGid` of the first 16 indices,
+/// `None` for an empty slot (the zero GID), trailing empty slots left out.
+fn gid_table(c: &mut Client, ctx: Handle) -> Vec<Option<IpAddr>> {
     let mut out = Vec::new();
     for index in 0..16 {
         match c.call(
@@ -230,10 +231,17 @@ fn gid_table(c: &mut Client, ctx: Handle) -> Vec<IpAddr> {
         ) {
             Ok((ReplyBody::Gid(e), _)) if e.gid != [0; 16] => {
                 assert_eq!(e.gid_type, gid_type::ROCE_V2);
-                out.push(emulator::daemon::netdev::addr_of_gid(e.gid));
+                out.push(Some(emulator::daemon::netdev::addr_of_gid(e.gid)));
             }
-            _ => break,
+            Ok((ReplyBody::Gid(e), _)) => {
+                assert_eq!((e.index, e.gid_type), (index, 0), "an empty slot");
+                out.push(None);
+            }
+            other => panic!("QueryGid {index}: {other:?}"),
         }
+    }
+    while out.last() == Some(&None) {
+        out.pop();
     }
     out
 }
@@ -282,7 +290,7 @@ fn gid_table_and_sockets_follow_interface_addresses() {
     h.start(&["--netdev", "emud0"]);
     let (mut c, _) = Client::connect(&h.socket).unwrap();
     let ctx = open_device(&mut c);
-    let v4 = |last: u8| IpAddr::V4(Ipv4Addr::new(10, n, 89, last));
+    let v4 = |last: u8| Some(IpAddr::V4(Ipv4Addr::new(10, n, 89, last)));
     assert_eq!(gid_table(&mut c, ctx.handle), vec![v4(1)]);
 
     let second = format!("10.{n}.89.2/24");
@@ -306,16 +314,90 @@ fn gid_table_and_sockets_follow_interface_addresses() {
     );
     assert_eq!(
         gid_table(&mut c, ctx.handle),
-        vec![v4(1), v4(2), IpAddr::V6(v6)],
-        "IPv4-mapped first, then other IPv6 (netdev::gid_table's order)"
+        vec![v4(1), v4(2), Some(IpAddr::V6(v6))],
+        "a new address takes the first free slot"
     );
 
     assert!(ip(&["-n", &h.ns, "addr", "del", &second, "dev", "emud0"]));
     assert!(gid_change(&ctx), "GID_CHANGE after an address is removed");
-    assert_eq!(gid_table(&mut c, ctx.handle), vec![v4(1), IpAddr::V6(v6)]);
+    assert_eq!(
+        gid_table(&mut c, ctx.handle),
+        vec![v4(1), None, Some(IpAddr::V6(v6))],
+        "the removed address leaves its slot empty; the entries after it keep their indices"
+    );
     let ss = udp_listening(&h);
     assert!(!ss.contains(&format!("10.{n}.89.2:4791")), "closed: {ss}");
     assert!(ss.contains(&format!("10.{n}.89.1:4791")), "kept: {ss}");
+
+    let third = format!("10.{n}.89.3/24");
+    assert!(ip(&["-n", &h.ns, "addr", "add", &third, "dev", "emud0"]));
+    assert!(
+        gid_change(&ctx),
+        "GID_CHANGE after another address is added"
+    );
+    assert_eq!(
+        gid_table(&mut c, ctx.handle),
+        vec![v4(1), v4(3), Some(IpAddr::V6(v6))],
+        "the next new address fills the empty slot"
+    );
+    let ss = udp_listening(&h);
+    assert!(ss.contains(&format!("10.{n}.89.3:4791")), "bound: {ss}");
+    assert!(h.still_running());
+}
+
+/// The CI failure stable indices fix: a veth's IPv6 link-local address is still in
+/// duplicate address detection when the daemon starts, so the table starts without it and
+/// a program picks the IPv4 entry's index; when DAD ends, the link-local address joins at a
+/// free slot and the IPv4 entry keeps its index (re-deriving the table's order moved it).
+#[test]
+fn ipv4_gid_keeps_its_index_when_link_local_leaves_dad() {
+    let n = net_octet();
+    let addr = format!("10.{n}.90.1/24");
+    let Some(mut h) = host(
+        "dad",
+        &[
+            &[
+                "link", "add", "emud0", "type", "veth", "peer", "name", "emud1",
+            ],
+            &["addr", "add", &addr, "dev", "emud0"],
+        ],
+    ) else {
+        return;
+    };
+    // A slower DAD (2 s instead of 1 s) so the daemon surely starts before it ends.
+    let _ = Command::new("ip")
+        .args(["netns", "exec", &h.ns, "sysctl", "-qw"])
+        .arg("net.ipv6.neigh.emud0.retrans_time_ms=2000")
+        .status();
+    assert!(ip(&["-n", &h.ns, "link", "set", "emud1", "up"]));
+    assert!(ip(&["-n", &h.ns, "link", "set", "emud0", "up"]));
+    h.start(&["--netdev", "emud0"]);
+    let (mut c, _) = Client::connect(&h.socket).unwrap();
+    let ctx = open_device(&mut c);
+    let v4 = Some(IpAddr::V4(Ipv4Addr::new(10, n, 90, 1)));
+    let start = gid_table(&mut c, ctx.handle);
+    let index = start.iter().position(|g| *g == v4).expect("the IPv4 GID");
+    let is_ll = |g: &Option<IpAddr>| matches!(g, Some(IpAddr::V6(a)) if a.segments()[0] == 0xfe80);
+    if start.iter().any(is_ll) {
+        eprintln!("note: DAD ended before the daemon started; checking stability only");
+    } else {
+        eprintln!("table while the link-local address is tentative: {start:?}");
+    }
+    let mut last = start.clone();
+    let joined = wait_for(Duration::from_secs(10), || {
+        last = gid_table(&mut c, ctx.handle);
+        last.iter().any(is_ll).then_some(())
+    });
+    assert!(
+        joined.is_some(),
+        "the link-local GID joins after DAD: {last:?}\n{}",
+        h.log_text()
+    );
+    assert_eq!(
+        last.iter().position(|g| *g == v4),
+        Some(index),
+        "the IPv4 GID keeps index {index}: {start:?} -> {last:?}"
+    );
     assert!(h.still_running());
 }
 

@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
-use wire::client::{GidEntry, QpInitAttr, ReplyBody, RequestBody, PROTOCOL_VERSION};
+use wire::client::{QpInitAttr, ReplyBody, RequestBody, PROTOCOL_VERSION};
 
 pub(super) type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
 
@@ -183,20 +183,11 @@ impl Engine {
             }
             R::QueryGid { ctx, port, index } => {
                 let d = self.device_of(session, ctx)?;
-                if port != 1 || index >= 1024 {
+                if port != 1 || index as usize >= super::gid_table::GID_TBL_LEN {
                     return Err(libc::EINVAL);
                 }
-                let entry = d
-                    .gid_entries()
-                    .into_iter()
-                    .nth(index as usize)
-                    .unwrap_or(GidEntry {
-                        index,
-                        port_num: 1,
-                        gid: [0; 16],
-                        gid_type: 0,
-                    });
-                ok(ReplyBody::Gid(entry))
+                // An empty slot (its address went away, or never was) is the zero GID.
+                ok(ReplyBody::Gid(d.gid_entry(index)))
             }
             R::AllocPd { ctx } => {
                 let d = self.device_of(session, ctx)?;

@@ -524,9 +524,12 @@ impl Nic for CoreNic {
         buf.truncate(t.len);
         Some((t.src, t.dst))
     }
-    fn set_gids(&mut self, gids: &[IpAddr]) {
-        self.dev
-            .set_gids(gids.iter().map(|ip| core::Gid::from_ip(*ip)).collect());
+    fn set_gids(&mut self, gids: &[Option<IpAddr>]) {
+        self.dev.set_gids(
+            gids.iter()
+                .map(|ip| ip.map_or(core::Gid::default(), core::Gid::from_ip))
+                .collect(),
+        );
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

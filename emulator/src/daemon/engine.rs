@@ -22,8 +22,14 @@ pub(super) const T_RELOAD: u64 = 4;
 const T_NETLINK: u64 = 5;
 const T_SESSION: u64 = 1 << 56;
 pub(super) const T_DOORBELL: u64 = 2 << 56;
-pub(super) const T_UDP: u64 = 3 << 56;
+const T_UDP: u64 = 3 << 56;
 const T_KIND: u64 = 0xff << 56;
+
+/// The epoll token of device `dev`'s 4791 socket at GID index `slot` (stable while the
+/// address stays, so an address change re-registers only the sockets it opens).
+pub(super) fn udp_token(dev: usize, slot: usize) -> u64 {
+    T_UDP | (dev as u64) << 16 | slot as u64
+}
 
 /// Packets staged per sendmmsg.
 pub(super) const TX_STAGE: usize = 32;
@@ -192,11 +198,10 @@ impl Engine {
             .iter()
             .position(Option::is_none)
             .unwrap_or(self.devices.len());
-        for (i, fd) in dev.udp.fds().enumerate() {
-            self.epoll
-                .add(fd, T_UDP | (index as u64) << 16 | i as u64)?;
+        for (slot, fd) in dev.udp.fds() {
+            self.epoll.add(fd, udp_token(index, slot))?;
         }
-        tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids, "device up");
+        tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids.addrs(), "device up");
         if index == self.devices.len() {
             self.devices.push(Some(dev));
         } else {

@@ -166,8 +166,9 @@ pub trait Nic {
         buf: &mut Vec<u8>,
     ) -> Option<(SocketAddr, SocketAddr)>;
     fn poll_timeout(&self) -> Option<Instant>;
-    /// The device's addresses changed: the new GID table (index = sgid_index).
-    fn set_gids(&mut self, _gids: &[IpAddr]) {}
+    /// The device's addresses changed: the new GID table (index = sgid_index; `None` is an
+    /// empty slot, the zero GID, which nothing may be sent from).
+    fn set_gids(&mut self, _gids: &[Option<IpAddr>]) {}
     fn poll_completion(&mut self) -> Option<(u32, CqeRepr)>;
     fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)>;
     fn counters(&self) -> Vec<(String, u64)>;

@@ -14,13 +14,15 @@
 //!
 //! An rtnetlink socket subscribed to RTMGRP_IPV4_IFADDR and RTMGRP_IPV6_IFADDR sits in the
 //! engine's epoll set; its messages are only a cue: the engine then re-reads every
-//! following device's addresses with getifaddrs (the one source of truth, as at start, so
-//! the table's order is derived by one piece of code) and binds or closes sockets to match.
+//! following device's addresses with getifaddrs (the one source of truth, as at start) and
+//! binds or closes sockets to match, with stable GID indices (`gid_table.rs`: an address
+//! that stays keeps its index, a new one takes the first free slot, a removed one leaves its
+//! slot empty), so a GID index a program chose keeps naming the same address.
 //! Clients of a device whose table changed get `IBV_EVENT_GID_CHANGE`, as rxe's do.
 
 use super::config::Config;
 use super::device::Device;
-use super::engine::{Engine, T_RELOAD, T_UDP};
+use super::engine::{udp_token, Engine, T_RELOAD};
 use super::objects::Kind;
 use super::sys;
 use std::io;
@@ -113,20 +115,21 @@ impl Engine {
             let Some(want) = d.wanted_gids() else {
                 continue;
             };
-            if want == d.gids {
-                continue;
+            let change = d.follow_addrs(&want);
+            // Sockets keep their GID index, hence their epoll token: only the closed and
+            // the opened ones are touched.
+            for s in &change.closed {
+                self.epoll.remove(s.socket.as_raw_fd());
             }
-            // Socket positions are part of the epoll tokens: register them all again.
-            for fd in d.udp.fds() {
-                self.epoll.remove(fd);
-            }
-            let changed = d.follow_addrs(&want);
-            for (i, fd) in d.udp.fds().enumerate() {
-                if let Err(e) = self.epoll.add(fd, T_UDP | (index as u64) << 16 | i as u64) {
+            for &slot in &change.opened {
+                let Some(s) = d.udp.socket(slot) else {
+                    continue;
+                };
+                if let Err(e) = self.epoll.add(s.socket.as_raw_fd(), udp_token(index, slot)) {
                     tracing::error!(device = d.name(), "epoll: {e}");
                 }
             }
-            if changed {
+            if change.changed() {
                 let ctxs: Vec<_> = self
                     .objects
                     .iter()
@@ -152,7 +155,7 @@ impl Engine {
         if d.open_ctxs > 0 {
             return Err(libc::EBUSY);
         }
-        for fd in d.udp.fds() {
+        for (_, fd) in d.udp.fds() {
             self.epoll.remove(fd);
         }
         tracing::info!(device = %name, "device removed");

@@ -9,6 +9,11 @@
 //! hash: the first packet with a new (address, port) binds a send-only socket on it
 //! (`ensure_sender`), later ones reuse it; at most [`MAX_SENDERS`] per device. Receiving
 //! stays on 4791.
+//!
+//! The 4791 sockets sit at the index of their address in the device's GID table
+//! (`gid_table.rs`), and keep it while the address stays: a socket's index is part of its
+//! epoll token, and the table's indices are stable, so an address coming or going opens or
+//! closes its own socket and touches no other.
 
 use super::{mmsg, sys};
 use std::io;
@@ -31,11 +36,21 @@ pub const MAX_SENDERS: usize = 256;
 /// The sockets of one device.
 #[derive(Debug, Default)]
 pub struct UdpBackend {
-    /// One per address on 4791: receive, and send when the source port is 4791.
-    pub sockets: Vec<BoundSocket>,
-    /// Send-only sockets on the source ports the core hashed; indices follow `sockets`'.
-    pub senders: Vec<BoundSocket>,
+    /// One per address on 4791, at its GID index (`None`: an empty GID slot): receive, and
+    /// send when the source port is 4791.
+    sockets: Vec<Option<BoundSocket>>,
+    /// Send-only sockets on the source ports the core hashed.
+    senders: Vec<BoundSocket>,
     ifindex: u32,
+}
+
+/// Which socket of a device a batch of packets leaves from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sock {
+    /// The 4791 socket at this GID index.
+    Slot(usize),
+    /// A send-only socket on a hashed source port.
+    Sender(usize),
 }
 
 /// `ip:port`, scoped to `ifindex` when `ip` is IPv6 link-local.
@@ -88,7 +103,7 @@ impl UdpBackend {
         for &ip in addrs {
             let local = scoped_local(ip, port, ifindex);
             match open_socket(local) {
-                Ok(s) => sockets.push(s),
+                Ok(s) => sockets.push(Some(s)),
                 // A tentative (DAD) or vanishing address: serve the others.
                 Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
                     tracing::warn!(%local, "address not available, left out of the GID table");
@@ -109,28 +124,57 @@ impl UdpBackend {
         })
     }
 
-    /// Follows a new address list (`want`, in GID table order): sockets of addresses still
-    /// wanted are kept as they are, new addresses are bound (or left out, with a warning,
-    /// when they cannot be), the others are closed.
-    pub fn rebind(&mut self, want: &[IpAddr], ifindex: u32) {
-        self.senders.retain(|s| want.contains(&s.local.ip()));
-        let mut old = std::mem::take(&mut self.sockets);
-        for &ip in want {
-            if let Some(i) = old.iter().position(|s| s.local.ip() == ip) {
-                self.sockets.push(old.swap_remove(i));
-                continue;
-            }
-            match UdpBackend::bind(&[ip], ROCE_V2_PORT, ifindex) {
-                Ok(mut b) => self.sockets.append(&mut b.sockets),
-                // Tentative (DAD): `bind` said so; a later notification brings it back.
-                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {}
-                Err(e) => tracing::warn!(addr = %ip, "address not served: {e}"),
-            }
+    /// Binds `ip` on 4791 at GID index `slot` (which must be free).
+    pub fn open_slot(&mut self, slot: usize, ip: IpAddr) -> io::Result<()> {
+        debug_assert!(self.socket(slot).is_none(), "slot {slot} is taken");
+        let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex))?;
+        if self.sockets.len() <= slot {
+            self.sockets.resize_with(slot + 1, || None);
         }
+        self.sockets[slot] = Some(s);
+        Ok(())
     }
 
-    pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
-        self.sockets.iter().map(|s| s.socket.as_raw_fd())
+    /// Takes the socket at GID index `slot` out (its address went away), and the send-only
+    /// sockets of that address with it; the caller deregisters and drops them.
+    pub fn close_slot(&mut self, slot: usize) -> Vec<BoundSocket> {
+        let Some(s) = self.sockets.get_mut(slot).and_then(Option::take) else {
+            return Vec::new();
+        };
+        while matches!(self.sockets.last(), Some(None)) {
+            self.sockets.pop();
+        }
+        let ip = s.local.ip();
+        let (gone, kept) = std::mem::take(&mut self.senders)
+            .into_iter()
+            .partition(|x| x.local.ip() == ip);
+        self.senders = kept;
+        let mut out: Vec<BoundSocket> = gone;
+        out.insert(0, s);
+        out
+    }
+
+    /// The 4791 socket at GID index `slot`.
+    pub fn socket(&self, slot: usize) -> Option<&BoundSocket> {
+        self.sockets.get(slot).and_then(Option::as_ref)
+    }
+
+    /// The 4791 sockets with their GID indices.
+    pub fn bound(&self) -> impl Iterator<Item = (usize, &BoundSocket)> + '_ {
+        self.sockets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// The 4791 sockets' descriptors with their GID indices (the epoll set).
+    pub fn fds(&self) -> impl Iterator<Item = (usize, RawFd)> + '_ {
+        self.bound().map(|(i, s)| (i, s.socket.as_raw_fd()))
+    }
+
+    /// Send-only sockets bound so far.
+    pub fn senders(&self) -> &[BoundSocket] {
+        &self.senders
     }
 
     /// Receives one datagram on socket `i`: (length, source, local destination).
@@ -139,7 +183,7 @@ impl UdpBackend {
         i: usize,
         buf: &mut [u8],
     ) -> io::Result<Option<(usize, SocketAddr, SocketAddr)>> {
-        let Some(s) = self.sockets.get(i) else {
+        let Some(s) = self.socket(i) else {
             return Ok(None);
         };
         match s.socket.recv_from(buf) {
@@ -163,7 +207,7 @@ impl UdpBackend {
         i: usize,
         batch: &mut mmsg::RecvBatch,
     ) -> io::Result<(usize, SocketAddr)> {
-        let Some(s) = self.sockets.get(i) else {
+        let Some(s) = self.socket(i) else {
             return Ok((0, SocketAddr::from(([0, 0, 0, 0], 0))));
         };
         Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local))
@@ -175,9 +219,9 @@ impl UdpBackend {
     pub fn ensure_sender(&mut self, src: SocketAddr) {
         let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
         if src.port() == ROCE_V2_PORT
-            || self.sockets.iter().any(same)
+            || self.bound().any(|(_, s)| same(s))
             || self.senders.iter().any(same)
-            || !self.sockets.iter().any(|s| s.local.ip() == src.ip())
+            || !self.bound().any(|(_, s)| s.local.ip() == src.ip())
         {
             return;
         }
@@ -198,33 +242,32 @@ impl UdpBackend {
         }
     }
 
-    fn get(&self, i: usize) -> Option<&BoundSocket> {
-        self.sockets
-            .get(i)
-            .or_else(|| self.senders.get(i.checked_sub(self.sockets.len())?))
+    fn get(&self, i: Sock) -> Option<&BoundSocket> {
+        match i {
+            Sock::Slot(i) => self.socket(i),
+            Sock::Sender(i) => self.senders.get(i),
+        }
     }
 
-    /// The socket packets from `src` to `dst` leave from: the one bound to `src` (address
-    /// and port), else the one on 4791 of `src`'s address, else any of `dst`'s family.
-    pub fn socket_for(&self, src: SocketAddr, dst: SocketAddr) -> Option<usize> {
+    /// The socket packets from `src` leave from: the one bound to `src` (address
+    /// and port), else the one on 4791 of `src`'s address. `None` when `src`'s address is
+    /// not served (any more): a packet sent from another address would fail its ICRC at the
+    /// peer, so it is not sent at all.
+    pub fn socket_for(&self, src: SocketAddr) -> Option<Sock> {
         let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
-        self.sockets
-            .iter()
-            .position(same)
+        self.bound()
+            .find(|(_, s)| same(s))
+            .map(|(i, _)| Sock::Slot(i))
+            .or_else(|| self.senders.iter().position(same).map(Sock::Sender))
             .or_else(|| {
-                let i = self.senders.iter().position(same)?;
-                Some(self.sockets.len() + i)
-            })
-            .or_else(|| self.sockets.iter().position(|s| s.local.ip() == src.ip()))
-            .or_else(|| {
-                self.sockets
-                    .iter()
-                    .position(|s| s.local.is_ipv4() == dst.is_ipv4())
+                self.bound()
+                    .find(|(_, s)| s.local.ip() == src.ip())
+                    .map(|(i, _)| Sock::Slot(i))
             })
     }
 
     /// `dst` with the socket's scope when it is an unscoped IPv6 link-local address.
-    fn scoped(&self, i: usize, dst: SocketAddr) -> SocketAddr {
+    fn scoped(&self, i: Sock, dst: SocketAddr) -> SocketAddr {
         match (dst, self.get(i).map(|s| s.local)) {
             (SocketAddr::V6(d), Some(SocketAddr::V6(l)))
                 if d.scope_id() == 0 && d.ip().segments()[0] & 0xffc0 == 0xfe80 =>
@@ -237,7 +280,7 @@ impl UdpBackend {
 
     /// Sends one datagram from the socket for `src`.
     pub fn send(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
-        let i = self.socket_for(src, dst).ok_or_else(|| {
+        let i = self.socket_for(src).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::AddrNotAvailable,
                 format!("no socket for {src}"),
@@ -251,7 +294,7 @@ impl UdpBackend {
     }
 
     /// Sends datagrams from socket `i` with sendmmsg; returns how many went out.
-    pub fn send_batch(&self, i: usize, msgs: &mut [(SocketAddr, &[u8])]) -> io::Result<usize> {
+    pub fn send_batch(&self, i: Sock, msgs: &mut [(SocketAddr, &[u8])]) -> io::Result<usize> {
         let Some(s) = self.get(i) else {
             return Ok(0);
         };
@@ -270,7 +313,7 @@ mod tests {
     fn loopback_sockets_exchange_datagrams_with_addresses() {
         let a: IpAddr = "127.0.0.77".parse().unwrap();
         let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        let local = b.sockets[0].local;
+        let local = b.socket(0).unwrap().local;
         b.send(local, local, b"hello").unwrap();
         let mut buf = [0u8; 64];
         let mut got = None;
@@ -296,10 +339,10 @@ mod batch_tests {
     fn batches_of_datagrams_go_out_and_come_back_in_order() {
         let a: IpAddr = "127.0.0.78".parse().unwrap();
         let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        let local = b.sockets[0].local;
+        let local = b.socket(0).unwrap().local;
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
         let mut msgs: Vec<(SocketAddr, &[u8])> = payloads.iter().map(|p| (local, &p[..])).collect();
-        assert_eq!(b.send_batch(0, &mut msgs).unwrap(), 10);
+        assert_eq!(b.send_batch(Sock::Slot(0), &mut msgs).unwrap(), 10);
         let mut batch = mmsg::RecvBatch::new(16, 2048);
         let mut got = Vec::new();
         for _ in 0..1000 {
