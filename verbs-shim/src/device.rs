@@ -134,12 +134,6 @@ impl Context {
         }
     }
 
-    fn gid(&self, port: u8, index: u32) -> Option<&GidEntry> {
-        self.gids
-            .iter()
-            .find(|g| g.port_num == port && g.index == index)
-    }
-
     fn port(&self, port: u8) -> VResult<&PortAttr> {
         if port == 0 {
             return Err(Errno::EINVAL);
@@ -525,13 +519,24 @@ pub extern "C" fn ibv_query_port(
     }
 }
 
+/// The GID entry at `index`, asked of the daemon each time (rdma-core reads the kernel's
+/// GID cache each time too): the table follows the interface's addresses, so an entry can
+/// empty or fill after the device was opened. `None`: an empty slot.
 fn gid_lookup(context: *mut ibv_context, port: u8, index: u32) -> VResult<Option<GidEntry>> {
     let ctx = Context::from_ibv(context)?;
     let p = ctx.port(port)?;
     if index >= p.gid_tbl_len.max(0) as u32 {
         return Err(Errno::EINVAL);
     }
-    Ok(ctx.gid(port, index).copied().filter(|g| g.gid != [0; 16]))
+    let entry = match ctx.call(RequestBody::QueryGid {
+        ctx: ctx.handle,
+        port,
+        index,
+    })? {
+        ReplyBody::Gid(e) => e,
+        _ => return Err(Errno::EIO),
+    };
+    Ok(Some(entry).filter(|g| g.gid != [0; 16]))
 }
 
 #[no_mangle]

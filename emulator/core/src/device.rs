@@ -132,6 +132,11 @@ impl Device {
         }
     }
 
+    /// Replaces the GID table (the netdev's addresses changed); QPs keep their resolved paths.
+    pub fn set_gids(&mut self, gids: Vec<crate::Gid>) {
+        self.cfg.gids = gids;
+    }
+
     /// The configuration.
     pub fn config(&self) -> &DeviceConfig {
         &self.cfg

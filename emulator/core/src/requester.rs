@@ -111,6 +111,23 @@ impl Device {
                     }
                     _ => {}
                 }
+                // A UD WR's source is the GID at its AH's sgid_index, looked up now: an
+                // empty slot (the address went away) sends nothing and completes the WR in
+                // error, as rxe does for a WR without a usable address vector
+                // (IB_WC_LOC_QP_OP_ERR).
+                let ud_source_gone = qp.qp_type == QpType::Ud
+                    && self
+                        .o
+                        .ahs
+                        .get(&wqe.wr.ud.ah.0)
+                        .and_then(|ah| self.cfg.gids.get(usize::from(ah.attr.grh.sgid_index)))
+                        .is_none_or(|g| g.is_zero());
+                if ud_source_gone {
+                    qp.sq[i].done = Some(WcStatus::LocQpOpErr);
+                    req.cursor = (i + 1, 0);
+                    self.retire(qpn);
+                    return None;
+                }
                 if let Err(status) = check_local_sges(&self.o.keys, qp.init.pd, wqe) {
                     qp.sq[i].done = Some(status);
                     req.cursor = (i + 1, 0);

@@ -283,3 +283,68 @@ fn ud_delivers_whole_datagrams_with_the_grh() {
         run_ud(seed);
     }
 }
+
+#[test]
+fn ud_send_from_an_emptied_gid_slot_completes_in_error_and_sends_nothing() {
+    // The daemon empties a GID slot when its address leaves the interface (stable GID
+    // indices): an AH created on that index must not send from it, nor stall the queue.
+    let opts = ConnOpts {
+        qp_type: QpType::Ud,
+        ..ConnOpts::default()
+    };
+    let mut f = Fabric::new(7, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &opts);
+    let ah_attr = AhAttr {
+        grh: GlobalRoute {
+            dgid: Gid::from_ip(f.nodes[1].ip),
+            sgid_index: 0,
+            ..Default::default()
+        },
+        is_global: true,
+        port_num: 1,
+        ..Default::default()
+    };
+    let ah = f.nodes[0].dev.create_ah(a.pd, ah_attr).unwrap();
+    let sge = Sge {
+        addr: b.base,
+        length: 4096,
+        lkey: b.mr.lkey,
+    };
+    f.nodes[1]
+        .dev
+        .post_recv(
+            b.qpn,
+            RecvWr {
+                wr_id: WrId(9),
+                sg_list: vec![sge],
+            },
+        )
+        .unwrap();
+    f.nodes[0].dev.set_gids(vec![Gid::default()]);
+    assert_eq!(
+        f.nodes[0].dev.create_ah(a.pd, ah_attr),
+        Err(Errno::EINVAL),
+        "no new AH on an empty slot"
+    );
+    let mut wr = SendWr::new(WrId(1), WrOpcode::Send);
+    wr.sg_list = vec![Sge {
+        addr: a.base,
+        length: 64,
+        lkey: a.mr.lkey,
+    }];
+    wr.ud = UdInfo {
+        ah,
+        remote_qpn: b.qpn,
+        remote_qkey: Qkey(0x1111_1111),
+    };
+    let now = f.now;
+    let nd = &mut f.nodes[0];
+    nd.dev.post_send(now, a.qpn, wr, &mut nd.mem).unwrap();
+    assert!(f.run(Duration::from_secs(1)));
+    let (_, wc) = f.nodes[0].dev.poll_completion().expect("a completion");
+    assert_eq!((wc.wr_id, wc.status), (WrId(1), WcStatus::LocQpOpErr));
+    assert!(
+        f.nodes[1].dev.poll_completion().is_none(),
+        "nothing was sent"
+    );
+}

@@ -6,7 +6,7 @@ use emulator::daemon::{self, Config, PollMode};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "rdma-emud",
     version,
@@ -45,6 +45,9 @@ struct Args {
     /// CM retransmissions before giving up (default 15 as the kernel's CMA, at most 15).
     #[arg(long, value_name = "N")]
     cm_max_retries: Option<u8>,
+    /// UDP source port: hash (of the QP pair, 0xC000..=0xFFFF, default) or fixed (4791).
+    #[arg(long)]
+    udp_src_port: Option<daemon::SrcPortMode>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -85,6 +88,9 @@ fn config(args: &Args) -> Result<Config, String> {
     if let Some(r) = args.cm_max_retries {
         cfg.cm_max_retries = r;
     }
+    if let Some(m) = args.udp_src_port {
+        cfg.set_src_port_mode(m);
+    }
     if let Some(n) = &args.netdev {
         match cfg.devices.as_mut_slice() {
             [only] => only.netdev = n.clone(),
@@ -121,7 +127,7 @@ fn main() -> ExitCode {
         }
     };
     let socket = cfg.socket.clone();
-    let engine = match daemon::Engine::new(cfg, daemon::default_factory(), shutdown.clone()) {
+    let mut engine = match daemon::Engine::new(cfg, daemon::default_factory(), shutdown.clone()) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("rdma-emud: {e}");
@@ -140,12 +146,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    if let Err(e) = daemon::sys::forward_signals(
-        shutdown.wake_fd(),
-        &[libc::SIGTERM, libc::SIGINT],
-        &[libc::SIGHUP],
-    ) {
+    if let Err(e) =
+        daemon::sys::forward_signals(shutdown.wake_fd(), &[libc::SIGTERM, libc::SIGINT], &[])
+    {
         tracing::error!("signals: {e}");
+        return ExitCode::FAILURE;
+    }
+    let reload_args = args.clone();
+    let reload = engine
+        .enable_reload(Box::new(move || config(&reload_args)))
+        .and_then(daemon::sys::forward_sighup);
+    if let Err(e) = reload {
+        tracing::error!("SIGHUP: {e}");
         return ExitCode::FAILURE;
     }
     tracing::info!(socket = %socket.display(), "rdma-emud serving");

@@ -7,6 +7,7 @@
 //! socket_mode = 0o600        # 0o660 to let the socket's group in
 //! cm_response_timeout = 20   # CM response timeout exponent (4.096 us x 2^N) in REQs
 //! cm_max_retries = 15        # CM retransmissions before UNREACHABLE / a timed-out DREQ
+//! udp_src_port = "hash"      # hash (of the QP pair, 0xC000..=0xFFFF) | fixed (4791)
 //!
 //! [[device]]
 //! name = "rxe0"
@@ -45,6 +46,30 @@ impl std::str::FromStr for PollMode {
     }
 }
 
+/// Which UDP source port packets leave from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SrcPortMode {
+    /// A hash of the QP pair in 0xC000..=0xFFFF, as rxe does (RoCE v2 ECMP entropy).
+    #[default]
+    Hash,
+    /// Always 4791, for firewalls that want RoCE on 4791 both ways.
+    Fixed,
+}
+
+impl std::str::FromStr for SrcPortMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "hash" => Ok(SrcPortMode::Hash),
+            "fixed" => Ok(SrcPortMode::Fixed),
+            _ => Err(format!(
+                "unknown UDP source port mode {s:?} (expected hash or fixed)"
+            )),
+        }
+    }
+}
+
 /// One device to serve.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct DeviceSpec {
@@ -76,6 +101,7 @@ struct FileConfig {
     seed: Option<u64>,
     cm_response_timeout: Option<u8>,
     cm_max_retries: Option<u8>,
+    udp_src_port: Option<SrcPortMode>,
     #[serde(default)]
     device: Vec<DeviceSpec>,
 }
@@ -100,6 +126,9 @@ pub struct Config {
     /// Retransmissions of REQ/REP/DREQ/SIDR_REQ before the connection manager gives up
     /// (UNREACHABLE, or a DREQ that timed out). Default 15, the CMA's; at most 15.
     pub cm_max_retries: u8,
+    /// `Some(4791)`: every packet leaves from 4791 (`udp_src_port = "fixed"`); `None`: from
+    /// the port the core hashes from the QP pair.
+    pub udp_src_port: Option<u16>,
 }
 
 impl Default for Config {
@@ -119,6 +148,7 @@ impl Default for Config {
             seed: 0x5eed,
             cm_response_timeout: 20,
             cm_max_retries: 15,
+            udp_src_port: None,
         }
     }
 }
@@ -131,7 +161,7 @@ impl Config {
     }
 
     pub fn from_toml(text: &str) -> Result<Config, String> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        let file: FileConfig = toml::from_str(text).map_err(|e| one_line(text, &e))?;
         let mut cfg = Config::default();
         if let Some(s) = file.socket {
             cfg.socket = s;
@@ -160,6 +190,9 @@ impl Config {
         if let Some(r) = file.cm_max_retries {
             cfg.cm_max_retries = r;
         }
+        if let Some(m) = file.udp_src_port {
+            cfg.set_src_port_mode(m);
+        }
         if !file.device.is_empty() {
             cfg.devices = file.device;
         }
@@ -169,6 +202,14 @@ impl Config {
 
     /// Checks device names and types, and the CM's timer values (the REQ's 5-bit
     /// response timeout and 4-bit retry count fields).
+    pub fn set_src_port_mode(&mut self, mode: SrcPortMode) {
+        self.udp_src_port = match mode {
+            SrcPortMode::Hash => None,
+            SrcPortMode::Fixed => Some(super::udp::ROCE_V2_PORT),
+        };
+    }
+
+    /// Checks device names and types.
     pub fn validate(&self) -> Result<(), String> {
         if self.cm_response_timeout > 31 {
             return Err(format!(
@@ -195,6 +236,20 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// A TOML error as one log line: `line L, column C: message` (toml's own text spans lines).
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
     }
 }
 
@@ -226,6 +281,9 @@ mod tests {
         assert_eq!(cfg.spin, Duration::from_micros(7));
         assert!(cfg.local_path, "the local path is on by default");
         assert!(!Config::from_toml("local_path = false").unwrap().local_path);
+        assert_eq!(cfg.udp_src_port, None, "hashed source ports by default");
+        let fixed = Config::from_toml("udp_src_port = \"fixed\"").unwrap();
+        assert_eq!(fixed.udp_src_port, Some(4791));
         assert_eq!(
             cfg.devices,
             vec![DeviceSpec {
@@ -250,5 +308,8 @@ mod tests {
         assert!(Config::from_toml("cm_max_retries = 16").is_err());
         let cm = Config::from_toml("cm_response_timeout = 8\ncm_max_retries = 2").unwrap();
         assert_eq!((cm.cm_response_timeout, cm.cm_max_retries), (8, 2));
+        let e = Config::from_toml("poll = \"busy\"\n[[device]\n").unwrap_err();
+        assert!(!e.contains('\n'), "errors are one line: {e}");
+        assert!(e.starts_with("line 2, column 9: "), "{e}");
     }
 }

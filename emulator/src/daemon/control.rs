@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
-use wire::client::{GidEntry, QpInitAttr, ReplyBody, RequestBody, PROTOCOL_VERSION};
+use wire::client::{QpInitAttr, ReplyBody, RequestBody, PROTOCOL_VERSION};
 
 pub(super) type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
 
@@ -184,20 +184,11 @@ impl Engine {
             }
             R::QueryGid { ctx, port, index } => {
                 let d = self.device_of(session, ctx)?;
-                if port != 1 || index >= 1024 {
+                if port != 1 || index as usize >= super::gid_table::GID_TBL_LEN {
                     return Err(libc::EINVAL);
                 }
-                let entry = d
-                    .gid_entries()
-                    .into_iter()
-                    .nth(index as usize)
-                    .unwrap_or(GidEntry {
-                        index,
-                        port_num: 1,
-                        gid: [0; 16],
-                        gid_type: 0,
-                    });
-                ok(ReplyBody::Gid(entry))
+                // An empty slot (its address went away, or never was) is the zero GID.
+                ok(ReplyBody::Gid(d.gid_entry(index)))
             }
             R::AllocPd { ctx } => {
                 let d = self.device_of(session, ctx)?;
@@ -410,7 +401,8 @@ impl Engine {
                     netdev,
                     addrs: None,
                 };
-                let dev = Device::open(&spec, self.factory, self.cfg.seed).map_err(|e| {
+                let dev = Device::open(&spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
+                    .map_err(|e| {
                     tracing::info!(error = %e, "link add refused");
                     e.raw_os_error().unwrap_or(match e.kind() {
                         std::io::ErrorKind::NotFound => libc::ENODEV,
@@ -438,17 +430,7 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             R::LinkDel { name } => {
-                let i = self.device_index(&name).ok_or(libc::ENODEV)?;
-                let d = self.devices[i].as_ref().ok_or(libc::ENODEV)?;
-                if d.open_ctxs > 0 {
-                    return Err(libc::EBUSY);
-                }
-                for fd in d.udp.fds() {
-                    self.epoll.remove(fd);
-                }
-                self.cm_device_removed(i);
-                tracing::info!(device = %name, "device removed");
-                self.devices[i] = None;
+                self.remove_device(&name)?;
                 ok(ReplyBody::Ok)
             }
         }

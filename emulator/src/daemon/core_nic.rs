@@ -15,7 +15,7 @@ pub fn factory(
     name: &str,
     gids: &[IpAddr],
     mtu_bytes: u32,
-    udp_src_port: u16,
+    udp_src_port: Option<u16>,
     _limits: Limits,
     seed: u64,
 ) -> Box<dyn Nic + Send> {
@@ -25,7 +25,7 @@ pub fn factory(
         active_mtu: mtu::from_bytes(mtu_bytes)
             .and_then(core::Mtu::from_raw)
             .unwrap_or(core::Mtu::Mtu1024),
-        udp_src_port: Some(udp_src_port),
+        udp_src_port,
         limits: core::DeviceLimits::default(),
         seed,
     };
@@ -525,6 +525,14 @@ impl Nic for CoreNic {
         buf.truncate(t.len);
         Some((t.src, t.dst))
     }
+    fn set_gids(&mut self, gids: &[Option<IpAddr>]) {
+        self.dev.set_gids(
+            gids.iter()
+                .map(|ip| ip.map_or(core::Gid::default(), core::Gid::from_ip))
+                .collect(),
+        );
+    }
+
     fn poll_timeout(&self) -> Option<Instant> {
         self.dev.poll_timeout()
     }

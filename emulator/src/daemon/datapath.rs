@@ -26,9 +26,8 @@ const TX_ROUNDS: usize = 16;
 /// Whether `dst` is one of the device's own bound addresses (the local path's test).
 fn is_local(d: &Device, dst: SocketAddr) -> bool {
     d.udp
-        .sockets
-        .iter()
-        .any(|s| s.local.ip() == dst.ip() && s.local.port() == dst.port())
+        .bound()
+        .any(|(_, s)| s.local.ip() == dst.ip() && s.local.port() == dst.port())
 }
 
 /// Sends staged packets, batching consecutive ones that leave from the same socket.
@@ -44,6 +43,11 @@ pub(super) fn transmit(
     now: Instant,
     mem: &mut super::memory::ProcMem,
 ) -> bool {
+    for &(src, dst) in meta {
+        if !(local && is_local(d, dst)) {
+            d.udp.ensure_sender(src);
+        }
+    }
     let mut delivered_locally = false;
     let mut at = 0;
     while at < meta.len() {
@@ -62,14 +66,14 @@ pub(super) fn transmit(
             at += 1;
             continue;
         }
-        let Some(sock) = d.udp.socket_for(meta[at].0, meta[at].1) else {
+        let Some(sock) = d.udp.socket_for(meta[at].0) else {
             d.tx_errors += 1;
             at += 1;
             continue;
         };
         let mut end = at + 1;
         while end < meta.len()
-            && d.udp.socket_for(meta[end].0, meta[end].1) == Some(sock)
+            && d.udp.socket_for(meta[end].0) == Some(sock)
             && !(local && is_local(d, meta[end].1))
         {
             end += 1;

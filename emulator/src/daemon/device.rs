@@ -2,9 +2,10 @@
 //! `ibv_query_device` / `ibv_query_port` / `rdma link show` report about it.
 
 use super::config::DeviceSpec;
+use super::gid_table::{GidTable, GID_TBL_LEN};
 use super::netdev::{self, Netdev};
 use super::nic::{Limits, Nic};
-use super::udp::{UdpBackend, ROCE_V2_PORT};
+use super::udp::{BoundSocket, UdpBackend, ROCE_V2_PORT};
 use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
 use std::io;
@@ -36,8 +37,9 @@ const VENDOR_ID: u32 = 0x00ff_ffff;
 pub struct Device {
     pub spec: DeviceSpec,
     pub netdev: Netdev,
-    /// GID table: index → address (all RoCE v2).
-    pub gids: Vec<IpAddr>,
+    /// GID table: index → address (all RoCE v2), indices stable while addresses come and
+    /// go; the 4791 socket of each address sits at the same index in `udp`.
+    pub gids: GidTable,
     /// IB MTU in bytes.
     pub mtu: u32,
     pub node_guid: u64,
@@ -68,19 +70,41 @@ pub struct Device {
     pub(in crate::daemon) parked_reqs: Vec<super::cm::gsi::ParkedReq>,
 }
 
+/// What following the interface's addresses changed: sockets to deregister and drop, and
+/// GID indices whose new 4791 socket must be registered.
+#[derive(Debug, Default)]
+pub struct AddrChange {
+    pub closed: Vec<BoundSocket>,
+    pub opened: Vec<usize>,
+}
+
+impl AddrChange {
+    /// Whether the GID table changed.
+    pub fn changed(&self) -> bool {
+        !self.closed.is_empty() || !self.opened.is_empty()
+    }
+}
+
 /// Builds the transport engine of a device from its parameters.
 pub type NicFactory = fn(
     name: &str,
     gids: &[IpAddr],
     mtu: u32,
-    udp_src_port: u16,
+    udp_src_port: Option<u16>,
     limits: Limits,
     seed: u64,
 ) -> Box<dyn Nic + Send>;
 
 impl Device {
-    /// Looks up the interface, builds the GID table and binds the sockets.
-    pub fn open(spec: &DeviceSpec, factory: NicFactory, seed: u64) -> io::Result<Device> {
+    /// Looks up the interface, builds the GID table and binds the sockets. Packets leave
+    /// from `udp_src_port` (`Some(4791)`: `--udp-src-port fixed`), or, with `None`, from the
+    /// port the core hashes from the QP pair (RoCE v2 entropy; see `UdpBackend::send_socket`).
+    pub fn open(
+        spec: &DeviceSpec,
+        factory: NicFactory,
+        seed: u64,
+        udp_src_port: Option<u16>,
+    ) -> io::Result<Device> {
         if spec.link_type != "rxe" {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -100,8 +124,9 @@ impl Device {
             ));
         }
         let udp = UdpBackend::bind(&gids, ROCE_V2_PORT, netdev.index)?;
-        // The GID table holds the addresses actually served.
-        let gids: Vec<IpAddr> = udp.sockets.iter().map(|s| s.local.ip()).collect();
+        // The GID table holds the addresses actually served, at their sockets' indices.
+        let gids = GidTable::new(&udp.bound().map(|(_, s)| s.local.ip()).collect::<Vec<_>>());
+        debug_assert!(udp.bound().all(|(i, s)| gids.get(i) == Some(s.local.ip())));
         let mtu = netdev::ib_mtu_for(netdev.mtu);
         let node_guid = netdev::node_guid(netdev.mac, &spec.name);
         let active_mtu = mtu::from_bytes(mtu)
@@ -115,15 +140,15 @@ impl Device {
             .map_or(0, |d| d.as_nanos() as u64);
         let cm = CmAgent::new(CmConfig::new(
             node_guid,
-            gids.iter().map(|ip| emu_core::Gid::from_ip(*ip)).collect(),
+            cm_gids(gids.slots()),
             active_mtu,
             seed ^ node_guid ^ started,
         ));
         let nic = factory(
             &spec.name,
-            &gids,
+            &gids.addrs(),
             mtu,
-            ROCE_V2_PORT,
+            udp_src_port,
             Limits::default(),
             seed,
         );
@@ -161,6 +186,59 @@ impl Device {
         cfg.cm_response_timeout = response_timeout;
         cfg.max_cm_retries = max_retries;
         self.cm = CmAgent::new(cfg);
+    }
+
+    /// The GID table the interface's addresses call for now, when this device follows its
+    /// interface (no configured `addrs`) and the interface still exists.
+    pub fn wanted_gids(&self) -> Option<Vec<IpAddr>> {
+        if self.spec.addrs.is_some() {
+            return None;
+        }
+        let addrs = netdev::lookup(&self.netdev.name).ok()?.addrs;
+        Some(netdev::gid_table(&addrs))
+    }
+
+    /// Serves `present` (the interface's addresses, `netdev::gid_table` order) instead of
+    /// the current addresses, keeping indices stable (`gid_table.rs`): a removed address
+    /// empties its GID slot and closes its sockets, a new one is bound and takes the first
+    /// free slot (an address that cannot be bound yet, IPv6 still in duplicate address
+    /// detection, is left out until a later notification). The core gets the new table.
+    pub fn follow_addrs(&mut self, present: &[IpAddr]) -> AddrChange {
+        let before = self.gids.clone();
+        let mut change = AddrChange::default();
+        for (i, a) in before.iter() {
+            if !present.contains(&a) {
+                self.gids.remove(a);
+                change.closed.extend(self.udp.close_slot(i));
+            }
+        }
+        for &a in present {
+            if self.gids.contains(a) {
+                continue;
+            }
+            let Some(slot) = self.gids.slot_for(a) else {
+                tracing::warn!(device = self.name(), addr = %a, "GID table full ({GID_TBL_LEN}), address not served");
+                continue;
+            };
+            match self.udp.open_slot(slot, a) {
+                Ok(()) => {
+                    self.gids.insert(a);
+                    change.opened.push(slot);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+                    tracing::debug!(device = self.name(), addr = %a, "address not available yet");
+                }
+                Err(e) => {
+                    tracing::warn!(device = self.name(), addr = %a, "address not served: {e}")
+                }
+            }
+        }
+        if self.gids != before {
+            tracing::info!(device = self.name(), old = ?before.slots(), new = ?self.gids.slots(), "GID table changed");
+            self.nic.set_gids(self.gids.slots());
+            self.cm.set_gids(cm_gids(self.gids.slots()));
+        }
+        change
     }
 
     pub fn name(&self) -> &str {
@@ -238,7 +316,7 @@ impl Device {
             state: port_state::ACTIVE,
             max_mtu: mtu::MTU_4096,
             active_mtu: mtu::from_bytes(self.mtu).unwrap_or(mtu::MTU_1024),
-            gid_tbl_len: 1024,
+            gid_tbl_len: GID_TBL_LEN as i32,
             port_cap_flags: PORT_CAP_FLAGS,
             max_msg_sz: self.nic.limits().max_msg_sz,
             bad_pkey_cntr: 0,
@@ -261,17 +339,26 @@ impl Device {
         }
     }
 
+    /// The occupied GID entries (what `rdma link show` and a device's opening list).
     pub fn gid_entries(&self) -> Vec<GidEntry> {
         self.gids
             .iter()
-            .enumerate()
-            .map(|(i, a)| GidEntry {
-                index: i as u32,
-                port_num: 1,
-                gid: netdev::gid_of(*a),
-                gid_type: gid_type::ROCE_V2,
-            })
+            .map(|(i, a)| Self::gid_entry_of(i, Some(a)))
             .collect()
+    }
+
+    /// The entry at `index` (`ibv_query_gid`): an empty slot is the zero GID.
+    pub fn gid_entry(&self, index: u32) -> GidEntry {
+        Self::gid_entry_of(index as usize, self.gids.get(index as usize))
+    }
+
+    fn gid_entry_of(index: usize, addr: Option<IpAddr>) -> GidEntry {
+        GidEntry {
+            index: index as u32,
+            port_num: 1,
+            gid: addr.map_or([0; 16], netdev::gid_of),
+            gid_type: if addr.is_some() { gid_type::ROCE_V2 } else { 0 },
+        }
     }
 
     pub fn link_info(&self) -> LinkInfo {
@@ -285,4 +372,12 @@ impl Device {
             gids: self.gid_entries(),
         }
     }
+}
+
+/// The CM agent's view of a GID table: index for index, an empty slot as the zero GID.
+fn cm_gids(slots: &[Option<IpAddr>]) -> Vec<emu_core::Gid> {
+    slots
+        .iter()
+        .map(|ip| ip.map_or(emu_core::Gid::default(), emu_core::Gid::from_ip))
+        .collect()
 }

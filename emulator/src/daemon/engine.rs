@@ -18,10 +18,18 @@ use wire::client::{Reply, Request, MAX_MESSAGE_LEN};
 const T_LISTENER: u64 = 1;
 const T_TIMER: u64 = 2;
 const T_WAKE: u64 = 3;
+pub(super) const T_RELOAD: u64 = 4;
+const T_NETLINK: u64 = 5;
 const T_SESSION: u64 = 1 << 56;
 pub(super) const T_DOORBELL: u64 = 2 << 56;
 const T_UDP: u64 = 3 << 56;
 const T_KIND: u64 = 0xff << 56;
+
+/// The epoll token of device `dev`'s 4791 socket at GID index `slot` (stable while the
+/// address stays, so an address change re-registers only the sockets it opens).
+pub(super) fn udp_token(dev: usize, slot: usize) -> u64 {
+    T_UDP | (dev as u64) << 16 | slot as u64
+}
 
 /// Packets staged per sendmmsg.
 pub(super) const TX_STAGE: usize = 32;
@@ -108,6 +116,10 @@ pub struct Engine {
     msg_buf: Vec<u8>,
     /// RDMA CM channels, ids, port spaces.
     pub(super) cm: super::cm::CmTables,
+    /// SIGHUP's eventfd and where a new configuration comes from (`reload.rs`).
+    pub(super) reload: Option<super::reload::Reload>,
+    /// rtnetlink address notifications (None: the kernel refused the socket).
+    pub(super) netlink: Option<OwnedFd>,
 }
 
 impl Engine {
@@ -117,7 +129,12 @@ impl Engine {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut devices = Vec::new();
         for spec in &cfg.devices {
-            devices.push(Some(Device::open(spec, factory, cfg.seed)?));
+            devices.push(Some(Device::open(
+                spec,
+                factory,
+                cfg.seed,
+                cfg.udp_src_port,
+            )?));
         }
         if let Some(dir) = cfg.socket.parent() {
             if !dir.as_os_str().is_empty() && !dir.exists() {
@@ -139,6 +156,16 @@ impl Engine {
         epoll.add(listener.as_raw_fd(), T_LISTENER)?;
         epoll.add(timer.as_raw_fd(), T_TIMER)?;
         epoll.add(shutdown.wake_fd(), T_WAKE)?;
+        let netlink = match sys::netlink_addr_watch() {
+            Ok(fd) => {
+                epoll.add(fd.as_raw_fd(), T_NETLINK)?;
+                Some(fd)
+            }
+            Err(e) => {
+                tracing::warn!("rtnetlink: {e}; GID tables will not follow address changes");
+                None
+            }
+        };
         let mut engine = Engine {
             cfg,
             epoll,
@@ -159,6 +186,8 @@ impl Engine {
             rx: super::mmsg::RecvBatch::new(32, 9216),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
             cm: super::cm::CmTables::new(cfg_seed),
+            reload: None,
+            netlink,
         };
         for dev in devices {
             engine.add_device(dev.expect("just opened"))?;
@@ -174,11 +203,10 @@ impl Engine {
             .iter()
             .position(Option::is_none)
             .unwrap_or(self.devices.len());
-        for (i, fd) in dev.udp.fds().enumerate() {
-            self.epoll
-                .add(fd, T_UDP | (index as u64) << 16 | i as u64)?;
+        for (slot, fd) in dev.udp.fds() {
+            self.epoll.add(fd, udp_token(index, slot))?;
         }
-        tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids, "device up");
+        tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids.addrs(), "device up");
         if index == self.devices.len() {
             self.devices.push(Some(dev));
         } else {
@@ -282,6 +310,8 @@ impl Engine {
                         sys::drain_counter(self.shutdown.wake_fd());
                         self.shutdown.flag.store(true, Ordering::SeqCst);
                     }
+                    T_RELOAD => self.reload(),
+                    T_NETLINK => self.follow_addresses(),
                     _ => {}
                 },
                 T_SESSION => self.serve_session(token & !T_KIND),

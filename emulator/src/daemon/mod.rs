@@ -15,17 +15,19 @@ pub mod core_nic;
 mod datapath;
 pub mod device;
 mod engine;
+pub mod gid_table;
 pub mod memory;
 pub mod mmsg;
 pub mod netdev;
 pub mod nic;
 mod objects;
 mod queues;
+mod reload;
 pub mod stub_nic;
 pub mod sys;
 pub mod udp;
 
-pub use config::{Config, DeviceSpec, PollMode};
+pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
 pub use engine::{DaemonCounters, Engine, Shutdown};
 
 use std::io;

@@ -5,7 +5,7 @@
 //! one place). Object names here are the core's numeric identifiers (`PdHandle.0`,
 //! `CqHandle.0`, a QPN, an lkey...), never the protocol's session handles.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 use wire::client::slot::{CqeRepr, SendWqeRepr, SgeList};
 use wire::client::{AhAttr, QpAttr, QpCap, SrqAttr};
@@ -166,6 +166,9 @@ pub trait Nic {
         buf: &mut Vec<u8>,
     ) -> Option<(SocketAddr, SocketAddr)>;
     fn poll_timeout(&self) -> Option<Instant>;
+    /// The device's addresses changed: the new GID table (index = sgid_index; `None` is an
+    /// empty slot, the zero GID, which nothing may be sent from).
+    fn set_gids(&mut self, _gids: &[Option<IpAddr>]) {}
     fn poll_completion(&mut self) -> Option<(u32, CqeRepr)>;
     fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)>;
     fn counters(&self) -> Vec<(String, u64)>;

@@ -23,7 +23,7 @@ pub fn factory(
     _name: &str,
     _gids: &[IpAddr],
     _mtu: u32,
-    _port: u16,
+    _port: Option<u16>,
     limits: Limits,
     _seed: u64,
 ) -> Box<dyn Nic + Send> {

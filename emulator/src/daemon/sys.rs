@@ -142,6 +142,45 @@ pub fn eventfd_signal(fd: RawFd) -> io::Result<()> {
     cvt_isize(unsafe { libc::write(fd, one.as_ptr().cast(), one.len()) }).map(|_| ())
 }
 
+/// A nonblocking rtnetlink socket subscribed to IPv4 and IPv6 address changes
+/// (RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR, rtnetlink(7)).
+pub fn netlink_addr_watch() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall.
+    let fd = own(unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    })?;
+    // SAFETY: sockaddr_nl is plain data; all-zero is a valid value.
+    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    sa.nl_groups = (libc::RTMGRP_IPV4_IFADDR | libc::RTMGRP_IPV6_IFADDR) as u32;
+    // SAFETY: `sa` is a valid sockaddr_nl of the given length.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    })?;
+    Ok(fd)
+}
+
+/// Reads and discards everything queued on a nonblocking socket (notifications that are
+/// only a cue to look again); an overrun (ENOBUFS) counts as something read.
+pub fn drain_socket(fd: RawFd) {
+    let mut buf = [0u8; 8192];
+    for _ in 0..64 {
+        // SAFETY: reads at most `buf.len()` bytes into a local buffer.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n <= 0 && io::Error::last_os_error().raw_os_error() != Some(libc::ENOBUFS) {
+            return;
+        }
+    }
+}
+
 /// A pipe: (read end, write end), both close-on-exec; the write end nonblocking so a
 /// client that never reads cannot block the daemon.
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -598,8 +637,37 @@ extern "C" fn on_signal(_: libc::c_int) {
     }
 }
 
+static RELOAD_WAKE_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+extern "C" fn on_reload_signal(_: libc::c_int) {
+    let fd = RELOAD_WAKE_FD.load(std::sync::atomic::Ordering::Relaxed);
+    if fd >= 0 {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: write(2) is async-signal-safe; the buffer is a local array.
+        unsafe {
+            libc::write(fd, one.as_ptr().cast(), one.len());
+        }
+    }
+}
+
+/// Makes SIGHUP write to the eventfd `fd` (the engine's reload wake-up).
+pub fn forward_sighup(fd: RawFd) -> io::Result<()> {
+    RELOAD_WAKE_FD.store(fd, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: installs an async-signal-safe handler (it only calls write(2)).
+    let prev = unsafe {
+        libc::signal(
+            libc::SIGHUP,
+            on_reload_signal as *const () as libc::sighandler_t,
+        )
+    };
+    if prev == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Makes `signals` write to the eventfd `fd` (the engine's shutdown wake-up), and ignores
-/// SIGPIPE and `ignored` (e.g. SIGHUP until reloading exists).
+/// SIGPIPE and `ignored`.
 pub fn forward_signals(
     fd: RawFd,
     signals: &[libc::c_int],

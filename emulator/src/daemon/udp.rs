@@ -1,6 +1,19 @@
 //! The kernel UDP backend for RoCE v2: one unconnected socket per local address of the
 //! device, on UDP port 4791 (IBA Annex A17.2.1), with DF set so that Linux sends IP ID 0
 //! (which the ICRC is computed over).
+//!
+//! RoCE v2 source port entropy: the core hashes each QP pair's UDP source port into
+//! 0xC000..=0xFFFF (`emu_core`'s `DeviceConfig::udp_src_port = None`) and computes the ICRC
+//! over that port, so a packet must leave from a socket bound to exactly that port. The
+//! send sockets are therefore derived from the core's output, not from a second copy of its
+//! hash: the first packet with a new (address, port) binds a send-only socket on it
+//! (`ensure_sender`), later ones reuse it; at most [`MAX_SENDERS`] per device. Receiving
+//! stays on 4791.
+//!
+//! The 4791 sockets sit at the index of their address in the device's GID table
+//! (`gid_table.rs`), and keep it while the address stays: a socket's index is part of its
+//! epoll token, and the table's indices are stable, so an address coming or going opens or
+//! closes its own socket and touches no other.
 
 use super::{mmsg, sys};
 use std::io;
@@ -17,10 +30,68 @@ pub struct BoundSocket {
     pub local: SocketAddr,
 }
 
+/// Send-only sockets a device binds for hashed source ports, at most.
+pub const MAX_SENDERS: usize = 256;
+
 /// The sockets of one device.
 #[derive(Debug, Default)]
 pub struct UdpBackend {
-    pub sockets: Vec<BoundSocket>,
+    /// One per address on 4791, at its GID index (`None`: an empty GID slot): receive, and
+    /// send when the source port is 4791.
+    sockets: Vec<Option<BoundSocket>>,
+    /// Send-only sockets on the source ports the core hashed.
+    senders: Vec<BoundSocket>,
+    ifindex: u32,
+}
+
+/// Which socket of a device a batch of packets leaves from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sock {
+    /// The 4791 socket at this GID index.
+    Slot(usize),
+    /// A send-only socket on a hashed source port.
+    Sender(usize),
+}
+
+/// `ip:port`, scoped to `ifindex` when `ip` is IPv6 link-local.
+fn scoped_local(ip: IpAddr, port: u16, ifindex: u32) -> SocketAddr {
+    match ip {
+        IpAddr::V4(_) => SocketAddr::new(ip, port),
+        IpAddr::V6(v6) => {
+            let scope = if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                ifindex
+            } else {
+                0
+            };
+            SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
+        }
+    }
+}
+
+/// A nonblocking UDP socket on `local` with DF set (so IP ID 0) and large buffers.
+fn open_socket(local: SocketAddr) -> io::Result<BoundSocket> {
+    let socket = UdpSocket::bind(local)?;
+    socket.set_nonblocking(true)?;
+    let fd = socket.as_raw_fd();
+    match local {
+        SocketAddr::V4(_) => sys::setsockopt_int(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?,
+        SocketAddr::V6(_) => sys::setsockopt_int(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )?,
+    }
+    // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
+    let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+    let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    let local = socket.local_addr()?;
+    Ok(BoundSocket { socket, local })
 }
 
 impl UdpBackend {
@@ -30,47 +101,15 @@ impl UdpBackend {
     pub fn bind(addrs: &[IpAddr], port: u16, ifindex: u32) -> io::Result<UdpBackend> {
         let mut sockets = Vec::new();
         for &ip in addrs {
-            let local = match ip {
-                IpAddr::V4(_) => SocketAddr::new(ip, port),
-                IpAddr::V6(v6) => {
-                    let scope = if v6.segments()[0] & 0xffc0 == 0xfe80 {
-                        ifindex
-                    } else {
-                        0
-                    };
-                    SocketAddr::V6(SocketAddrV6::new(v6, port, 0, scope))
-                }
-            };
-            let socket = match UdpSocket::bind(local) {
-                Ok(s) => s,
+            let local = scoped_local(ip, port, ifindex);
+            match open_socket(local) {
+                Ok(s) => sockets.push(Some(s)),
                 // A tentative (DAD) or vanishing address: serve the others.
                 Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
                     tracing::warn!(%local, "address not available, left out of the GID table");
-                    continue;
                 }
                 Err(e) => return Err(io::Error::new(e.kind(), format!("bind UDP {local}: {e}"))),
-            };
-            socket.set_nonblocking(true)?;
-            let fd = socket.as_raw_fd();
-            match ip {
-                IpAddr::V4(_) => sys::setsockopt_int(
-                    fd,
-                    libc::IPPROTO_IP,
-                    libc::IP_MTU_DISCOVER,
-                    libc::IP_PMTUDISC_DO,
-                )?,
-                IpAddr::V6(_) => sys::setsockopt_int(
-                    fd,
-                    libc::IPPROTO_IPV6,
-                    libc::IPV6_MTU_DISCOVER,
-                    libc::IPV6_PMTUDISC_DO,
-                )?,
             }
-            // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
-            let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
-            let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-            let local = socket.local_addr()?;
-            sockets.push(BoundSocket { socket, local });
         }
         if sockets.is_empty() && !addrs.is_empty() {
             return Err(io::Error::new(
@@ -78,11 +117,64 @@ impl UdpBackend {
                 "no address could be bound",
             ));
         }
-        Ok(UdpBackend { sockets })
+        Ok(UdpBackend {
+            sockets,
+            senders: Vec::new(),
+            ifindex,
+        })
     }
 
-    pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
-        self.sockets.iter().map(|s| s.socket.as_raw_fd())
+    /// Binds `ip` on 4791 at GID index `slot` (which must be free).
+    pub fn open_slot(&mut self, slot: usize, ip: IpAddr) -> io::Result<()> {
+        debug_assert!(self.socket(slot).is_none(), "slot {slot} is taken");
+        let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex))?;
+        if self.sockets.len() <= slot {
+            self.sockets.resize_with(slot + 1, || None);
+        }
+        self.sockets[slot] = Some(s);
+        Ok(())
+    }
+
+    /// Takes the socket at GID index `slot` out (its address went away), and the send-only
+    /// sockets of that address with it; the caller deregisters and drops them.
+    pub fn close_slot(&mut self, slot: usize) -> Vec<BoundSocket> {
+        let Some(s) = self.sockets.get_mut(slot).and_then(Option::take) else {
+            return Vec::new();
+        };
+        while matches!(self.sockets.last(), Some(None)) {
+            self.sockets.pop();
+        }
+        let ip = s.local.ip();
+        let (gone, kept) = std::mem::take(&mut self.senders)
+            .into_iter()
+            .partition(|x| x.local.ip() == ip);
+        self.senders = kept;
+        let mut out: Vec<BoundSocket> = gone;
+        out.insert(0, s);
+        out
+    }
+
+    /// The 4791 socket at GID index `slot`.
+    pub fn socket(&self, slot: usize) -> Option<&BoundSocket> {
+        self.sockets.get(slot).and_then(Option::as_ref)
+    }
+
+    /// The 4791 sockets with their GID indices.
+    pub fn bound(&self) -> impl Iterator<Item = (usize, &BoundSocket)> + '_ {
+        self.sockets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+    }
+
+    /// The 4791 sockets' descriptors with their GID indices (the epoll set).
+    pub fn fds(&self) -> impl Iterator<Item = (usize, RawFd)> + '_ {
+        self.bound().map(|(i, s)| (i, s.socket.as_raw_fd()))
+    }
+
+    /// Send-only sockets bound so far.
+    pub fn senders(&self) -> &[BoundSocket] {
+        &self.senders
     }
 
     /// Receives one datagram on socket `i`: (length, source, local destination).
@@ -91,7 +183,7 @@ impl UdpBackend {
         i: usize,
         buf: &mut [u8],
     ) -> io::Result<Option<(usize, SocketAddr, SocketAddr)>> {
-        let Some(s) = self.sockets.get(i) else {
+        let Some(s) = self.socket(i) else {
             return Ok(None);
         };
         match s.socket.recv_from(buf) {
@@ -115,28 +207,68 @@ impl UdpBackend {
         i: usize,
         batch: &mut mmsg::RecvBatch,
     ) -> io::Result<(usize, SocketAddr)> {
-        let Some(s) = self.sockets.get(i) else {
+        let Some(s) = self.socket(i) else {
             return Ok((0, SocketAddr::from(([0, 0, 0, 0], 0))));
         };
         Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local))
     }
 
-    /// The socket packets from `src` to `dst` leave from: the one bound to `src`'s
-    /// address, else any of `dst`'s family.
-    pub fn socket_for(&self, src: SocketAddr, dst: SocketAddr) -> Option<usize> {
-        self.sockets
-            .iter()
-            .position(|s| s.local.ip() == src.ip())
+    /// Makes sure a socket bound to `src` (address and port) exists when the port is a
+    /// hashed one; a port that cannot be bound (in use) is reported and left to the
+    /// fallback of `socket_for`.
+    pub fn ensure_sender(&mut self, src: SocketAddr) {
+        let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
+        if src.port() == ROCE_V2_PORT
+            || self.bound().any(|(_, s)| same(s))
+            || self.senders.iter().any(same)
+            || !self.bound().any(|(_, s)| s.local.ip() == src.ip())
+        {
+            return;
+        }
+        if self.senders.len() >= MAX_SENDERS {
+            tracing::warn!(%src, "too many source ports in use; not bound");
+            return;
+        }
+        let local = scoped_local(src.ip(), src.port(), self.ifindex);
+        match open_socket(local) {
+            Ok(s) => {
+                // Nothing is received here: keep what strays in small.
+                let fd = s.socket.as_raw_fd();
+                let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 0);
+                tracing::debug!(%local, "send socket bound");
+                self.senders.push(s);
+            }
+            Err(e) => tracing::warn!(%local, "source port not bound: {e}"),
+        }
+    }
+
+    fn get(&self, i: Sock) -> Option<&BoundSocket> {
+        match i {
+            Sock::Slot(i) => self.socket(i),
+            Sock::Sender(i) => self.senders.get(i),
+        }
+    }
+
+    /// The socket packets from `src` leave from: the one bound to `src` (address
+    /// and port), else the one on 4791 of `src`'s address. `None` when `src`'s address is
+    /// not served (any more): a packet sent from another address would fail its ICRC at the
+    /// peer, so it is not sent at all.
+    pub fn socket_for(&self, src: SocketAddr) -> Option<Sock> {
+        let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
+        self.bound()
+            .find(|(_, s)| same(s))
+            .map(|(i, _)| Sock::Slot(i))
+            .or_else(|| self.senders.iter().position(same).map(Sock::Sender))
             .or_else(|| {
-                self.sockets
-                    .iter()
-                    .position(|s| s.local.is_ipv4() == dst.is_ipv4())
+                self.bound()
+                    .find(|(_, s)| s.local.ip() == src.ip())
+                    .map(|(i, _)| Sock::Slot(i))
             })
     }
 
     /// `dst` with the socket's scope when it is an unscoped IPv6 link-local address.
-    fn scoped(&self, i: usize, dst: SocketAddr) -> SocketAddr {
-        match (dst, self.sockets.get(i).map(|s| s.local)) {
+    fn scoped(&self, i: Sock, dst: SocketAddr) -> SocketAddr {
+        match (dst, self.get(i).map(|s| s.local)) {
             (SocketAddr::V6(d), Some(SocketAddr::V6(l)))
                 if d.scope_id() == 0 && d.ip().segments()[0] & 0xffc0 == 0xfe80 =>
             {
@@ -148,21 +280,22 @@ impl UdpBackend {
 
     /// Sends one datagram from the socket for `src`.
     pub fn send(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
-        let i = self.socket_for(src, dst).ok_or_else(|| {
+        let i = self.socket_for(src).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::AddrNotAvailable,
                 format!("no socket for {src}"),
             )
         })?;
-        self.sockets[i]
+        self.get(i)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?
             .socket
             .send_to(payload, self.scoped(i, dst))
             .map(|_| ())
     }
 
     /// Sends datagrams from socket `i` with sendmmsg; returns how many went out.
-    pub fn send_batch(&self, i: usize, msgs: &mut [(SocketAddr, &[u8])]) -> io::Result<usize> {
-        let Some(s) = self.sockets.get(i) else {
+    pub fn send_batch(&self, i: Sock, msgs: &mut [(SocketAddr, &[u8])]) -> io::Result<usize> {
+        let Some(s) = self.get(i) else {
             return Ok(0);
         };
         for m in msgs.iter_mut() {
@@ -180,7 +313,7 @@ mod tests {
     fn loopback_sockets_exchange_datagrams_with_addresses() {
         let a: IpAddr = "127.0.0.77".parse().unwrap();
         let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        let local = b.sockets[0].local;
+        let local = b.socket(0).unwrap().local;
         b.send(local, local, b"hello").unwrap();
         let mut buf = [0u8; 64];
         let mut got = None;
@@ -206,10 +339,10 @@ mod batch_tests {
     fn batches_of_datagrams_go_out_and_come_back_in_order() {
         let a: IpAddr = "127.0.0.78".parse().unwrap();
         let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        let local = b.sockets[0].local;
+        let local = b.socket(0).unwrap().local;
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
         let mut msgs: Vec<(SocketAddr, &[u8])> = payloads.iter().map(|p| (local, &p[..])).collect();
-        assert_eq!(b.send_batch(0, &mut msgs).unwrap(), 10);
+        assert_eq!(b.send_batch(Sock::Slot(0), &mut msgs).unwrap(), 10);
         let mut batch = mmsg::RecvBatch::new(16, 2048);
         let mut got = Vec::new();
         for _ in 0..1000 {

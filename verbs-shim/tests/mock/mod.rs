@@ -120,6 +120,13 @@ pub fn serve(conn: OwnedFd, rings: Arc<Mutex<Rings>>) {
                 })
             }
             RequestBody::QueryPort { port: 1, .. } => Ok(ReplyBody::PortAttr(port())),
+            // One GID at index 0; the other slots are empty (the zero GID).
+            RequestBody::QueryGid { port: 1, index, .. } => Ok(ReplyBody::Gid(GidEntry {
+                index,
+                port_num: 1,
+                gid: if index == 0 { GID } else { [0; 16] },
+                gid_type: if index == 0 { 2 } else { 0 },
+            })),
             RequestBody::QueryPort { .. } => Err(libc::EINVAL),
             RequestBody::AllocPd { .. } => Ok(ReplyBody::Pd { handle: Handle(2) }),
             RequestBody::RegMr { .. } => Ok(ReplyBody::Mr {

@@ -173,6 +173,11 @@ impl CmAgent {
         Ok(())
     }
 
+    /// The device's GID table changed (an address came or went; indices are stable).
+    pub fn set_gids(&mut self, gids: Vec<crate::types::Gid>) {
+        self.cfg.gids = gids;
+    }
+
     /// Whether somebody listens on `service_id`.
     pub fn is_listening(&self, service_id: ServiceId) -> bool {
         self.listeners.contains_key(&service_id.0)

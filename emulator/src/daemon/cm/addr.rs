@@ -91,7 +91,7 @@ impl Engine {
         self.devices.iter().enumerate().find_map(|(i, d)| {
             let d = d.as_ref()?;
             let scoped_ok = !is_link_local(ip) || scope == 0 || d.netdev.index == scope;
-            (scoped_ok && d.gids.contains(&ip)).then_some((i, d.netdev.index))
+            (scoped_ok && d.gids.contains(ip)).then_some((i, d.netdev.index))
         })
     }
 

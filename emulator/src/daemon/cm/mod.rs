@@ -581,11 +581,7 @@ impl Engine {
                 .unwrap_or_default()
         };
         let sgid_index = match (d, id.src) {
-            (Some(d), Some(src)) => d
-                .gids
-                .iter()
-                .position(|g| *g == addr::canonical(src.ip()))
-                .unwrap_or(0) as u8,
+            (Some(d), Some(src)) => d.gids.index_of(addr::canonical(src.ip())).unwrap_or(0) as u8,
             _ => 0,
         };
         CmIdInfo {
