@@ -291,7 +291,14 @@ fn active_agent_builds_the_captured_req_and_rtu() {
             unreachable!()
         };
         assert_eq!(rtr.dest_qp_num, cap_rep.local_qpn);
-        assert_eq!(rtr.rq_psn, cap_rep.starting_psn);
+        // The Linux CM's meaning of the starting PSNs (rping.pcap's active side sends its
+        // first SEND with the REP's): we receive from the REQ's, we send from the REP's.
+        let CmMessage::Req(cap_req) = CmMad::parse(req.mad()).unwrap().message else {
+            unreachable!()
+        };
+        assert_eq!(rtr.rq_psn, cap_req.starting_psn);
+        let (rts, _) = ag.init_qp_attr(id, emu_core::QpState::Rts).unwrap();
+        assert_eq!(rts.sq_psn, cap_rep.starting_psn);
         assert_eq!(rtr.ah_attr.grh.dgid, Gid::from_ip(req.dst));
         assert_eq!(rtr.ah_attr.grh.flow_label, r.primary_path.flow_label);
         let _ = Qpn(0);

@@ -60,9 +60,12 @@ impl CmAgent {
     /// - INIT: remote write, plus read and atomic when this side accepts READ/atomic
     ///   requests (no access at all before the peer answered).
     /// - RTR: the AV (GRH to the peer's GID, flow label, hop limit, traffic class, the
-    ///   local GID's index), path MTU, the peer's QPN and starting PSN (`rq_psn`),
+    ///   local GID's index), path MTU, the peer's QPN, `rq_psn` = the starting PSN *we*
+    ///   sent (the Linux CM: the starting PSN of a REQ or REP is the PSN its sender
+    ///   expects to receive first; `ib_send_cm_req` keeps the REQ's as `rq_psn`),
     ///   `max_dest_rd_atomic`, `min_rnr_timer` 0 (RC).
-    /// - RTS: our starting PSN, local ACK timeout (packet lifetime + 1), retry counts
+    /// - RTS: `sq_psn` = the peer's starting PSN, local ACK timeout (packet lifetime + 1),
+    ///   retry counts
     ///   (transport: the active side's own, the passive side the REQ's; RNR: the peer's),
     ///   `max_rd_atomic` (RC).
     ///
@@ -116,7 +119,7 @@ impl CmAgent {
                     },
                     path_mtu: c.mtu as u32,
                     dest_qp_num: peer.qpn,
-                    rq_psn: peer.starting_psn,
+                    rq_psn: c.psn,
                     max_dest_rd_atomic: responder,
                     min_rnr_timer: 0,
                     ..QpAttr::default()
@@ -139,7 +142,7 @@ impl CmAgent {
                 };
                 let a = QpAttr {
                     qp_state: QpState::Rts,
-                    sq_psn: c.psn,
+                    sq_psn: peer.starting_psn,
                     timeout: c.ack_timeout,
                     retry_cnt: retry.min(7),
                     rnr_retry: peer.rnr_retry_count.min(7),
