@@ -450,6 +450,14 @@ impl Engine {
             }
             // No connection manager yet: what the kernel's ucma gives without RDMA CM.
             R::Cm(_) => Err(libc::ENOSYS),
+            R::AttachMcast { qp, gid, lid } => {
+                let (ctx, qpn) = self.qp(session, qp)?;
+                self.mcast_verb(session, ctx, qpn, gid, lid, true)
+            }
+            R::DetachMcast { qp, gid, lid } => {
+                let (ctx, qpn) = self.qp(session, qp)?;
+                self.mcast_verb(session, ctx, qpn, gid, lid, false)
+            }
         }
     }
 

@@ -20,7 +20,7 @@ const T_TIMER: u64 = 2;
 const T_WAKE: u64 = 3;
 const T_SESSION: u64 = 1 << 56;
 pub(super) const T_DOORBELL: u64 = 2 << 56;
-const T_UDP: u64 = 3 << 56;
+pub(super) const T_UDP: u64 = 3 << 56;
 const T_KIND: u64 = 0xff << 56;
 
 /// Packets staged per sendmmsg.
@@ -460,6 +460,7 @@ impl Engine {
             d.nic.release_client(now, ctx.0);
             d.open_ctxs = d.open_ctxs.saturating_sub(1);
         }
+        let _ = self.sync_mcast(dev);
         let children: Vec<Handle> = self
             .objects
             .iter()

@@ -14,6 +14,7 @@ pub mod core_nic;
 mod datapath;
 pub mod device;
 mod engine;
+mod mcast;
 pub mod memory;
 pub mod mmsg;
 pub mod netdev;

@@ -21,6 +21,9 @@ pub struct BoundSocket {
 #[derive(Debug, Default)]
 pub struct UdpBackend {
     pub sockets: Vec<BoundSocket>,
+    /// Sockets bound to the IP multicast groups the device joined (socket indices from
+    /// [`super::mcast::MCAST_BASE`] on).
+    pub mcast: super::mcast::McastSockets,
 }
 
 impl UdpBackend {
@@ -69,6 +72,9 @@ impl UdpBackend {
             // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
             let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
             let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+            // UD multicast leaves through the device's interface and loops back to local
+            // listeners; an interface without multicast only fails multicast sends.
+            let _ = sys::mcast_sender(fd, ip.is_ipv6(), ifindex, super::mcast::MCAST_TTL);
             let local = socket.local_addr()?;
             sockets.push(BoundSocket { socket, local });
         }
@@ -78,7 +84,10 @@ impl UdpBackend {
                 "no address could be bound",
             ));
         }
-        Ok(UdpBackend { sockets })
+        Ok(UdpBackend {
+            sockets,
+            mcast: Default::default(),
+        })
     }
 
     pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
@@ -115,7 +124,7 @@ impl UdpBackend {
         i: usize,
         batch: &mut mmsg::RecvBatch,
     ) -> io::Result<(usize, SocketAddr)> {
-        let Some(s) = self.sockets.get(i) else {
+        let Some(s) = self.sockets.get(i).or_else(|| self.mcast.get(i)) else {
             return Ok((0, SocketAddr::from(([0, 0, 0, 0], 0))));
         };
         Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local))
