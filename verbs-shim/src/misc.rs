@@ -212,16 +212,6 @@ pub extern "C" fn ibv_copy_path_rec_to_kern(_dst: *mut c_void, _src: *mut c_void
 
 // ---- not implemented ----------------------------------------------------------------------
 
-#[no_mangle]
-pub extern "C" fn ibv_attach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    ffi::errno(|| Err(Errno::EOPNOTSUPP))
-}
-
-#[no_mangle]
-pub extern "C" fn ibv_detach_mcast(_qp: *mut ibv_qp, _gid: *const ibv_gid, _lid: u16) -> c_int {
-    ffi::errno(|| Err(Errno::EOPNOTSUPP))
-}
-
 /// `IBV_REREG_MR_ERR_INPUT` would blame the caller; the operation is simply missing.
 #[no_mangle]
 pub extern "C" fn ibv_rereg_mr(
@@ -305,4 +295,64 @@ pub extern "C" fn ibv_query_qp_data_in_order(
     _flags: c_uint,
 ) -> c_int {
     0
+}
+
+// ---- multicast ----------------------------------------------------------------------------
+
+/// What the kernel's `ib_attach_mcast` / `ib_detach_mcast` check before the driver: a UD
+/// QP and a multicast GID (`rdma_is_multicast_addr`: IPv4-mapped 224.0.0.0/4, or first
+/// octet 0xff). The LID is ignored on RoCE.
+fn mcast_args(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+) -> ffi::VResult<(&'static crate::qp::Qp, [u8; 16])> {
+    let q = crate::qp::qp_of(qp)?;
+    if gid.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    // SAFETY: the caller passes a readable `union ibv_gid` (16 bytes); checked non-null.
+    let raw = unsafe { (*gid).raw };
+    let v4_mapped = raw[..10] == [0; 10] && raw[10..12] == [0xff, 0xff];
+    let multicast = if v4_mapped {
+        raw[12] & 0xf0 == 0xe0
+    } else {
+        raw[0] == 0xff
+    };
+    if !multicast || q.qpx.qp_base.qp_type != IBV_QPT_UD {
+        return Err(Errno::EINVAL);
+    }
+    Ok((q, raw))
+}
+
+/// `ibv_attach_mcast`: the daemon attaches the UD QP and joins the IP group on the
+/// device's interface. 0 or a positive errno (also in `errno`), as rdma-core.
+#[no_mangle]
+pub extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    ffi::errno(|| {
+        let (q, gid) = mcast_args(qp, gid)?;
+        crate::device::Context::from_ibv(q.qpx.qp_base.context)?.call(
+            wire::client::RequestBody::AttachMcast {
+                qp: q.handle,
+                gid,
+                lid,
+            },
+        )?;
+        Ok(())
+    })
+}
+
+/// `ibv_detach_mcast`: EINVAL when the QP is not attached with this GID and LID.
+#[no_mangle]
+pub extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    ffi::errno(|| {
+        let (q, gid) = mcast_args(qp, gid)?;
+        crate::device::Context::from_ibv(q.qpx.qp_base.context)?.call(
+            wire::client::RequestBody::DetachMcast {
+                qp: q.handle,
+                gid,
+                lid,
+            },
+        )?;
+        Ok(())
+    })
 }

@@ -349,6 +349,12 @@ pub struct DeviceLimits {
     pub max_mw: u32,
     /// Inline bytes.
     pub max_inline_data: u32,
+    /// Multicast groups (`max_mcast_grp`).
+    pub max_mcast_grp: u32,
+    /// QPs attached to one multicast group (`max_mcast_qp_attach`).
+    pub max_mcast_qp_attach: u32,
+    /// QP attachments to all groups together (`max_total_mcast_qp_attach`).
+    pub max_total_mcast_qp_attach: u32,
 }
 
 impl Default for DeviceLimits {
@@ -370,6 +376,11 @@ impl Default for DeviceLimits {
             max_ah: 0x8000,
             max_mw: 0x10000,
             max_inline_data: 512,
+            // rxe_param.h: RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH,
+            // RXE_MAX_TOT_MCAST_QP_ATTACH.
+            max_mcast_grp: 8192,
+            max_mcast_qp_attach: 56,
+            max_total_mcast_qp_attach: 0x70000,
         }
     }
 }

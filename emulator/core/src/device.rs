@@ -115,6 +115,7 @@ pub struct Device {
     pub(crate) o: Objects,
     pub(crate) qps: U32Map<Qp>,
     pub(crate) next_qpn: u32,
+    pub(crate) mcast: crate::mcast::Groups,
 }
 
 impl Device {
@@ -129,6 +130,7 @@ impl Device {
             o,
             qps: U32Map::default(),
             next_qpn: 16,
+            mcast: crate::mcast::Groups::default(),
         }
     }
 

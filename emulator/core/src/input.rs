@@ -82,6 +82,10 @@ impl Device {
         mem: &mut dyn Memory,
     ) {
         let qpn = repr.header.dest_qp.0;
+        if qpn == crate::mcast::MULTICAST_QPN {
+            self.handle_mcast(d, repr, mem);
+            return;
+        }
         let Some(qp) = self.qps.get_mut(&qpn) else {
             self.o.counters.unknown_qp += 1;
             return;

@@ -9,6 +9,8 @@
 //!   [`Device::create_cq`], [`Device::create_qp`], [`Device::modify_qp`],
 //!   [`Device::post_send`], [`Device::post_recv`], ...; errors are [`Errno`] values as
 //!   rdma-core returns them.
+//! - Multicast (UD): [`Device::attach_mcast`], [`Device::detach_mcast`]; the driver joins
+//!   the IP groups [`Device::mcast_groups`] lists on its sockets.
 //! - Input: [`Device::handle_datagram`] (a RoCE v2 UDP payload), [`Device::handle_timeout`].
 //! - Output: [`Device::poll_transmit`], [`Device::poll_timeout`],
 //!   [`Device::poll_completion`], [`Device::poll_event`].
@@ -42,6 +44,7 @@ mod dma;
 mod execute;
 mod input;
 pub mod iwarp;
+mod mcast;
 mod memory;
 mod mr;
 mod mw;

@@ -109,6 +109,13 @@ impl Device {
 
     /// `ibv_destroy_qp`: outstanding WRs are discarded without completions.
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Errno> {
+        if !self.qps.contains_key(&qpn.0) {
+            return Err(Errno::EINVAL);
+        }
+        // IBA o10-2.2.3, and the kernel's uverbs: EBUSY while attached to a group.
+        if self.mcast.is_attached(qpn) {
+            return Err(Errno::EBUSY);
+        }
         let qp = self.qps.remove(&qpn.0).ok_or(Errno::EINVAL)?;
         self.o.timers.cancel_qp(qpn.0);
         let _ = self.pd_ref(qp.init.pd, -1);
@@ -406,6 +413,8 @@ impl Device {
             .map(|q| q.qpn.0)
             .collect();
         for q in qpns {
+            // A departed client's attachments go with it (uverbs detaches them).
+            self.mcast.detach_all(Qpn(q));
             let _ = self.destroy_qp(Qpn(q));
         }
         let mws: Vec<u32> = self

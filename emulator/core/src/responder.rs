@@ -202,7 +202,7 @@ impl Device {
         }
     }
 
-    fn ud_request(
+    pub(crate) fn ud_request(
         &mut self,
         qpn: u32,
         d: &Datagram<'_>,

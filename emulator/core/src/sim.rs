@@ -174,9 +174,25 @@ impl Fabric {
     }
 
     fn send(&mut self, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) {
+        if dst.ip().is_multicast() {
+            // Like IP multicast with loopback on: every node whose device has a QP
+            // attached to the group, the sender's own included.
+            let gid = Gid::from_ip(dst.ip());
+            let to: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].dev.mcast_groups().contains(&gid))
+                .collect();
+            for i in to {
+                self.send_to(i, src, dst, bytes);
+            }
+            return;
+        }
         let Some(&to) = self.by_ip.get(&dst.ip()) else {
             return;
         };
+        self.send_to(to, src, dst, bytes);
+    }
+
+    fn send_to(&mut self, to: usize, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) {
         if bytes.len() > self.link.mtu || self.rng.chance(self.link.loss) {
             return;
         }

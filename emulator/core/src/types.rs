@@ -104,6 +104,15 @@ impl Gid {
     pub fn ipv4(self) -> Option<Ipv4Addr> {
         Ipv6Addr::from(self.0).to_ipv4_mapped()
     }
+    /// Whether this is a multicast GID, as the kernel's `rdma_is_multicast_addr` decides:
+    /// an IPv4-mapped multicast address (`::ffff:224.0.0.0/100`, what RoCE v2 uses for
+    /// IPv4 groups) or an IPv6 multicast address (first octet 0xff).
+    pub fn is_multicast(self) -> bool {
+        match self.ipv4() {
+            Some(v4) => v4.is_multicast(),
+            None => self.0[0] == 0xff,
+        }
+    }
 }
 
 /// A path MTU (`enum ibv_mtu`: 1 = 256 ... 5 = 4096).

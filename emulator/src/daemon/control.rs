@@ -433,6 +433,14 @@ impl Engine {
                 self.remove_device(&name)?;
                 ok(ReplyBody::Ok)
             }
+            R::AttachMcast { qp, gid, lid } => {
+                let (ctx, qpn) = self.qp(session, qp)?;
+                self.mcast_verb(session, ctx, qpn, gid, lid, true)
+            }
+            R::DetachMcast { qp, gid, lid } => {
+                let (ctx, qpn) = self.qp(session, qp)?;
+                self.mcast_verb(session, ctx, qpn, gid, lid, false)
+            }
         }
     }
 

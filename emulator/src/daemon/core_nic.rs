@@ -562,4 +562,17 @@ impl Nic for CoreNic {
     fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>> {
         self.dev.qp_counters(Qpn(qpn)).map(named)
     }
+    fn attach_mcast(&mut self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), Errno> {
+        self.dev
+            .attach_mcast(Qpn(qpn), core::Gid(gid), lid)
+            .map_err(e)
+    }
+    fn detach_mcast(&mut self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), Errno> {
+        self.dev
+            .detach_mcast(Qpn(qpn), core::Gid(gid), lid)
+            .map_err(e)
+    }
+    fn mcast_groups(&self) -> Vec<[u8; 16]> {
+        self.dev.mcast_groups().into_iter().map(|g| g.0).collect()
+    }
 }

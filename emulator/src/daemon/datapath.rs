@@ -25,9 +25,12 @@ const TX_ROUNDS: usize = 16;
 
 /// Whether `dst` is one of the device's own bound addresses (the local path's test).
 fn is_local(d: &Device, dst: SocketAddr) -> bool {
-    d.udp
-        .bound()
-        .any(|(_, s)| s.local.ip() == dst.ip() && s.local.port() == dst.port())
+    // Multicast always goes through the kernel, which loops it back to this device's
+    // group sockets as to every other listener (IP_MULTICAST_LOOP).
+    !dst.ip().is_multicast()
+        && d.udp
+            .bound()
+            .any(|(_, s)| s.local.ip() == dst.ip() && s.local.port() == dst.port())
 }
 
 /// Sends staged packets, batching consecutive ones that leave from the same socket.

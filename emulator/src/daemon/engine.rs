@@ -22,7 +22,7 @@ pub(super) const T_RELOAD: u64 = 4;
 const T_NETLINK: u64 = 5;
 const T_SESSION: u64 = 1 << 56;
 pub(super) const T_DOORBELL: u64 = 2 << 56;
-const T_UDP: u64 = 3 << 56;
+pub(super) const T_UDP: u64 = 3 << 56;
 const T_KIND: u64 = 0xff << 56;
 
 /// The epoll token of device `dev`'s 4791 socket at GID index `slot` (stable while the
@@ -511,6 +511,7 @@ impl Engine {
             d.nic.release_client(now, ctx.0);
             d.open_ctxs = d.open_ctxs.saturating_sub(1);
         }
+        let _ = self.sync_mcast(dev);
         let children: Vec<Handle> = self
             .objects
             .iter()

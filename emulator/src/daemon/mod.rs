@@ -16,6 +16,7 @@ mod datapath;
 pub mod device;
 mod engine;
 pub mod gid_table;
+mod mcast;
 pub mod memory;
 pub mod mmsg;
 pub mod netdev;

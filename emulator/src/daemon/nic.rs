@@ -173,4 +173,19 @@ pub trait Nic {
     fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)>;
     fn counters(&self) -> Vec<(String, u64)>;
     fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>>;
+    /// `ibv_attach_mcast` (UD multicast): EOPNOTSUPP where the transport has none.
+    fn attach_mcast(&mut self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), Errno> {
+        let _ = (qpn, gid, lid);
+        Err(libc::EOPNOTSUPP)
+    }
+    /// `ibv_detach_mcast`.
+    fn detach_mcast(&mut self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), Errno> {
+        let _ = (qpn, gid, lid);
+        Err(libc::EOPNOTSUPP)
+    }
+    /// The multicast groups (MGIDs) at least one QP is attached to: the IP groups the
+    /// device's interface must have joined.
+    fn mcast_groups(&self) -> Vec<[u8; 16]> {
+        Vec::new()
+    }
 }

@@ -42,6 +42,9 @@ pub struct UdpBackend {
     /// Send-only sockets on the source ports the core hashed.
     senders: Vec<BoundSocket>,
     ifindex: u32,
+    /// Sockets bound to the IP multicast groups the device joined (socket indices from
+    /// [`super::mcast::MCAST_BASE`] on).
+    pub mcast: super::mcast::McastSockets,
 }
 
 /// Which socket of a device a batch of packets leaves from.
@@ -68,8 +71,10 @@ fn scoped_local(ip: IpAddr, port: u16, ifindex: u32) -> SocketAddr {
     }
 }
 
-/// A nonblocking UDP socket on `local` with DF set (so IP ID 0) and large buffers.
-fn open_socket(local: SocketAddr) -> io::Result<BoundSocket> {
+/// A nonblocking UDP socket on `local` with DF set (so IP ID 0) and large buffers; UD
+/// multicast it sends leaves through interface `ifindex` and loops back to local
+/// listeners (an interface without multicast only fails multicast sends).
+fn open_socket(local: SocketAddr, ifindex: u32) -> io::Result<BoundSocket> {
     let socket = UdpSocket::bind(local)?;
     socket.set_nonblocking(true)?;
     let fd = socket.as_raw_fd();
@@ -90,6 +95,7 @@ fn open_socket(local: SocketAddr) -> io::Result<BoundSocket> {
     // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    let _ = sys::mcast_sender(fd, local.is_ipv6(), ifindex, super::mcast::MCAST_TTL);
     let local = socket.local_addr()?;
     Ok(BoundSocket { socket, local })
 }
@@ -102,7 +108,7 @@ impl UdpBackend {
         let mut sockets = Vec::new();
         for &ip in addrs {
             let local = scoped_local(ip, port, ifindex);
-            match open_socket(local) {
+            match open_socket(local, ifindex) {
                 Ok(s) => sockets.push(Some(s)),
                 // A tentative (DAD) or vanishing address: serve the others.
                 Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
@@ -121,13 +127,14 @@ impl UdpBackend {
             sockets,
             senders: Vec::new(),
             ifindex,
+            mcast: Default::default(),
         })
     }
 
     /// Binds `ip` on 4791 at GID index `slot` (which must be free).
     pub fn open_slot(&mut self, slot: usize, ip: IpAddr) -> io::Result<()> {
         debug_assert!(self.socket(slot).is_none(), "slot {slot} is taken");
-        let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex))?;
+        let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex), self.ifindex)?;
         if self.sockets.len() <= slot {
             self.sockets.resize_with(slot + 1, || None);
         }
@@ -207,7 +214,7 @@ impl UdpBackend {
         i: usize,
         batch: &mut mmsg::RecvBatch,
     ) -> io::Result<(usize, SocketAddr)> {
-        let Some(s) = self.socket(i) else {
+        let Some(s) = self.socket(i).or_else(|| self.mcast.get(i)) else {
             return Ok((0, SocketAddr::from(([0, 0, 0, 0], 0))));
         };
         Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local))
@@ -230,7 +237,7 @@ impl UdpBackend {
             return;
         }
         let local = scoped_local(src.ip(), src.port(), self.ifindex);
-        match open_socket(local) {
+        match open_socket(local, self.ifindex) {
             Ok(s) => {
                 // Nothing is received here: keep what strays in small.
                 let fd = s.socket.as_raw_fd();

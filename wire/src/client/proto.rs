@@ -173,6 +173,22 @@ pub enum RequestBody {
     /// RDMA CM (librdmacm): see [`super::cm`]. `CreateChannel` carries fd[0], the write
     /// end of the channel's pipe.
     Cm(super::cm::CmRequest),
+    /// `ibv_attach_mcast`: the UD QP joins the multicast group `gid` (a multicast GID:
+    /// first octet 0xff, or IPv4-mapped 224.0.0.0/4 as RoCE v2 uses). `lid` is ignored on
+    /// RoCE (IBA Annex A17) but kept per attachment, as the kernel's uverbs layer does.
+    /// Reply `Ok`. Attaching again with the same `gid` and `lid` is a success.
+    AttachMcast {
+        qp: Handle,
+        gid: [u8; 16],
+        lid: u16,
+    },
+    /// `ibv_detach_mcast`: the reverse; EINVAL when the QP is not attached with this
+    /// `gid` and `lid`. Reply `Ok`.
+    DetachMcast {
+        qp: Handle,
+        gid: [u8; 16],
+        lid: u16,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

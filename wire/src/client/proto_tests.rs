@@ -64,6 +64,16 @@ fn sample_requests() -> Vec<Request> {
             link_type: "rxe".into(),
             netdev: "eth0".into(),
         },
+        RequestBody::AttachMcast {
+            qp: Handle(5),
+            gid: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3],
+            lid: 0,
+        },
+        RequestBody::DetachMcast {
+            qp: Handle(5),
+            gid: [0xff; 16],
+            lid: 0xffff,
+        },
     ];
     bodies
         .into_iter()

@@ -1,0 +1,193 @@
+//! UD multicast in the daemon: the `AttachMcast` / `DetachMcast` requests, and the IP
+//! multicast groups each device's interface joins while a QP is attached to them.
+//!
+//! As rxe does with `dev_mc_add`, the device joins the group's IP address on its
+//! interface when the first QP attaches and leaves it when the last one detaches (or its
+//! client goes away). A RoCE v2 MGID names its IP group directly: an IPv4-mapped MGID
+//! (`::ffff:239.1.2.3`) is the IPv4 group, any other (`ff0e::...`) the IPv6 one.
+//!
+//! Each joined group gets its own socket bound to `group:4791` (SO_REUSEADDR, so another
+//! daemon on the host can listen too): the kernel then hands it exactly the datagrams
+//! addressed to the group, and the group address it is bound to is the destination the
+//! core needs for the ICRC (which covers the IP destination). Sending needs nothing
+//! special: the unicast sockets send to a group address out of the device's interface
+//! (IP_MULTICAST_IF) and loop it back to local listeners (IP_MULTICAST_LOOP), this daemon
+//! included, so the local path never short-circuits multicast.
+
+use super::control::Answer;
+use super::engine::{Engine, T_UDP};
+use super::objects::{Kind, SessionId};
+use super::sys;
+use super::udp::{BoundSocket, ROCE_V2_PORT};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::os::fd::AsRawFd;
+use wire::client::proto::Handle;
+use wire::client::ReplyBody;
+
+/// Socket indices of group sockets start here (below: the device's unicast sockets).
+pub const MCAST_BASE: usize = 0x8000;
+
+/// IP TTL / hop limit of multicast the daemon sends. rxe copies the AH's hop limit into
+/// each packet; the kernel UDP backend cannot set it per packet and uses the kernel's
+/// default unicast TTL for unicast, so multicast gets the same.
+pub const MCAST_TTL: u8 = 64;
+
+/// The group sockets of one device, by slot.
+#[derive(Debug, Default)]
+pub struct McastSockets {
+    slots: Vec<Option<BoundSocket>>,
+}
+
+impl McastSockets {
+    /// The socket at index `i` (`MCAST_BASE + slot`).
+    pub fn get(&self, i: usize) -> Option<&BoundSocket> {
+        self.slots
+            .get(i.checked_sub(MCAST_BASE)?)
+            .and_then(Option::as_ref)
+    }
+
+    fn joined(&self) -> impl Iterator<Item = (usize, IpAddr)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.local.ip())))
+    }
+}
+
+/// The IP group a RoCE v2 MGID names.
+fn group_ip(mgid: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(mgid);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Opens a socket bound to `group:4791` that joined `group` on interface `ifindex`.
+fn open_group_socket(group: IpAddr, ifindex: u32) -> std::io::Result<BoundSocket> {
+    let addr = match group {
+        IpAddr::V4(_) => SocketAddr::new(group, ROCE_V2_PORT),
+        IpAddr::V6(g) => {
+            // Interface- and link-local scopes (ff01::/16, ff02::/16, any flags) need the
+            // interface to bind.
+            let scope = if g.segments()[0] & 0xff0f <= 0xff02 {
+                ifindex
+            } else {
+                0
+            };
+            SocketAddr::V6(SocketAddrV6::new(g, ROCE_V2_PORT, 0, scope))
+        }
+    };
+    let socket = sys::udp_bind_reuse(addr)?;
+    sys::mcast_membership(socket.as_raw_fd(), group, ifindex, true)?;
+    let _ = sys::setsockopt_int(
+        socket.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUF,
+        4 << 20,
+    );
+    Ok(BoundSocket {
+        socket,
+        local: SocketAddr::new(group, ROCE_V2_PORT),
+    })
+}
+
+impl Engine {
+    /// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx`. A group the
+    /// interface cannot join fails the attach with the socket's errno (rxe returns what
+    /// `dev_mc_add` returns) and leaves nothing attached.
+    pub(super) fn mcast_verb(
+        &mut self,
+        session: SessionId,
+        ctx: Handle,
+        qpn: u32,
+        gid: [u8; 16],
+        lid: u16,
+        attach: bool,
+    ) -> Answer {
+        let dev = match &self.lookup(session, ctx)?.kind {
+            Kind::Ctx(c) => c.dev,
+            _ => return Err(libc::EINVAL),
+        };
+        let d = self
+            .devices
+            .get_mut(dev)
+            .and_then(Option::as_mut)
+            .ok_or(libc::ENODEV)?;
+        let was_member = d.nic.mcast_groups().contains(&gid);
+        if attach {
+            d.nic.attach_mcast(qpn, gid, lid)?;
+        } else {
+            d.nic.detach_mcast(qpn, gid, lid)?;
+        }
+        if let Err(e) = self.sync_mcast(dev) {
+            if attach && !was_member {
+                if let Some(Some(d)) = self.devices.get_mut(dev) {
+                    let _ = d.nic.detach_mcast(qpn, gid, lid);
+                }
+                let _ = self.sync_mcast(dev);
+                return Err(e.raw_os_error().unwrap_or(libc::EINVAL));
+            }
+        }
+        Ok((ReplyBody::Ok, Vec::new()))
+    }
+
+    /// Joins the IP groups device `dev` has attached QPs for and leaves the others. The
+    /// first error (a group that could not be joined) is returned after the rest is done.
+    pub(super) fn sync_mcast(&mut self, dev: usize) -> std::io::Result<()> {
+        let Some(Some(d)) = self.devices.get_mut(dev) else {
+            return Ok(());
+        };
+        let wanted: Vec<IpAddr> = d.nic.mcast_groups().into_iter().map(group_ip).collect();
+        let ifindex = d.netdev.index;
+        let stale: Vec<usize> = d
+            .udp
+            .mcast
+            .joined()
+            .filter(|(_, ip)| !wanted.contains(ip))
+            .map(|(i, _)| i)
+            .collect();
+        for i in stale {
+            if let Some(s) = d.udp.mcast.slots[i].take() {
+                self.epoll.remove(s.socket.as_raw_fd());
+                let _ = sys::mcast_membership(s.socket.as_raw_fd(), s.local.ip(), ifindex, false);
+                tracing::debug!(device = d.name(), group = %s.local.ip(), "left multicast group");
+            }
+        }
+        let mut result = Ok(());
+        for group in wanted {
+            if d.udp.mcast.joined().any(|(_, ip)| ip == group) {
+                continue;
+            }
+            let slot = match d.udp.mcast.slots.iter().position(Option::is_none) {
+                Some(i) => i,
+                None if d.udp.mcast.slots.len() < 0x10000 - MCAST_BASE => {
+                    d.udp.mcast.slots.push(None);
+                    d.udp.mcast.slots.len() - 1
+                }
+                None => {
+                    result = result.and(Err(std::io::Error::from_raw_os_error(libc::ENOMEM)));
+                    continue;
+                }
+            };
+            let opened = open_group_socket(group, ifindex).and_then(|s| {
+                self.epoll.add(
+                    s.socket.as_raw_fd(),
+                    T_UDP | (dev as u64) << 16 | (MCAST_BASE + slot) as u64,
+                )?;
+                Ok(s)
+            });
+            match opened {
+                Ok(s) => {
+                    tracing::debug!(device = d.name(), %group, "joined multicast group");
+                    d.udp.mcast.slots[slot] = Some(s);
+                }
+                Err(e) => {
+                    tracing::info!(device = d.name(), %group, error = %e, "cannot join multicast group");
+                    result = result.and(Err(e));
+                }
+            }
+        }
+        result
+    }
+}
