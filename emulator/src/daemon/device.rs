@@ -71,6 +71,9 @@ pub type NicFactory = fn(
 impl Device {
     /// Looks up the interface, builds the GID table and binds the sockets.
     pub fn open(spec: &DeviceSpec, factory: NicFactory, seed: u64) -> io::Result<Device> {
+        if spec.link_type == "siw" {
+            return super::siw::open_device(spec, seed); // siw hook
+        }
         if spec.link_type != "rxe" {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -126,6 +129,9 @@ impl Device {
     }
 
     pub fn summary(&self) -> DeviceSummary {
+        if super::siw::is_siw(self) {
+            return super::siw::summary(self); // siw hook
+        }
         DeviceSummary {
             name: self.spec.name.clone(),
             node_guid: self.node_guid,
@@ -136,6 +142,9 @@ impl Device {
 
     /// `ibv_query_device`, as rxe fills it.
     pub fn device_attr(&self) -> DeviceAttr {
+        if super::siw::is_siw(self) {
+            return super::siw::device_attr(self); // siw hook
+        }
         let l = self.nic.limits();
         let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         DeviceAttr {
@@ -192,6 +201,9 @@ impl Device {
 
     /// `ibv_query_port` for port 1.
     pub fn port_attr(&self) -> PortAttr {
+        if super::siw::is_siw(self) {
+            return super::siw::port_attr(self); // siw hook
+        }
         PortAttr {
             state: port_state::ACTIVE,
             max_mtu: mtu::MTU_4096,
@@ -220,6 +232,9 @@ impl Device {
     }
 
     pub fn gid_entries(&self) -> Vec<GidEntry> {
+        if super::siw::is_siw(self) {
+            return super::siw::gid_entries(self); // siw hook
+        }
         self.gids
             .iter()
             .enumerate()

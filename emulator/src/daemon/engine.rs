@@ -21,6 +21,8 @@ const T_WAKE: u64 = 3;
 const T_SESSION: u64 = 1 << 56;
 pub(super) const T_DOORBELL: u64 = 2 << 56;
 const T_UDP: u64 = 3 << 56;
+/// siw: a device's TCP sockets (one epoll set per device); low bits = device index.
+const T_STREAM: u64 = 4 << 56;
 const T_KIND: u64 = 0xff << 56;
 
 /// Packets staged per sendmmsg.
@@ -173,6 +175,9 @@ impl Engine {
             self.epoll
                 .add(fd, T_UDP | (index as u64) << 16 | i as u64)?;
         }
+        if let Some(fd) = dev.nic.stream_fd() {
+            self.epoll.add(fd, T_STREAM | index as u64)?;
+        }
         tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids, "device up");
         if index == self.devices.len() {
             self.devices.push(Some(dev));
@@ -280,6 +285,11 @@ impl Engine {
                         ((token >> 16) & 0xffff) as usize,
                         (token & 0xffff) as usize,
                     );
+                }
+                T_STREAM => {
+                    if let Some(Some(d)) = self.devices.get_mut((token & 0xffff) as usize) {
+                        d.nic.handle_streams(now, true, &mut self.mem);
+                    }
                 }
                 _ => {}
             }

@@ -20,6 +20,7 @@ pub mod netdev;
 pub mod nic;
 mod objects;
 mod queues;
+pub mod siw;
 pub mod stub_nic;
 pub mod sys;
 pub mod udp;
