@@ -65,7 +65,7 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum LinkAction {
     Show,
-    /// `link add NAME type rxe netdev IFACE`
+    /// `link add NAME type rxe|siw netdev IFACE`
     Add {
         name: String,
         #[arg(num_args = 4, value_names = ["type", "TYPE", "netdev", "IFACE"])]
@@ -109,7 +109,12 @@ fn print_links(links: &[LinkInfo]) {
         let mtu = wire::client::verbs::mtu::to_bytes(l.active_mtu).unwrap_or(0);
         println!("link {}/1 state {state} physical_state LINK_UP netdev {} type {} mtu {mtu} netdev_mtu {}", l.name, l.netdev, l.link_type, l.netdev_mtu);
         for g in &l.gids {
-            println!("    gid {} {} RoCE v2", g.index, gid_text(&g.gid));
+            let kind = match g.gid_type {
+                wire::client::verbs::gid_type::ROCE_V2 => " RoCE v2",
+                wire::client::verbs::gid_type::ROCE_V1 => " RoCE v1",
+                _ => "", // siw: the MAC as GID, no RoCE type
+            };
+            println!("    gid {} {}{kind}", g.index, gid_text(&g.gid));
         }
     }
 }
@@ -310,7 +315,7 @@ fn main() -> ExitCode {
                         },
                     )
                     .map(|_| ()),
-                    _ => Err("usage: rdma-emu link add NAME type rxe netdev IFACE".into()),
+                    _ => Err("usage: rdma-emu link add NAME type rxe|siw netdev IFACE".into()),
                 }
             }
             LinkAction::Del { name } => {

@@ -1,5 +1,5 @@
-//! `rdma-emud`: the software RDMA NIC. Serves RoCE v2 devices (default `rxe0` on the
-//! loopback interface) to applications running on the verbs shim.
+//! `rdma-emud`: the software RDMA NIC. Serves RoCE v2 and iWARP devices (default `rxe0`
+//! and `siw0` on the loopback interface) to applications running on the verbs shim.
 
 use clap::Parser;
 use emulator::daemon::{self, Config, PollMode};
@@ -32,7 +32,7 @@ struct Args {
     /// Deliver packets between QPs of one device without the kernel: on (default) or off.
     #[arg(long, value_parser = parse_on_off)]
     local_path: Option<bool>,
-    /// Serve the default device rxe0 on this interface instead of lo.
+    /// Serve the default devices rxe0 and siw0 on this interface instead of lo.
     #[arg(long)]
     netdev: Option<String>,
     /// Socket file mode, octal (default 600; 660 lets the socket's group in).
@@ -92,10 +92,14 @@ fn config(args: &Args) -> Result<Config, String> {
         cfg.set_src_port_mode(m);
     }
     if let Some(n) = &args.netdev {
-        match cfg.devices.as_mut_slice() {
-            [only] => only.netdev = n.clone(),
+        // Moves every device when they share one interface (the defaults rxe0 and siw0
+        // on lo, or a single configured device).
+        match cfg.devices.first().map(|d| d.netdev.clone()) {
+            Some(first) if cfg.devices.iter().all(|d| d.netdev == first) => {
+                cfg.devices.iter_mut().for_each(|d| d.netdev = n.clone());
+            }
             _ => return Err(
-                "--netdev applies to the default single device; use the config file for several"
+                "--netdev applies when all devices share one interface; use the config file for several"
                     .into(),
             ),
         }

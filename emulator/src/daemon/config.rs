@@ -74,8 +74,7 @@ impl std::str::FromStr for SrcPortMode {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct DeviceSpec {
     pub name: String,
-    /// `rxe` (RoCE v2). `siw` is accepted by the parser and refused at start until the
-    /// iWARP engine exists.
+    /// `rxe` (RoCE v2) or `siw` (iWARP).
     #[serde(rename = "type", default = "default_type")]
     pub link_type: String,
     pub netdev: String,
@@ -139,12 +138,21 @@ impl Default for Config {
             poll: PollMode::Adaptive,
             spin: Duration::from_micros(50),
             local_path: true,
-            devices: vec![DeviceSpec {
-                name: "rxe0".into(),
-                link_type: "rxe".into(),
-                netdev: "lo".into(),
-                addrs: None,
-            }],
+            devices: vec![
+                DeviceSpec {
+                    name: "rxe0".into(),
+                    link_type: "rxe".into(),
+                    netdev: "lo".into(),
+                    addrs: None,
+                },
+                // iWARP next to RoCE on the same interface (DESIGN decision 7).
+                DeviceSpec {
+                    name: "siw0".into(),
+                    link_type: "siw".into(),
+                    netdev: "lo".into(),
+                    addrs: None,
+                },
+            ],
             seed: 0x5eed,
             cm_response_timeout: 20,
             cm_max_retries: 15,

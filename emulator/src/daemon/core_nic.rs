@@ -39,7 +39,7 @@ pub struct CoreNic {
 }
 
 /// The core's view of the daemon's application memory.
-struct Bridge<'a>(&'a mut dyn AppMemory);
+pub(super) struct Bridge<'a>(pub(super) &'a mut dyn AppMemory);
 
 impl core::Memory for Bridge<'_> {
     fn read(
@@ -68,7 +68,7 @@ fn e(err: core::Errno) -> Errno {
     err.0
 }
 
-fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
+pub(super) fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
     list.iter()
         .map(|s| core::Sge {
             addr: s.addr,
@@ -88,7 +88,7 @@ fn cap_in(c: proto::QpCap) -> core::QpCap {
     }
 }
 
-fn cap_out(c: core::QpCap) -> proto::QpCap {
+pub(super) fn cap_out(c: core::QpCap) -> proto::QpCap {
     proto::QpCap {
         max_send_wr: c.max_send_wr,
         max_recv_wr: c.max_recv_wr,
@@ -221,7 +221,7 @@ fn srq_out(a: &core::SrqAttr) -> proto::SrqAttr {
 }
 
 /// A send WQE slot as the core's work request.
-fn send_wr(w: &SendWqeRepr<'_>, ah: Option<u32>) -> Result<core::SendWr, Errno> {
+pub(super) fn send_wr(w: &SendWqeRepr<'_>, ah: Option<u32>) -> Result<core::SendWr, Errno> {
     let opcode = core::WrOpcode::from_raw(u32::from(w.opcode)).ok_or(libc::EINVAL)?;
     let mut wr = core::SendWr::new(core::WrId(w.wr_id), opcode);
     wr.send_flags = core::SendFlags(w.send_flags);
@@ -258,7 +258,7 @@ fn send_wr(w: &SendWqeRepr<'_>, ah: Option<u32>) -> Result<core::SendWr, Errno> 
     Ok(wr)
 }
 
-fn cqe_out(wc: &core::WorkCompletion) -> CqeRepr {
+pub(super) fn cqe_out(wc: &core::WorkCompletion) -> CqeRepr {
     CqeRepr {
         wr_id: wc.wr_id.0,
         status: wc.status as u32,

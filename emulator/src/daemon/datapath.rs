@@ -469,6 +469,8 @@ impl Engine {
                 d.nic.handle_timeout(now, &mut self.mem);
                 worked = true;
             }
+            // siw: TCP output of what the rings just posted, engine events (no-op on RoCE).
+            worked |= d.nic.handle_streams(now, false, &mut self.mem);
             for _ in 0..TX_ROUNDS {
                 self.tx_meta.clear();
                 for buf in self.tx_bufs.iter_mut() {

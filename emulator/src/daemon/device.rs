@@ -105,6 +105,9 @@ impl Device {
         seed: u64,
         udp_src_port: Option<u16>,
     ) -> io::Result<Device> {
+        if spec.link_type == "siw" {
+            return super::siw::open_device(spec, seed); // siw hook
+        }
         if spec.link_type != "rxe" {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -206,6 +209,11 @@ impl Device {
     pub fn follow_addrs(&mut self, present: &[IpAddr]) -> AddrChange {
         let before = self.gids.clone();
         let mut change = AddrChange::default();
+        if super::siw::is_siw(self) {
+            // No UDP sockets: the addresses only say where the RDMA CM may listen.
+            self.gids.follow(present);
+            return change;
+        }
         for (i, a) in before.iter() {
             if !present.contains(&a) {
                 self.gids.remove(a);
@@ -246,6 +254,9 @@ impl Device {
     }
 
     pub fn summary(&self) -> DeviceSummary {
+        if super::siw::is_siw(self) {
+            return super::siw::summary(self); // siw hook
+        }
         DeviceSummary {
             name: self.spec.name.clone(),
             node_guid: self.node_guid,
@@ -256,6 +267,9 @@ impl Device {
 
     /// `ibv_query_device`, as rxe fills it.
     pub fn device_attr(&self) -> DeviceAttr {
+        if super::siw::is_siw(self) {
+            return super::siw::device_attr(self); // siw hook
+        }
         let l = self.nic.limits();
         let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
         DeviceAttr {
@@ -312,6 +326,9 @@ impl Device {
 
     /// `ibv_query_port` for port 1.
     pub fn port_attr(&self) -> PortAttr {
+        if super::siw::is_siw(self) {
+            return super::siw::port_attr(self); // siw hook
+        }
         PortAttr {
             state: port_state::ACTIVE,
             max_mtu: mtu::MTU_4096,
@@ -341,6 +358,9 @@ impl Device {
 
     /// The occupied GID entries (what `rdma link show` and a device's opening list).
     pub fn gid_entries(&self) -> Vec<GidEntry> {
+        if super::siw::is_siw(self) {
+            return super::siw::gid_entries(self); // siw hook
+        }
         self.gids
             .iter()
             .map(|(i, a)| Self::gid_entry_of(i, Some(a)))

@@ -23,6 +23,8 @@ const T_NETLINK: u64 = 5;
 const T_SESSION: u64 = 1 << 56;
 pub(super) const T_DOORBELL: u64 = 2 << 56;
 pub(super) const T_UDP: u64 = 3 << 56;
+/// siw: a device's TCP sockets (one epoll set per device); low bits = device index.
+const T_STREAM: u64 = 4 << 56;
 const T_KIND: u64 = 0xff << 56;
 
 /// The epoll token of device `dev`'s 4791 socket at GID index `slot` (stable while the
@@ -206,6 +208,9 @@ impl Engine {
         for (slot, fd) in dev.udp.fds() {
             self.epoll.add(fd, udp_token(index, slot))?;
         }
+        if let Some(fd) = dev.nic.stream_fd() {
+            self.epoll.add(fd, T_STREAM | index as u64)?;
+        }
         tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids.addrs(), "device up");
         if index == self.devices.len() {
             self.devices.push(Some(dev));
@@ -329,6 +334,11 @@ impl Engine {
                         ((token >> 16) & 0xffff) as usize,
                         (token & 0xffff) as usize,
                     );
+                }
+                T_STREAM => {
+                    if let Some(Some(d)) = self.devices.get_mut((token & 0xffff) as usize) {
+                        d.nic.handle_streams(now, true, &mut self.mem);
+                    }
                 }
                 _ => {}
             }

@@ -24,6 +24,7 @@ pub mod nic;
 mod objects;
 mod queues;
 mod reload;
+pub mod siw;
 pub mod stub_nic;
 pub mod sys;
 pub mod udp;

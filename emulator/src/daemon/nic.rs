@@ -188,4 +188,20 @@ pub trait Nic {
     fn mcast_groups(&self) -> Vec<[u8; 16]> {
         Vec::new()
     }
+
+    // --- siw (iWARP) hooks; RoCE engines keep the defaults ---
+    /// A descriptor (an epoll set over the device's TCP sockets) the engine watches.
+    fn stream_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// Serves the TCP sockets (`readable`: `stream_fd` was reported ready) and writes
+    /// what the connections produced; called every engine pass. Whether anything
+    /// happened.
+    fn handle_streams(&mut self, _now: Instant, _readable: bool, _mem: &mut dyn AppMemory) -> bool {
+        false
+    }
+    /// The siw engine, for the RDMA CM driver's iWARP calls (`None` on RoCE devices).
+    fn siw(&mut self) -> Option<&mut super::siw::SiwNic> {
+        None
+    }
 }

@@ -74,6 +74,20 @@ listening() {
   return 1
 }
 export -f listening
+
+# cm_listening PORT: the same for an RDMA CM server (no TCP port: its LISTEN cm_id, as
+# iproute2's `rdma resource show cm_id` lists it)
+cm_listening() {
+  local i
+  for i in $(seq 600); do
+    if rdma res show cm_id 2>/dev/null | grep -Eq "state LISTEN .*src-addr [^ ]*:$1( |\$)"; then
+      : >"$JOBS/$JOB.listening"; return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+export -f cm_listening
 export JOBS
 
 declare -A PG

@@ -23,11 +23,12 @@
 //! `$RDMA_EMU_INTEROP_DIR/runs/<time>/` (the last five runs are kept), with a
 //! `results.md` table like the one in docs/interop.md.
 //!
-//! Pending (issues 6 and 7; see docs/interop.md): RDMA CM pairs (rping, `ib_write_bw -R`)
-//! over rxe0, and iWARP pairs against the kernel's siw0 (a second tap, `SIW=1` in the guest,
-//! with MPA CRC off and on). The guest image already carries siw.ko and rdmacm-utils; a
-//! pending pair is a new entry in [`PAIRS`] with a CM-aware client/server and, for siw, a
-//! second `--tap` for `vm.sh`.
+//! RDMA CM pairs (rping, `ib_write_bw -R`) wait for the server's LISTEN cm_id (`rdma res
+//! show cm_id` in the guest, `rdma-emu res cm_id` on the host) instead of a TCP port.
+//! Pending (issue 7; see docs/interop.md): iWARP pairs against the kernel's siw0 (a second
+//! tap, `SIW=1` in the guest, with MPA CRC off and on). The guest image already carries
+//! siw.ko and rdmacm-utils; such a pair is a new entry in [`PAIRS`] and a second `--tap`
+//! for `vm.sh`.
 mod harness;
 
 use harness::*;
@@ -76,6 +77,14 @@ struct Pair {
     name: &'static str,
     program: &'static str,
     args: &'static [&'static str],
+    /// Extra arguments of the server and of the client only.
+    server_args: &'static [&'static str],
+    client_args: &'static [&'static str],
+    /// The option before the server's address on the client's command line (`rping -a`),
+    /// if the program does not take it as its last argument.
+    addr_flag: Option<&'static str>,
+    /// The server listens through RDMA CM (no TCP port: wait for its CM id instead).
+    cm: bool,
     /// What the client prints when the transfer completed.
     done: Done,
 }
@@ -86,6 +95,8 @@ enum Done {
     Pingpong,
     /// A perftest result row (`#bytes #iterations ...` numbers) from the client.
     Perftest,
+    /// `rping -v`: this many `ping data:` lines from the client.
+    Rping(usize),
 }
 
 const PAIRS: &[Pair] = &[
@@ -93,6 +104,10 @@ const PAIRS: &[Pair] = &[
         name: "ibv_rc_pingpong -c",
         program: "ibv_rc_pingpong",
         args: &["-d", "rxe0", "-g", "{gid}", "-c", "-n", "500"],
+        server_args: &[],
+        client_args: &[],
+        addr_flag: None,
+        cm: false,
         done: Done::Pingpong,
     },
     Pair {
@@ -100,6 +115,10 @@ const PAIRS: &[Pair] = &[
         name: "ibv_ud_pingpong -c",
         program: "ibv_ud_pingpong",
         args: &["-d", "rxe0", "-g", "{gid}", "-c", "-s", "1024", "-n", "500"],
+        server_args: &[],
+        client_args: &[],
+        addr_flag: None,
+        cm: false,
         done: Done::Pingpong,
     },
     Pair {
@@ -108,32 +127,69 @@ const PAIRS: &[Pair] = &[
         args: &[
             "-d", "rxe0", "-x", "{gid}", "-F", "-s", "65536", "-n", "500",
         ],
+        server_args: &[],
+        client_args: &[],
+        addr_flag: None,
+        cm: false,
         done: Done::Perftest,
     },
     Pair {
         // `-u 18`: a 1 s local ACK timeout instead of perftest's 67 ms (timeout 14). The
-        // kernel's rxe under TCG answers 8 outstanding 64 KiB READs more slowly than 67 ms;
-        // rdma-emu, like the IBA, counts retry_cnt=7 as seven retries (this rxe retries
-        // forever), so with 67 ms it retransmits the whole window every 67 ms, each
-        // duplicate READ makes rxe re-execute 64 KiB, the backlog grows, and after seven
-        // timeouts the read fails with IBV_WC_RETRY_EXC_ERR (docs/interop.md, "Findings").
+        // kernel's rxe under TCG stalls for half a second at times (seen: 550 ms with not
+        // one response while the host's two cores were busy), longer than eight 67 ms
+        // timeouts, and rdma-emu counts retry_cnt=7 as seven retries as the IBA says
+        // (this rxe retries forever). Answers to duplicate READs no longer use up the
+        // retries (docs/interop.md, "Findings"), but a silent peer still must.
         name: "ib_read_bw -u 18",
         program: "ib_read_bw",
         args: &[
             "-d", "rxe0", "-x", "{gid}", "-F", "-s", "65536", "-n", "500", "-u", "18",
         ],
+        server_args: &[],
+        client_args: &[],
+        addr_flag: None,
+        cm: false,
         done: Done::Perftest,
     },
     Pair {
         name: "ib_send_lat",
         program: "ib_send_lat",
         args: &["-d", "rxe0", "-x", "{gid}", "-F", "-n", "500"],
+        server_args: &[],
+        client_args: &[],
+        addr_flag: None,
+        cm: false,
         done: Done::Perftest,
     },
     Pair {
         name: "ib_atomic_bw",
         program: "ib_atomic_bw",
         args: &["-d", "rxe0", "-x", "{gid}", "-F", "-n", "500"],
+        server_args: &[],
+        client_args: &[],
+        addr_flag: None,
+        cm: false,
+        done: Done::Perftest,
+    },
+    Pair {
+        // RDMA CM: REQ/REP/RTU on QP1 between the kernel's CM and rdma-emu's.
+        name: "rping -C 100",
+        program: "rping",
+        args: &["-v", "-C", "100"],
+        server_args: &["-s"],
+        client_args: &["-c", "-V"],
+        addr_flag: Some("-a"),
+        cm: true,
+        done: Done::Rping(100),
+    },
+    Pair {
+        name: "ib_write_bw -R",
+        program: "ib_write_bw",
+        args: &["-d", "rxe0", "-R", "-F", "-s", "65536", "-n", "500"],
+        server_args: &[],
+        client_args: &[],
+        addr_flag: None,
+        cm: true,
         done: Done::Perftest,
     },
 ];
@@ -167,6 +223,13 @@ impl Side {
 fn completed(done: Done, output: &str) -> bool {
     match done {
         Done::Pingpong => output.contains("iters in"),
+        Done::Rping(n) => {
+            output
+                .lines()
+                .filter(|l| l.starts_with("ping data: rdma-ping-"))
+                .count()
+                >= n
+        }
         Done::Perftest => output.lines().any(|l| {
             let t: Vec<&str> = l.split_whitespace().collect();
             t.len() >= 4 && t[..2].iter().all(|x| x.parse::<u64>().is_ok())
@@ -178,6 +241,34 @@ fn argv(pair: &Pair, gid: &str, port: u16) -> Vec<String> {
     let mut v = vec![pair.program.to_string()];
     v.extend(pair.args.iter().map(|a| a.replace("{gid}", gid)));
     v.extend(["-p".to_string(), port.to_string()]);
+    v
+}
+
+/// A pair's name as a file name: `ib_write_bw -R` → `ib_write_bw_-R` (two pairs of one
+/// program must not share the guest's job files or the run folder's outputs).
+fn slug(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn server_argv(pair: &Pair, gid: &str, port: u16) -> Vec<String> {
+    let mut v = argv(pair, gid, port);
+    v.extend(pair.server_args.iter().map(|a| a.to_string()));
+    v
+}
+
+fn client_argv(pair: &Pair, gid: &str, port: u16, server: &str) -> Vec<String> {
+    let mut v = argv(pair, gid, port);
+    v.extend(pair.client_args.iter().map(|a| a.to_string()));
+    v.extend(pair.addr_flag.map(str::to_string));
+    v.push(server.to_string());
     v
 }
 
@@ -236,14 +327,15 @@ fn run_one_inner(s: &Setup, pair: &Pair, dir: Direction, port: u16) -> Outcome {
     let start = Instant::now();
     let secs = PAIR_LIMIT.as_secs() - 5;
     let guest_gid = s.guest.get("rxe0_gid_index");
-    let job_name = format!("{}-{}", pair.program, dir.tag());
+    let job_name = format!("{}-{}", slug(pair.name), dir.tag());
     let (server, client) = match dir {
         Direction::KernelServes => {
-            let srv = argv(pair, guest_gid, port);
+            let srv = server_argv(pair, guest_gid, port);
+            let wait = if pair.cm { "cm_listening" } else { "listening" };
             let job = s.guest.job(
                 &job_name,
                 &format!(
-                    "timeout {secs} {} & p=$!\nlistening {port}\nwait $p\n",
+                    "timeout {secs} {} & p=$!\n{wait} {port}\nwait $p\n",
                     shell_quote(&srv)
                 ),
             );
@@ -262,8 +354,7 @@ fn run_one_inner(s: &Setup, pair: &Pair, dir: Direction, port: u16) -> Outcome {
                     },
                 );
             }
-            let mut cli = argv(pair, &s.host_gid, port);
-            cli.push(s.guest_ip.clone());
+            let cli = client_argv(pair, &s.host_gid, port, &s.guest_ip);
             let refs: Vec<&str> = cli.iter().map(String::as_str).collect();
             let c = s.daemon.program(Some(s.netns), &refs).wait(PAIR_LIMIT);
             let (rc, output) = job.wait(if c.success() {
@@ -274,10 +365,15 @@ fn run_one_inner(s: &Setup, pair: &Pair, dir: Direction, port: u16) -> Outcome {
             (Side { rc, output }, Side::from(c))
         }
         Direction::EmuServes => {
-            let srv = argv(pair, &s.host_gid, port);
+            let srv = server_argv(pair, &s.host_gid, port);
             let refs: Vec<&str> = srv.iter().map(String::as_str).collect();
             let server = s.daemon.program(Some(s.netns), &refs);
-            if !wait_listening(Some(s.netns), port, Duration::from_secs(20)) {
+            let listening = if pair.cm {
+                wait_cm_listening(s.daemon, Some(s.netns), port, Duration::from_secs(20))
+            } else {
+                wait_listening(Some(s.netns), port, Duration::from_secs(20))
+            };
+            if !listening {
                 let out = Side::from(server.wait(Duration::from_millis(100)));
                 return finish(
                     s,
@@ -291,8 +387,7 @@ fn run_one_inner(s: &Setup, pair: &Pair, dir: Direction, port: u16) -> Outcome {
                     },
                 );
             }
-            let mut cli = argv(pair, s.guest.get("rxe0_gid_index"), port);
-            cli.push(s.host_ip.clone());
+            let cli = client_argv(pair, s.guest.get("rxe0_gid_index"), port, &s.host_ip);
             let job = s.guest.job(
                 &job_name,
                 &format!("timeout {secs} {}\n", shell_quote(&cli)),
@@ -324,7 +419,7 @@ fn finish(
     };
     let file = s
         .run_dir
-        .join(format!("{}-{}.txt", pair.program, dir.tag()));
+        .join(format!("{}-{}.txt", slug(pair.name), dir.tag()));
     let _ = std::fs::write(
         &file,
         format!(

@@ -1,0 +1,317 @@
+//! `siw` devices: iWARP (RDMAP/DDP/MPA over TCP, `emu_core::iwarp`) served the way the
+//! kernel's siw driver serves it.
+//!
+//! - [`SiwNic`] (`nic.rs`) is the device's [`super::nic::Nic`]: PDs, MRs (STags) and CQs
+//!   live in an `emu_core::Device` (the same key table and checks as RoCE), QPs are RC
+//!   only and become `iwarp::Connection`s once the RDMA CM connected them.
+//! - The kernel TCP backend (`tcp.rs`): nonblocking sockets in an epoll set of their own,
+//!   which the engine watches as one descriptor ([`super::nic::Nic::stream_fd`]).
+//! - The API the RDMA CM driver calls (`cm.rs`): listen, connect, accept, reject,
+//!   disconnect, and [`SiwCmEvent`]s. The RDMA CM port of an iWARP id is the TCP port.
+//! - What `ibv_query_device` / `ibv_query_port` / `ibv_query_gid` report (this file), as
+//!   Linux siw's `siw_query_device`, `siw_query_port` and `siw_query_gid` fill them.
+//!
+//! See `docs/iwarp.md` ("Daemon") and `docs/daemon.md`.
+
+mod cm;
+mod nic;
+mod sock;
+mod tcp;
+
+pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
+pub use nic::SiwNic;
+
+use super::config::DeviceSpec;
+use super::device::Device;
+use super::netdev;
+use super::nic::Limits;
+use super::udp::UdpBackend;
+use std::collections::HashMap;
+use std::io;
+use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};
+use wire::client::{DeviceAttr, DeviceSummary, GidEntry, PortAttr};
+
+/// Limits of Linux siw (`siw.h`, `rdma/siw-abi.h`).
+pub mod limits {
+    pub const MAX_QP: u32 = 1024 * 100;
+    pub const MAX_QP_WR: u32 = 1024 * 32;
+    pub const MAX_ORD: u32 = 128;
+    pub const MAX_IRD: u32 = 128;
+    pub const MAX_SGE: u32 = 6;
+    pub const MAX_SGE_RD: u32 = 1;
+    pub const MAX_CQ: u32 = 1024 * 100;
+    pub const MAX_CQE: u32 = MAX_QP_WR * 100;
+    pub const MAX_MR: u32 = MAX_QP * 10;
+    pub const MAX_PD: u32 = MAX_QP;
+    pub const MAX_SRQ: u32 = MAX_QP;
+    pub const MAX_SRQ_WR: u32 = MAX_QP_WR * 10;
+    /// siw's `SIW_MAX_INLINE` is 80 octets; the daemon's send slots carry 512 and
+    /// perftest asks for more than 80, so this device accepts up to 512.
+    pub const MAX_INLINE: u32 = 512;
+}
+
+/// `SIW_VENDOR_ID` (ASCII "bmt").
+pub const VENDOR_ID: u32 = 0x0062_6d74;
+
+/// `IB_DEVICE_MEM_MGT_EXTENSIONS`, the only capability siw reports.
+const DEVICE_CAP_FLAGS: u32 = 1 << 21;
+
+/// `IB_PORT_CM_SUP | IB_PORT_DEVICE_MGMT_SUP`.
+const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 19);
+
+/// The limits this device reports (and enforces at creation).
+pub fn siw_limits() -> Limits {
+    use limits::*;
+    Limits {
+        max_qp: MAX_QP,
+        max_qp_wr: MAX_QP_WR,
+        max_sge: MAX_SGE,
+        max_cq: MAX_CQ,
+        max_cqe: MAX_CQE,
+        max_mr: MAX_MR,
+        max_pd: MAX_PD,
+        max_qp_rd_atom: MAX_ORD,
+        max_res_rd_atom: MAX_QP * MAX_IRD,
+        max_srq: MAX_SRQ,
+        max_srq_wr: MAX_SRQ_WR,
+        max_srq_sge: MAX_SGE,
+        max_ah: 0,
+        max_mw: 0,
+        max_inline: MAX_INLINE,
+        max_msg_sz: u32::MAX,
+    }
+}
+
+/// `ib_mtu_int_to_enum` in bytes: the largest IB MTU not above the netdev MTU (siw uses
+/// the whole netdev MTU, unlike rxe which subtracts its headers).
+pub fn port_mtu(netdev_mtu: u32) -> u32 {
+    [4096, 2048, 1024, 512]
+        .into_iter()
+        .find(|&m| netdev_mtu >= m)
+        .unwrap_or(256)
+}
+
+/// siw's node GUID: the MAC in the first six octets, or on loopback (all-zero MAC) the
+/// first six octets of the device name (`siw_device_create`).
+pub fn node_guid(mac: [u8; 6], name: &str) -> u64 {
+    let mut b = [0u8; 8];
+    if mac == [0; 6] {
+        let n = name.len().min(6);
+        b[..n].copy_from_slice(&name.as_bytes()[..n]);
+    } else {
+        b[..6].copy_from_slice(&mac);
+    }
+    u64::from_be_bytes(b)
+}
+
+/// `addrconf_addr_eui48`: the EUI-64 of a MAC (siw's `sys_image_guid`).
+fn eui48(mac: [u8; 6]) -> u64 {
+    let [a, b, c, d, e, f] = mac;
+    u64::from_be_bytes([a ^ 0x02, b, c, 0xff, 0xfe, d, e, f])
+}
+
+/// `ib_get_eth_speed` → (active_width, active_speed) for a netdev speed in Mb/s (1000
+/// when unknown, as for `lo`).
+fn width_speed(mbps: u32) -> (u8, u8) {
+    // IB_WIDTH_1X = 1, 2X = 16, 4X = 2; IB_SPEED_SDR = 1, DDR = 2, FDR10 = 8, EDR = 32,
+    // HDR = 64, NDR = 128.
+    match mbps {
+        0..=1000 => (1, 1),
+        1001..=10_000 => (1, 8),
+        10_001..=20_000 => (2, 2),
+        20_001..=25_000 => (1, 32),
+        25_001..=40_000 => (2, 8),
+        40_001..=50_000 => (16, 32),
+        50_001..=100_000 => (2, 32),
+        100_001..=200_000 => (2, 64),
+        _ => (2, 128),
+    }
+}
+
+fn netdev_speed(name: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(1000, |s| u32::try_from(s).unwrap_or(u32::MAX))
+}
+
+/// Opens a `siw` device on its interface. No socket is opened until the RDMA CM
+/// listens or connects; `Device::gids` holds the addresses the device serves (the CM
+/// maps addresses to devices with it), the GID table shows the MAC as siw does.
+pub fn open_device(spec: &DeviceSpec, seed: u64) -> io::Result<Device> {
+    let netdev = netdev::lookup(&spec.netdev)?;
+    let addrs = spec.addrs.clone().unwrap_or_else(|| netdev.addrs.clone());
+    let gids = netdev::gid_table(&addrs);
+    if gids.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("interface {} has no IP address", spec.netdev),
+        ));
+    }
+    let mtu = port_mtu(netdev.mtu);
+    let nic = SiwNic::new(&spec.name, &gids, mtu, seed)?;
+    let guid = node_guid(netdev.mac, &spec.name);
+    Ok(Device {
+        spec: spec.clone(),
+        node_guid: guid,
+        netdev,
+        gids: crate::daemon::gid_table::GidTable::new(&gids),
+        // The IB CM on QP1 is RoCE's; an iWARP device connects over TCP (`siw::cm`).
+        cm: emu_core::cm::CmAgent::new(emu_core::cm::CmConfig::new(
+            guid,
+            Vec::new(),
+            emu_core::Mtu::Mtu1024,
+            seed,
+        )),
+        gsi_psn: 0,
+        gsi_rx_dropped: 0,
+        parked_reqs: Vec::new(),
+        mtu,
+        udp: UdpBackend::default(),
+        nic: Box::new(nic),
+        cq_by_id: HashMap::new(),
+        qp_by_qpn: HashMap::new(),
+        srq_by_id: HashMap::new(),
+        open_ctxs: 0,
+        rx_datagrams: 0,
+        tx_datagrams: 0,
+        tx_errors: 0,
+        rx_truncated: 0,
+        captures: Vec::new(),
+    })
+}
+
+/// Whether `d` is a siw device (for the hooks in `device.rs`).
+pub fn is_siw(d: &Device) -> bool {
+    d.spec.link_type == "siw"
+}
+
+/// `ibv_get_device_list` entry: an RNIC with the iWARP transport.
+pub fn summary(d: &Device) -> DeviceSummary {
+    DeviceSummary {
+        name: d.spec.name.clone(),
+        node_guid: d.node_guid,
+        transport: node::TRANSPORT_IWARP,
+        node_type: node::NODE_RNIC,
+    }
+}
+
+/// `ibv_query_device`, as `siw_query_device` fills it.
+pub fn device_attr(d: &Device) -> DeviceAttr {
+    let l = siw_limits();
+    let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+    DeviceAttr {
+        fw_ver: "0.0.0".into(),
+        node_guid: d.node_guid,
+        sys_image_guid: eui48(d.netdev.mac),
+        max_mr_size: u64::MAX,
+        page_size_cap: 4096,
+        vendor_id: VENDOR_ID,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: i(l.max_qp),
+        max_qp_wr: i(l.max_qp_wr),
+        device_cap_flags: DEVICE_CAP_FLAGS,
+        max_sge: i(l.max_sge),
+        max_sge_rd: i(limits::MAX_SGE_RD),
+        max_cq: i(l.max_cq),
+        max_cqe: i(l.max_cqe),
+        max_mr: i(l.max_mr),
+        max_pd: i(l.max_pd),
+        max_qp_rd_atom: i(limits::MAX_ORD),
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: i(l.max_res_rd_atom),
+        max_qp_init_rd_atom: i(limits::MAX_IRD),
+        max_ee_init_rd_atom: 0,
+        atomic_cap: atomic_cap::NONE,
+        max_ee: 0,
+        max_rdd: 0,
+        max_mw: 0,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
+        max_ah: 0,
+        max_fmr: 0,
+        max_map_per_fmr: 0,
+        max_srq: i(l.max_srq),
+        max_srq_wr: i(l.max_srq_wr),
+        max_srq_sge: i(l.max_srq_sge),
+        max_pkeys: 0,
+        local_ca_ack_delay: 0,
+        phys_port_cnt: 1,
+    }
+}
+
+/// `ibv_query_port` for port 1, as `siw_query_port` fills it.
+pub fn port_attr(d: &Device) -> PortAttr {
+    let m = mtu::from_bytes(d.mtu).unwrap_or(mtu::MTU_1024);
+    let (active_width, active_speed) = width_speed(netdev_speed(&d.netdev.name));
+    PortAttr {
+        state: port_state::ACTIVE,
+        max_mtu: m,
+        active_mtu: m,
+        gid_tbl_len: 1,
+        port_cap_flags: PORT_CAP_FLAGS,
+        max_msg_sz: u32::MAX,
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        // siw leaves it 0; one entry keeps programs that query P_Key index 0 working.
+        pkey_tbl_len: 1,
+        lid: 0,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 0,
+        sm_sl: 0,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        active_width,
+        active_speed,
+        phys_state: 5, // LinkUp
+        link_layer: link_layer::ETHERNET,
+        flags: 0,
+        port_cap_flags2: 0,
+        active_speed_ex: 0,
+    }
+}
+
+/// The GID table: one entry, the MAC in the first six octets (`siw_query_gid`).
+pub fn gid_entries(d: &Device) -> Vec<GidEntry> {
+    let mut gid = [0u8; 16];
+    gid[..6].copy_from_slice(&d.netdev.mac);
+    vec![GidEntry {
+        index: 0,
+        port_num: 1,
+        gid,
+        gid_type: gid_type::IB,
+    }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_guid_is_the_mac_or_on_loopback_the_name() {
+        assert_eq!(
+            node_guid([0x52, 0x54, 0, 0x12, 0x34, 0x56], "siw0"),
+            0x5254_0012_3456_0000
+        );
+        assert_eq!(node_guid([0; 6], "siw0"), 0x7369_7730_0000_0000);
+        assert_eq!(node_guid([0; 6], "siw_lo_long"), 0x7369_775f_6c6f_0000);
+        assert_eq!(eui48([0; 6]), 0x0200_00ff_fe00_0000);
+    }
+
+    #[test]
+    fn port_mtu_and_speed_follow_the_kernel() {
+        assert_eq!(port_mtu(65536), 4096);
+        assert_eq!(port_mtu(1500), 1024);
+        assert_eq!(port_mtu(9000), 4096);
+        assert_eq!(port_mtu(2100), 2048);
+        assert_eq!(width_speed(1000), (1, 1));
+        assert_eq!(width_speed(10_000), (1, 8));
+        assert_eq!(width_speed(100_000), (2, 32));
+    }
+}

@@ -1,0 +1,625 @@
+//! [`SiwNic`]: the [`Nic`] of a siw device. PDs, MRs and CQs are an `emu_core::Device`'s
+//! (its key table is the STag table, `iwarp::Stags`); QPs are RC only, kept here, and
+//! drive an `iwarp::Connection` once the RDMA CM bound them to a TCP connection.
+//!
+//! QP states follow siw (`siw_verbs_modify_qp`): RESET/INIT/RTR are "idle" (receives may
+//! be posted and are kept for the connection, sends fail with ENOTCONN); RTS is reached
+//! only through the connection (a user's RTS without one is EINVAL, siw's "no socket");
+//! SQD closes the stream gracefully and the QP returns to RESET (siw's CLOSING → IDLE);
+//! ERROR closes it and flushes.
+
+use super::cm::{ConnId, ConnParams, SiwCmEvent};
+use super::limits;
+use super::tcp::{ConnPhase, Streams};
+use crate::daemon::core_nic::{send_wr, sges, Bridge};
+use crate::daemon::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
+use emu_core as core;
+use emu_core::iwarp::{Connection, IwarpConfig};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
+use std::time::Instant;
+use wire::client::slot::{CqeRepr, SendWqeRepr, SgeList};
+use wire::client::verbs::{access, mtu, qp_attr_mask, qp_state, qp_type, wc_opcode, wc_status};
+use wire::client::{self as proto};
+use wire::roce::Qpn;
+
+/// One RC QP of a siw device.
+#[derive(Debug)]
+pub(super) struct SiwQp {
+    pub owner: Owner,
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub cap: proto::QpCap,
+    pub sq_sig_all: bool,
+    /// `ibv_qp_state` as the application sees it.
+    pub state: u32,
+    pub access: u32,
+    /// The TCP connection the RDMA CM bound (connect or accept).
+    pub conn: Option<ConnId>,
+    /// Receives posted before the connection's engine exists.
+    pub pending_recvs: Vec<core::RecvWr>,
+}
+
+/// Counters of the device (`rdma-emu stat siw0`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct SiwCounters {
+    pub connections: u64,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub terminates_sent: u64,
+    pub terminates_rcvd: u64,
+    pub mpa_failures: u64,
+}
+
+/// The siw device's engine.
+pub struct SiwNic {
+    pub(super) dev: core::Device,
+    pub(super) qps: HashMap<u32, SiwQp>,
+    next_qpn: u32,
+    pub(super) io: Streams,
+    pub(super) completions: VecDeque<(u32, CqeRepr)>,
+    pub(super) events: VecDeque<(Owner, u32, EventElement)>,
+    pub(super) cm_events: VecDeque<SiwCmEvent>,
+    pub(super) counters: SiwCounters,
+    mtu: u32,
+}
+
+fn e(err: core::Errno) -> Errno {
+    err.0
+}
+
+impl SiwNic {
+    /// A device with no objects; `addrs` are its addresses, `mtu` its port MTU in bytes.
+    pub fn new(name: &str, addrs: &[IpAddr], mtu_bytes: u32, seed: u64) -> io::Result<SiwNic> {
+        let l = super::siw_limits();
+        let cfg = core::DeviceConfig {
+            name: name.to_string(),
+            gids: addrs.iter().map(|ip| core::Gid::from_ip(*ip)).collect(),
+            active_mtu: mtu::from_bytes(mtu_bytes)
+                .and_then(core::Mtu::from_raw)
+                .unwrap_or(core::Mtu::Mtu1024),
+            udp_src_port: None,
+            limits: core::DeviceLimits {
+                max_qp: l.max_qp,
+                max_qp_wr: l.max_qp_wr,
+                max_sge: l.max_sge,
+                max_cq: l.max_cq,
+                max_cqe: l.max_cqe,
+                max_mr: l.max_mr,
+                max_pd: l.max_pd,
+                max_srq: l.max_srq,
+                max_srq_wr: l.max_srq_wr,
+                max_srq_sge: l.max_srq_sge,
+                max_inline_data: l.max_inline,
+                ..core::DeviceLimits::default()
+            },
+            seed,
+        };
+        Ok(SiwNic {
+            dev: core::Device::new(cfg),
+            qps: HashMap::new(),
+            next_qpn: 2,
+            io: Streams::new()?,
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+            cm_events: VecDeque::new(),
+            counters: SiwCounters::default(),
+            mtu: mtu_bytes,
+        })
+    }
+
+    /// The QP may be bound to a new connection with `params`.
+    pub(super) fn check_bindable(&self, qpn: u32, params: &ConnParams) -> Result<(), Errno> {
+        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
+        if qp.conn.is_some() {
+            return Err(libc::EISCONN);
+        }
+        if qp.state == qp_state::ERR || qp.state == qp_state::RTS {
+            return Err(libc::EINVAL);
+        }
+        // RFC 5044 §7.1 / RFC 6581: 512 octets with the 4-octet IRD/ORD word.
+        if params.private_data.len() > 508 {
+            return Err(libc::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// The engine configuration of QP `qpn` for a connection with `params`.
+    pub(super) fn iwarp_config(&self, qpn: u32, params: &ConnParams, mss: u32) -> IwarpConfig {
+        let max = limits::MAX_IRD as u16;
+        let mut cfg = IwarpConfig {
+            qpn: Qpn(qpn),
+            ird: params.ird.min(max),
+            ord: params.ord.min(max),
+            mss,
+            private_data: params.private_data.clone(),
+            ..IwarpConfig::default()
+        };
+        if let Some(qp) = self.qps.get(&qpn) {
+            cfg.pd = core::PdHandle(qp.pd);
+            cfg.send_cq = core::CqHandle(qp.send_cq);
+            cfg.recv_cq = core::CqHandle(qp.recv_cq);
+            cfg.sq_sig_all = qp.sq_sig_all;
+            cfg.max_send_wr = qp.cap.max_send_wr.max(1);
+            cfg.max_recv_wr = qp.cap.max_recv_wr;
+            cfg.max_inline_data = qp.cap.max_inline_data;
+            cfg.inline_space = core::AddrSpace(qp.owner);
+        }
+        cfg
+    }
+
+    /// Builds the engine of connection `id` for QP `qpn` (TCP is up: the active side's
+    /// connect finished, or the passive side accepts) and hands it the QP's receives.
+    pub(super) fn start_connection(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        qpn: u32,
+        cfg: IwarpConfig,
+        // `Some(private data of the Reply)` when accepting, `None` when connecting.
+        accept: Option<&[u8]>,
+        mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno> {
+        let SiwNic { io, dev, qps, .. } = self;
+        let Some(conn) = io.conns.get_mut(&id) else {
+            return Err(libc::ENOENT);
+        };
+        let mut c = match accept {
+            None => Connection::initiator(now, cfg),
+            Some(reply_private_data) => {
+                let ConnPhase::RequestPending { raw } = &conn.phase else {
+                    return Err(libc::EINVAL);
+                };
+                let mut c = Connection::responder(now, cfg);
+                c.handle_stream(now, raw, dev, &mut Bridge(mem));
+                while c.poll_event().is_some() {}
+                c.accept(reply_private_data).map_err(e)?;
+                c
+            }
+        };
+        if let Some(qp) = qps.get_mut(&qpn) {
+            for wr in qp.pending_recvs.drain(..) {
+                let _ = c.post_recv(wr);
+            }
+            qp.conn = Some(id);
+        }
+        // Bytes that arrived after the Request, and a FIN seen while it was pending.
+        c.handle_stream(now, &[], dev, &mut Bridge(mem));
+        if conn.eof {
+            c.handle_stream_closed(now);
+        }
+        conn.qpn = Some(qpn);
+        conn.phase = ConnPhase::Running(Box::new(c));
+        io.set_interest(id);
+        self.counters.connections += 1;
+        self.pump(id);
+        Ok(())
+    }
+
+    /// A receive completion with `status` for a WR the engine never saw.
+    fn flush_recv(&mut self, qpn: u32, cq: u32, wr_id: u64) {
+        self.completions.push_back((
+            cq,
+            CqeRepr {
+                wr_id,
+                status: wc_status::WR_FLUSH_ERR,
+                opcode: wc_opcode::RECV,
+                qp_num: qpn,
+                ..CqeRepr::default()
+            },
+        ));
+    }
+
+    /// The QP leaves the connection: ERROR (flush) or, after SQD, RESET.
+    fn qp_error(&mut self, qpn: u32) {
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        qp.state = qp_state::ERR;
+        let recvs: Vec<u64> = qp.pending_recvs.drain(..).map(|w| w.wr_id.0).collect();
+        let (cq, conn) = (qp.recv_cq, qp.conn);
+        for wr_id in recvs {
+            self.flush_recv(qpn, cq, wr_id);
+        }
+        if let Some(conn) = conn {
+            let _ = self.io.disconnect(conn);
+        }
+        self.pump_all();
+    }
+}
+
+impl Nic for SiwNic {
+    fn limits(&self) -> Limits {
+        super::siw_limits()
+    }
+    fn alloc_pd(&mut self, owner: Owner) -> Result<u32, Errno> {
+        self.dev
+            .alloc_pd(core::ClientId(owner))
+            .map(|p| p.0)
+            .map_err(e)
+    }
+    fn dealloc_pd(&mut self, pd: u32) -> Result<(), Errno> {
+        if self.qps.values().any(|q| q.pd == pd) {
+            return Err(libc::EBUSY);
+        }
+        self.dev.dealloc_pd(core::PdHandle(pd)).map_err(e)
+    }
+    fn reg_mr(
+        &mut self,
+        owner: Owner,
+        pd: u32,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: u32,
+    ) -> Result<(u32, u32), Errno> {
+        let k = self
+            .dev
+            .reg_mr(
+                core::PdHandle(pd),
+                addr,
+                length,
+                iova,
+                core::AccessFlags(access),
+                core::AddrSpace(owner),
+            )
+            .map_err(e)?;
+        Ok((k.lkey.0, k.rkey.0))
+    }
+    fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {
+        self.dev.dereg_mr(core::Lkey(lkey)).map_err(e)
+    }
+    /// siw has no memory windows (`SIW_MAX_MW` 0).
+    fn alloc_mw(&mut self, _owner: Owner, _pd: u32, _mw_type: u32) -> Result<(u32, u32), Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
+    fn dealloc_mw(&mut self, _mw: u32) -> Result<(), Errno> {
+        Err(libc::EINVAL)
+    }
+    fn create_cq(&mut self, owner: Owner, cqe: u32) -> Result<(u32, u32), Errno> {
+        let (h, depth) = self.dev.create_cq(core::ClientId(owner), cqe).map_err(e)?;
+        Ok((h.0, depth))
+    }
+    fn destroy_cq(&mut self, cq: u32) -> Result<(), Errno> {
+        if self
+            .qps
+            .values()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
+            return Err(libc::EBUSY);
+        }
+        self.dev.destroy_cq(core::CqHandle(cq)).map_err(e)
+    }
+    fn create_srq(
+        &mut self,
+        _owner: Owner,
+        _pd: u32,
+        _attr: &proto::SrqAttr,
+    ) -> Result<(u32, proto::SrqAttr), Errno> {
+        // The iWARP engine takes receives from the QP's own queue only.
+        Err(libc::EOPNOTSUPP)
+    }
+    fn modify_srq(&mut self, _srq: u32, _attr: &proto::SrqAttr, _mask: u32) -> Result<(), Errno> {
+        Err(libc::EINVAL)
+    }
+    fn query_srq(&self, _srq: u32) -> Result<proto::SrqAttr, Errno> {
+        Err(libc::EINVAL)
+    }
+    fn destroy_srq(&mut self, _srq: u32) -> Result<(), Errno> {
+        Err(libc::EINVAL)
+    }
+    fn post_srq_recv(&mut self, _srq: u32, _wr_id: u64, _sges: SgeList<'_>) -> Result<(), Errno> {
+        Err(libc::EINVAL)
+    }
+    /// iWARP has no address handles (siw has no `create_ah`).
+    fn create_ah(&mut self, _pd: u32, _attr: &proto::AhAttr) -> Result<u32, Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
+    fn destroy_ah(&mut self, _ah: u32) -> Result<(), Errno> {
+        Err(libc::EINVAL)
+    }
+    /// `siw_create_qp`: RC only (EOPNOTSUPP), queue sizes up to 32768 and SGEs up to 6
+    /// (EINVAL), a send queue of at least one WR (EINVAL); depths round up to powers of
+    /// two.
+    fn create_qp(&mut self, owner: Owner, init: &QpCreate) -> Result<(u32, proto::QpCap), Errno> {
+        if init.qp_type != qp_type::RC {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if init.srq.is_some() {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let c = init.cap;
+        if c.max_send_wr > limits::MAX_QP_WR
+            || c.max_recv_wr > limits::MAX_QP_WR
+            || c.max_send_sge > limits::MAX_SGE
+            || c.max_recv_sge > limits::MAX_SGE
+            || c.max_inline_data > limits::MAX_INLINE
+            || c.max_send_wr == 0
+        {
+            return Err(libc::EINVAL);
+        }
+        if self.qps.len() >= limits::MAX_QP as usize {
+            return Err(libc::ENOMEM);
+        }
+        let mut qpn = self.next_qpn;
+        while self.qps.contains_key(&qpn) || qpn < 2 {
+            qpn = (qpn + 1) & 0xff_ffff;
+        }
+        self.next_qpn = (qpn + 1) & 0xff_ffff;
+        let cap = proto::QpCap {
+            max_send_wr: c.max_send_wr.next_power_of_two(),
+            max_recv_wr: if c.max_recv_wr == 0 {
+                0
+            } else {
+                c.max_recv_wr.next_power_of_two()
+            },
+            ..c
+        };
+        self.qps.insert(
+            qpn,
+            SiwQp {
+                owner,
+                pd: init.pd,
+                send_cq: init.send_cq,
+                recv_cq: init.recv_cq,
+                cap,
+                sq_sig_all: init.sq_sig_all,
+                state: qp_state::RESET,
+                access: 0,
+                conn: None,
+                pending_recvs: Vec::new(),
+            },
+        );
+        tracing::debug!(qpn, "siw: QP created");
+        Ok((qpn, cap))
+    }
+    fn modify_qp(
+        &mut self,
+        _now: Instant,
+        qpn: u32,
+        attr: &proto::QpAttr,
+        mask: u32,
+    ) -> Result<(), Errno> {
+        let qp = self.qps.get_mut(&qpn).ok_or(libc::EINVAL)?;
+        if mask & qp_attr_mask::ACCESS_FLAGS != 0 {
+            qp.access = attr.qp_access_flags;
+        }
+        if mask & qp_attr_mask::STATE == 0 {
+            return Ok(());
+        }
+        let connected = qp.state == qp_state::RTS;
+        match attr.qp_state {
+            qp_state::RESET | qp_state::INIT | qp_state::RTR => {
+                if connected || (qp.conn.is_some() && qp.state != qp_state::ERR) {
+                    return Err(libc::EINVAL);
+                }
+                if attr.qp_state == qp_state::RESET && qp.state == qp_state::ERR {
+                    qp.conn = None;
+                }
+                qp.state = attr.qp_state;
+            }
+            // siw: RTS only from the connection manager ("no socket").
+            qp_state::RTS => {
+                if !connected {
+                    return Err(libc::EINVAL);
+                }
+            }
+            qp_state::SQD => {
+                if let (true, Some(conn)) = (connected, qp.conn) {
+                    qp.state = qp_state::SQD;
+                    let _ = self.io.disconnect(conn);
+                    self.pump_all();
+                } else if qp.state != qp_state::SQD {
+                    return Err(libc::EINVAL);
+                }
+            }
+            qp_state::SQE | qp_state::ERR => self.qp_error(qpn),
+            _ => return Err(libc::EINVAL),
+        }
+        Ok(())
+    }
+    /// As `siw_query_qp`: sizes, the negotiated IRD/ORD, the port MTU, siw's access
+    /// flags; plus the state (which siw leaves out).
+    fn query_qp(&self, qpn: u32) -> Result<proto::QpAttr, Errno> {
+        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
+        let neg = qp
+            .conn
+            .and_then(|c| self.io.conns.get(&c))
+            .and_then(|c| match &c.phase {
+                ConnPhase::Running(c) => c.negotiated().map(|n| (n.ird, n.ord)),
+                _ => None,
+            });
+        let (ird, ord) = neg.unwrap_or((0, 0));
+        Ok(proto::QpAttr {
+            qp_state: qp.state,
+            cur_qp_state: qp.state,
+            path_mtu: mtu::from_bytes(self.mtu).unwrap_or(mtu::MTU_1024),
+            cap: qp.cap,
+            max_rd_atomic: ord.min(255) as u8,
+            max_dest_rd_atomic: ird.min(255) as u8,
+            qp_access_flags: access::LOCAL_WRITE | access::REMOTE_WRITE | access::REMOTE_READ,
+            port_num: 1,
+            ..proto::QpAttr::default()
+        })
+    }
+    fn destroy_qp(&mut self, qpn: u32) -> Result<(), Errno> {
+        let qp = self.qps.remove(&qpn).ok_or(libc::EINVAL)?;
+        if let Some(id) = qp.conn {
+            if let Some(c) = self.io.conns.get_mut(&id) {
+                c.qpn = None;
+            }
+            let _ = self.io.disconnect(id);
+        }
+        self.completions.retain(|(_, c)| c.qp_num != qpn);
+        self.events
+            .retain(|(_, _, el)| !matches!(el, EventElement::Qp(q) if *q == qpn));
+        Ok(())
+    }
+    fn post_send(
+        &mut self,
+        _now: Instant,
+        qpn: u32,
+        wqe: &SendWqeRepr<'_>,
+        _ah: Option<u32>,
+        _mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno> {
+        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
+        let running = qp.conn.and_then(|id| match self.io.conns.get_mut(&id) {
+            Some(c) => match &mut c.phase {
+                ConnPhase::Running(c) => Some(c),
+                _ => None,
+            },
+            None => None,
+        });
+        match (qp.state, running) {
+            (qp_state::RTS, Some(c)) | (qp_state::ERR, Some(c)) => {
+                c.post_send(send_wr(wqe, None)?).map_err(e)?;
+            }
+            // siw: an ERROR QP flushes at once.
+            (qp_state::ERR, None) => {
+                let cq = qp.send_cq;
+                let opcode = send_wr(wqe, None)?.opcode.wc_opcode() as u32;
+                self.completions.push_back((
+                    cq,
+                    CqeRepr {
+                        wr_id: wqe.wr_id,
+                        status: wc_status::WR_FLUSH_ERR,
+                        opcode,
+                        qp_num: qpn,
+                        ..CqeRepr::default()
+                    },
+                ));
+            }
+            // siw: "QP out of state" before the connection is up.
+            _ => return Err(libc::ENOTCONN),
+        }
+        self.pump_qp(qpn);
+        Ok(())
+    }
+    fn post_recv(&mut self, qpn: u32, wr_id: u64, list: SgeList<'_>) -> Result<(), Errno> {
+        let qp = self.qps.get_mut(&qpn).ok_or(libc::EINVAL)?;
+        let wr = core::RecvWr {
+            wr_id: core::WrId(wr_id),
+            sg_list: sges(list),
+        };
+        let running = qp.conn.and_then(|id| match self.io.conns.get_mut(&id) {
+            Some(c) => match &mut c.phase {
+                ConnPhase::Running(c) => Some(c),
+                _ => None,
+            },
+            None => None,
+        });
+        match running {
+            Some(c) => c.post_recv(wr).map_err(e)?,
+            None if qp.state == qp_state::ERR => {
+                let cq = qp.recv_cq;
+                self.flush_recv(qpn, cq, wr_id);
+            }
+            None => {
+                if qp.pending_recvs.len() >= qp.cap.max_recv_wr as usize {
+                    return Err(libc::ENOMEM);
+                }
+                qp.pending_recvs.push(wr);
+            }
+        }
+        self.pump_qp(qpn);
+        Ok(())
+    }
+    fn bind_mw_type1(&mut self, _qpn: u32, _wqe: &SendWqeRepr<'_>) -> Result<u32, Errno> {
+        Err(libc::EINVAL)
+    }
+    fn qp_to_error(&mut self, _now: Instant, qpn: u32) {
+        self.qp_error(qpn);
+    }
+    fn release_client(&mut self, now: Instant, owner: Owner) {
+        let qpns: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.owner == owner)
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in qpns {
+            let _ = self.destroy_qp(qpn);
+        }
+        self.dev.release_client(now, core::ClientId(owner));
+    }
+    /// siw has no datagrams.
+    fn handle_datagram(
+        &mut self,
+        _now: Instant,
+        _src: SocketAddr,
+        _dst: SocketAddr,
+        _payload: &[u8],
+        _mem: &mut dyn AppMemory,
+    ) {
+    }
+    fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory) {
+        self.stream_timeouts(now, mem);
+    }
+    fn poll_transmit(
+        &mut self,
+        _now: Instant,
+        _mem: &mut dyn AppMemory,
+        _buf: &mut Vec<u8>,
+    ) -> Option<(SocketAddr, SocketAddr)> {
+        None
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.io.poll_timeout()
+    }
+    fn poll_completion(&mut self) -> Option<(u32, CqeRepr)> {
+        self.completions.pop_front()
+    }
+    fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)> {
+        self.events.pop_front()
+    }
+    fn counters(&self) -> Vec<(String, u64)> {
+        let c = self.counters;
+        [
+            ("connections", c.connections),
+            ("rx_bytes", c.rx_bytes),
+            ("tx_bytes", c.tx_bytes),
+            ("terminates_sent", c.terminates_sent),
+            ("terminates_rcvd", c.terminates_rcvd),
+            ("mpa_failures", c.mpa_failures),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+    fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>> {
+        let qp = self.qps.get(&qpn)?;
+        let c = qp
+            .conn
+            .and_then(|id| self.io.conns.get(&id))
+            .and_then(|c| match &c.phase {
+                ConnPhase::Running(c) => Some(c.counters()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Some(
+            [
+                ("tx_fpdus", c.tx_fpdus),
+                ("rx_fpdus", c.rx_fpdus),
+                ("crc_errors", c.crc_errors),
+                ("terminates_sent", c.terminates_sent),
+                ("terminates_rcvd", c.terminates_rcvd),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        )
+    }
+    fn stream_fd(&self) -> Option<RawFd> {
+        Some(self.io.raw_fd())
+    }
+    fn handle_streams(&mut self, now: Instant, readable: bool, mem: &mut dyn AppMemory) -> bool {
+        self.service_streams(now, readable, mem)
+    }
+    fn siw(&mut self) -> Option<&mut SiwNic> {
+        Some(self)
+    }
+}

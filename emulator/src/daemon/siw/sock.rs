@@ -1,0 +1,191 @@
+//! The socket calls `std` does not offer the TCP backend: a nonblocking connect from a
+//! chosen source address, `TCP_MAXSEG`, and an epoll set whose interest (input, output)
+//! changes per descriptor.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `addr` as a `sockaddr_storage` and its length.
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
+    let mut ss: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_scope_id = a.scope_id();
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// A nonblocking TCP socket bound to `src` (port 0: any) connecting to `dst`. The
+/// boolean is true when the connection is already up (loopback may finish at once);
+/// otherwise it completes when the socket turns writable (`take_error` tells how).
+pub fn connect_nonblocking(src: SocketAddr, dst: SocketAddr) -> io::Result<(TcpStream, bool)> {
+    let family = match dst {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: plain syscall; the descriptor is owned at once below.
+    let fd = cvt(unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let (ss, len) = sockaddr(&src);
+    // SAFETY: `ss` is a valid sockaddr of `len` octets for the duration of the call.
+    cvt(unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) })?;
+    let (ss, len) = sockaddr(&dst);
+    // SAFETY: as above.
+    let r = unsafe { libc::connect(fd, &ss as *const _ as *const libc::sockaddr, len) };
+    let now = if r == 0 {
+        true
+    } else {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+        false
+    };
+    Ok((TcpStream::from(owned), now))
+}
+
+/// The socket's `TCP_MAXSEG` (the path's MSS), or `fallback` when it cannot be read.
+pub fn mss(fd: RawFd, fallback: u32) -> u32 {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are valid for writes of the sizes given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            &mut v as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r == 0 && v > 0 {
+        v as u32
+    } else {
+        fallback
+    }
+}
+
+/// An epoll set (level-triggered) with per-descriptor input/output interest.
+#[derive(Debug)]
+pub struct Poller {
+    fd: OwnedFd,
+}
+
+/// What a ready descriptor reported.
+#[derive(Debug, Clone, Copy)]
+pub struct Ready {
+    pub token: u64,
+    pub input: bool,
+    pub output: bool,
+    /// Error or hang-up.
+    pub hup: bool,
+}
+
+impl Poller {
+    pub fn new() -> io::Result<Poller> {
+        // SAFETY: plain syscall; the descriptor is owned at once.
+        let fd = cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Poller {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn ctl(
+        &self,
+        op: libc::c_int,
+        fd: RawFd,
+        token: u64,
+        input: bool,
+        output: bool,
+    ) -> io::Result<()> {
+        let mut events = 0u32;
+        if input {
+            events |= (libc::EPOLLIN | libc::EPOLLRDHUP) as u32;
+        }
+        if output {
+            events |= libc::EPOLLOUT as u32;
+        }
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call.
+        cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(|_| ())
+    }
+
+    pub fn add(&self, fd: RawFd, token: u64, input: bool, output: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, input, output)
+    }
+
+    pub fn modify(&self, fd: RawFd, token: u64, input: bool, output: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, input, output)
+    }
+
+    pub fn remove(&self, fd: RawFd) {
+        // Failure (already closed) is harmless.
+        let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0, false, false);
+    }
+
+    /// The ready descriptors, without waiting.
+    pub fn poll(&self, out: &mut Vec<Ready>) {
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        out.clear();
+        // SAFETY: `events` has room for 64 entries, as passed.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as libc::c_int,
+                0,
+            )
+        };
+        if n <= 0 {
+            return;
+        }
+        out.extend(events[..n as usize].iter().map(|e| {
+            let ev = e.events;
+            Ready {
+                token: e.u64,
+                input: ev & (libc::EPOLLIN | libc::EPOLLRDHUP) as u32 != 0,
+                output: ev & libc::EPOLLOUT as u32 != 0,
+                hup: ev & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
+            }
+        }));
+    }
+}
