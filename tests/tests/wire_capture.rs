@@ -1,7 +1,8 @@
 //! The traffic two daemons exchange, captured by the kernel on the veth between two
 //! network namespaces (not by rdma-emu itself), must be what a RoCE v2 NIC sends:
 //! Wireshark dissects every frame without a malformed or error-level item, and
-//! `rdma-emu decode` verifies every ICRC.
+//! `rdma-emu decode` verifies every ICRC. The same holds for the connection manager's
+//! MADs on QP1 when `rping` connects through RDMA CM.
 use rdma_emu_tests::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -12,6 +13,135 @@ const TSHARK_FLAGS: [&str; 4] = [
     "--disable-heuristic",
     "rpcrdma_iwarp",
 ];
+
+/// Starts tshark on `net.b`'s end of the veth, writing `pcap`; returns once it captures.
+fn start_capture(net: &TwoHosts, pcap: &std::path::Path) -> std::process::Child {
+    let capture = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &net.b.name,
+            "tshark",
+            "-q",
+            "-i",
+            net.iface,
+        ])
+        .args(["-f", "udp port 4791", "-w"])
+        .arg(pcap)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start tshark");
+    let start = std::time::Instant::now();
+    while !pcap.exists() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    capture
+}
+
+/// Stops tshark so that it flushes and closes the file.
+fn stop_capture(mut capture: std::process::Child) {
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on our own child's pid; SIGINT makes tshark flush and close the file.
+    unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
+    let _ = capture.wait();
+}
+
+/// tshark's summary lines of `pcap` matching `filter`.
+fn tshark_lines(pcap: &std::path::Path, filter: &str) -> Vec<String> {
+    let out = Command::new("tshark")
+        .args(TSHARK_FLAGS)
+        .arg("-r")
+        .arg(pcap)
+        .args(["-Y", filter])
+        .output()
+        .expect("tshark -r");
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `rping` between two daemons through RDMA CM: the CM's REQ, REP, RTU, DREQ and DREP
+/// dissect as CM messages with nothing malformed, and every ICRC verifies.
+#[test]
+fn rdma_cm_mads_dissect_as_cm_messages_and_verify() {
+    let _s = serial();
+    if missing(&["tshark", "rping"]) {
+        return;
+    }
+    let Some(net) = two_hosts() else { return };
+    let dir = TempDir::new("capture-cm");
+    let pcap = dir.path().join("cm.pcap");
+    let capture = start_capture(&net, &pcap);
+    let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
+    let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
+    let srv = da.program(
+        Some(&net.a),
+        &["rping", "-s", "-a", &net.addr_a, "-p", "7174", "-C", "10"],
+    );
+    assert!(
+        wait_cm_listening(&da, Some(&net.a), 7174, Duration::from_secs(20)),
+        "rping never listened"
+    );
+    let c = db
+        .program(
+            Some(&net.b),
+            &[
+                "rping",
+                "-c",
+                "-a",
+                &net.addr_a,
+                "-p",
+                "7174",
+                "-C",
+                "10",
+                "-V",
+            ],
+        )
+        .wait(Duration::from_secs(60));
+    let s = srv.wait(Duration::from_secs(30));
+    c.assert_success();
+    s.assert_success();
+    stop_capture(capture);
+
+    let cm = tshark_lines(&pcap, "infiniband");
+    let text = cm.join("\n");
+    for message in [
+        "CM: ConnectRequest",
+        "CM: ConnectReply",
+        "CM: ReadyToUse",
+        "CM: DisconnectRequest",
+        "CM: DisconnectReply",
+    ] {
+        assert!(text.contains(message), "no {message} captured:\n{text}");
+    }
+    let bad = tshark_lines(&pcap, "_ws.malformed || _ws.expert.severity >= \"error\"");
+    assert!(
+        bad.is_empty(),
+        "malformed or error-level frames:\n{}",
+        bad.join("\n")
+    );
+    let decode = Command::new(bin_dir().join("rdma-emu"))
+        .arg("decode")
+        .arg(&pcap)
+        .output()
+        .expect("rdma-emu decode");
+    let out = String::from_utf8_lossy(&decode.stdout);
+    assert!(
+        decode.status.success(),
+        "rdma-emu decode: bad ICRC or frame:\n{out}"
+    );
+    for message in ["CM ConnectRequest", "CM ConnectReply", "CM ReadyToUse"] {
+        assert!(out.contains(message), "decode shows no {message}:\n{out}");
+    }
+}
 
 #[test]
 fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
@@ -29,28 +159,7 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
     let dir = TempDir::new("capture");
     let pcap = dir.path().join("roce.pcap");
     // tshark runs in host b's namespace and sees every frame on its end of the veth.
-    let mut capture = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &net.b.name,
-            "tshark",
-            "-q",
-            "-i",
-            net.iface,
-        ])
-        .args(["-f", "udp port 4791", "-w"])
-        .arg(&pcap)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start tshark");
-    // tshark needs a moment before it captures.
-    let start = std::time::Instant::now();
-    while !pcap.exists() && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(500));
+    let capture = start_capture(&net, &pcap);
 
     let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
     let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
@@ -74,10 +183,7 @@ fn two_host_traffic_dissects_cleanly_and_every_icrc_verifies() {
         s.assert_success();
         c.assert_success();
     }
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: kill(2) on our own child's pid; SIGINT makes tshark flush and close the file.
-    unsafe { libc::kill(capture.id() as libc::pid_t, libc::SIGINT) };
-    let _ = capture.wait();
+    stop_capture(capture);
 
     let count = Command::new("tshark")
         .args(TSHARK_FLAGS)
