@@ -85,6 +85,8 @@ struct Pair {
     addr_flag: Option<&'static str>,
     /// The server listens through RDMA CM (no TCP port: wait for its CM id instead).
     cm: bool,
+    /// Whether the pair also runs with the server in the guest (see `ib_write_bw -R`).
+    kernel_serves: bool,
     /// What the client prints when the transfer completed.
     done: Done,
 }
@@ -108,6 +110,7 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
+        kernel_serves: true,
         done: Done::Pingpong,
     },
     Pair {
@@ -119,6 +122,7 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
+        kernel_serves: true,
         done: Done::Pingpong,
     },
     Pair {
@@ -131,6 +135,7 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
+        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -149,6 +154,7 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
+        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -159,6 +165,7 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
+        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -169,6 +176,7 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
+        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -180,9 +188,15 @@ const PAIRS: &[Pair] = &[
         client_args: &["-c", "-V"],
         addr_flag: Some("-a"),
         cm: true,
+        kernel_serves: true,
         done: Done::Rping(100),
     },
     Pair {
+        // Only with rdma-emu serving: perftest's -R client connects a second time right
+        // after its first connection, while the server closes its listener and listens
+        // anew; the guest's perftest under TCG re-listens later than rdma-emu's REQ
+        // arrives, and the kernel's CM rejects it (REJ 8, no listener), as it must
+        // (docs/interop.md, "Findings"). rping covers that direction.
         name: "ib_write_bw -R",
         program: "ib_write_bw",
         args: &["-d", "rxe0", "-R", "-F", "-s", "65536", "-n", "500"],
@@ -190,6 +204,7 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: true,
+        kernel_serves: false,
         done: Done::Perftest,
     },
 ];
@@ -605,6 +620,9 @@ fn rdma_emu_and_kernel_rxe_interoperate_both_ways() {
         .filter(|p| only.is_empty() || only.split(',').any(|o| o == p.program))
     {
         for dir in [Direction::KernelServes, Direction::EmuServes] {
+            if dir == Direction::KernelServes && !pair.kernel_serves {
+                continue;
+            }
             port += 1;
             let left = SUITE_BUDGET.saturating_sub(suite_start.elapsed());
             let outcome = (left > PAIR_LIMIT + Duration::from_secs(20))
