@@ -432,7 +432,12 @@ impl Engine {
                 Request::decode(&bytes)
             };
             let (seq, result) = match decoded {
-                Ok(req) => (req.seq, self.dispatch(id, req.body, got.fds)),
+                Ok(req) => {
+                    if takes_away_posted_work(&req.body) {
+                        self.catch_up_rings();
+                    }
+                    (req.seq, self.dispatch(id, req.body, got.fds))
+                }
                 Err(_) => {
                     self.counters.bad_requests += 1;
                     match Request::decode_seq(&bytes) {
@@ -447,6 +452,15 @@ impl Engine {
             if !self.reply(id, seq, result) {
                 return self.close_session(id);
             }
+        }
+    }
+
+    /// Takes what the rings hold and sends what it makes, before a request that could
+    /// take away what that work needs.
+    fn catch_up_rings(&mut self) {
+        let now = Instant::now();
+        if self.drain_rings(now) {
+            self.drive_cores(now);
         }
     }
 
@@ -637,4 +651,22 @@ impl DirBuilderExt for std::fs::DirBuilder {
     fn mode_0700(&mut self) -> &mut Self {
         std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
     }
+}
+
+/// Whether `body` can take away something posted work needs (its QP, AH, memory, CQ).
+/// The client posted that work before it asked, and on rxe `ibv_post_send` returns after
+/// the requester ran: `mckey -s` posts its sends unsignaled, then destroys the AH and QP
+/// at once. The daemon catches up on the rings before serving such a request.
+fn takes_away_posted_work(body: &wire::client::RequestBody) -> bool {
+    use wire::client::RequestBody as R;
+    matches!(
+        body,
+        R::ModifyQp { .. }
+            | R::DestroyQp { .. }
+            | R::DestroyAh { .. }
+            | R::DeregMr { .. }
+            | R::DestroyCq { .. }
+            | R::DeallocMw { .. }
+            | R::CloseDevice { .. }
+    )
 }

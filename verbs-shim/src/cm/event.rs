@@ -275,16 +275,32 @@ fn request_id(listener: &mut CmId, rec: &CmEventRecord) -> VResult<*mut CmId> {
     Ok(new)
 }
 
-/// MULTICAST_JOIN / MULTICAST_ERROR (`ucma_process_join`): the oldest pending join of
-/// the id; its context goes in `param.ud.private_data`, and a joined group is attached
-/// to the id's QP.
+/// The MGID the CMA gives group `group` on RoCE v2 (`cma_iboe_set_mgid`): an IPv4
+/// group's IPv4-mapped address, an IPv6 group's own.
+fn roce_mgid(group: &std::net::SocketAddr) -> [u8; 16] {
+    match group.ip() {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        std::net::IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// MULTICAST_JOIN / MULTICAST_ERROR (`ucma_process_join`): the pending join of the id
+/// the event reports (the oldest one of the event's MGID, else the oldest one: the
+/// kernel names it by the `uid` it was given); its context goes in
+/// `param.ud.private_data`, and a joined group is attached to the id's QP.
 fn multicast_event(c: &mut CmId, e: &mut CmEvent) {
     let qp = c.id.qp;
-    let Some(mc) = c.mcs.iter_mut().find(|m| !m.joined) else {
-        return;
-    };
     // SAFETY: copy_param wrote the `ud` member for these events (or left zeros).
     let ud = unsafe { &mut e.event.param.ud };
+    let dgid = ud.ah_attr.grh.dgid.raw;
+    let pos = c
+        .mcs
+        .iter()
+        .position(|m| !m.joined && roce_mgid(&m.addr) == dgid)
+        .or_else(|| c.mcs.iter().position(|m| !m.joined));
+    let Some(mc) = pos.map(|i| &mut c.mcs[i]) else {
+        return;
+    };
     ud.private_data = mc.context;
     if e.event.event as u32 != ev::MULTICAST_JOIN {
         return;

@@ -24,6 +24,7 @@
 mod addr;
 mod conn;
 mod events;
+mod mcast;
 pub(in crate::daemon) mod gsi;
 
 use super::control::{ok, Answer};
@@ -511,10 +512,17 @@ impl Engine {
                 }
                 cm(CmReply::Event(ev))
             }
-            C::JoinMulticast { id, .. } | C::LeaveMulticast { id, .. } => {
-                // Multicast needs ibv_attach_mcast, which the device does not have.
-                self.cm_id(session, id)?;
-                Err(libc::ENOSYS)
+            C::JoinMulticast {
+                id,
+                addr,
+                join_flags,
+            } => {
+                self.cm_join_multicast(session, id, addr, join_flags)?;
+                ok(ReplyBody::Ok)
+            }
+            C::LeaveMulticast { id, addr } => {
+                self.cm_leave_multicast(session, id, addr)?;
+                ok(ReplyBody::Ok)
             }
             C::SetOption {
                 id,
