@@ -24,8 +24,8 @@
 mod addr;
 mod conn;
 mod events;
-mod mcast;
 pub(in crate::daemon) mod gsi;
+mod mcast;
 
 use super::control::{ok, Answer};
 use super::engine::Engine;
