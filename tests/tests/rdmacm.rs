@@ -106,6 +106,18 @@ fn rping(two_hosts: bool) {
     assert_eq!(pings, 100, "client output:\n{}", c.stdout);
 }
 
+/// ucmatose's and udaddy's verdict: both sides finished with status 0.
+fn assert_complete(outputs: &[&Output]) {
+    for out in outputs {
+        assert!(
+            out.stdout.contains("test complete") && out.stdout.contains("return status 0"),
+            "`{}` output:\n{}",
+            out.argv,
+            out.stdout
+        );
+    }
+}
+
 fn ucmatose(two_hosts: bool, connections: &str) {
     let _s = serial();
     if missing(&["ucmatose"]) {
@@ -120,14 +132,7 @@ fn ucmatose(two_hosts: bool, connections: &str) {
         &["ucmatose", "-s", &addr, "-c", connections, "-C", "10"],
         7471,
     );
-    for out in [&s, &c] {
-        assert!(
-            out.stdout.contains("test complete") && out.stdout.contains("return status 0"),
-            "`{}` output:\n{}",
-            out.argv,
-            out.stdout
-        );
-    }
+    assert_complete(&[&s, &c]);
 }
 
 fn udaddy(two_hosts: bool) {
@@ -140,14 +145,7 @@ fn udaddy(two_hosts: bool) {
     };
     let addr = setup.addr.clone();
     let (s, c) = setup.pair(&["udaddy"], &["udaddy", "-s", &addr], 7174);
-    for out in [&s, &c] {
-        assert!(
-            out.stdout.contains("test complete") && out.stdout.contains("return status 0"),
-            "`{}` output:\n{}",
-            out.argv,
-            out.stdout
-        );
-    }
+    assert_complete(&[&s, &c]);
 }
 
 fn rdma_server_client(two_hosts: bool, server: &str, client: &str) {
