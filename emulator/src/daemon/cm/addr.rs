@@ -254,8 +254,18 @@ impl Engine {
                 SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
             });
         }
+        // A destination a device of this daemon serves is reached over the loopback, and
+        // the kernel's address resolution then takes the device from the destination
+        // (`rdma_set_src_addr_rcu` on an IFF_LOOPBACK route): the destination is also the
+        // source. Routing would pick lo's primary address (127.0.0.1 for 127.0.0.2),
+        // which may belong to another device.
+        let local_dst = self
+            .cm_device_by_ip(dst.ip(), scope_of(dst))
+            .map(|_| (canonical(dst.ip()), scope_of(dst)));
         let source = if bound.ip().is_unspecified() {
-            route_source(dst).map(|s| (canonical(s.ip()), scope_of(s)))
+            local_dst
+                .map(Ok)
+                .unwrap_or_else(|| route_source(dst).map(|s| (canonical(s.ip()), scope_of(s))))
         } else {
             Ok((canonical(bound.ip()), scope_of(bound)))
         };
@@ -292,6 +302,10 @@ impl Engine {
         if id.state != IdState::AddrResolved {
             return Err(libc::EINVAL);
         }
+        if self.cm_siw_dev(session, h)?.is_some() {
+            return self.cm_siw_resolve_route(session, h);
+        }
+        let id = self.cm_id(session, h)?;
         let (Some(src), Some(dst)) = (id.src, id.dst) else {
             return Err(libc::EINVAL);
         };

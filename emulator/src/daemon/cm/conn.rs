@@ -87,20 +87,30 @@ impl Engine {
             self.cm_check_port(h, id.ps, src, false, id.afonly)?;
         }
         let sid = core_cm::ServiceId::rdma_ip(port_space(id.ps), src.port());
-        let devs: Vec<usize> = match id.dev {
-            Some(d) if !src.ip().is_unspecified() => vec![d],
-            _ => (0..self.devices.len())
-                .filter(|&i| self.devices[i].is_some())
-                .collect(),
+        let backlog = match usize::try_from(backlog) {
+            Ok(b) if b > 0 && b < MAX_BACKLOG => b,
+            _ => MAX_BACKLOG,
+        };
+        let specific = id.dev.filter(|_| !src.ip().is_unspecified());
+        let devs: Vec<usize> = match specific {
+            // iWARP: a TCP listener on the siw device instead of the IB CM.
+            Some(d) if self.cm_dev_is_siw(d) => {
+                self.cm_siw_listen(h, src, Some(d), backlog as u32)?;
+                Vec::new()
+            }
+            Some(d) => vec![d],
+            None => {
+                self.cm_siw_listen(h, src, None, backlog as u32)?;
+                (0..self.devices.len())
+                    .filter(|&i| self.devices[i].is_some())
+                    .collect()
+            }
         };
         for d in devs {
             self.cm_listen_on(d, sid);
         }
         let id = self.cm_id_mut(session, h)?;
-        id.backlog = match usize::try_from(backlog) {
-            Ok(b) if b > 0 && b < MAX_BACKLOG => b,
-            _ => MAX_BACKLOG,
-        };
+        id.backlog = backlog;
         id.state = IdState::Listen;
         tracing::debug!(id = h.0, %src, backlog = id.backlog, "cm listen");
         Ok(())
@@ -138,6 +148,9 @@ impl Engine {
         h: Handle,
         p: CmConnParam,
     ) -> Result<(), i32> {
+        if let Some(dev) = self.cm_siw_dev(session, h)? {
+            return self.cm_siw_connect(session, h, dev, p);
+        }
         let id = self.cm_id(session, h)?;
         if id.state != IdState::RouteResolved || id.conn.is_some() {
             return Err(libc::EINVAL);
@@ -200,6 +213,9 @@ impl Engine {
         h: Handle,
         p: CmConnParam,
     ) -> Result<(), i32> {
+        if self.cm_siw_dev(session, h)?.is_some() {
+            return self.cm_siw_accept(now, session, h, p);
+        }
         let (dev, conn) = self.cm_conn(session, h)?;
         let id = self.cm_id(session, h)?;
         if id.state != IdState::Passive {
@@ -249,6 +265,9 @@ impl Engine {
         qp_state: u32,
     ) -> Result<(wire::client::QpAttr, u32), i32> {
         let state = QpState::from_raw(qp_state).ok_or(libc::EINVAL)?;
+        if self.cm_siw_dev(session, h)?.is_some() {
+            return self.cm_siw_init_qp_attr(session, h, qp_state);
+        }
         let id = self.cm_id(session, h)?;
         let (qp_type, conn, dev, ack_timeout) = (id.qp_type, id.conn, id.dev, id.ack_timeout);
         let connected = match (dev, conn) {

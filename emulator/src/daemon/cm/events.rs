@@ -75,7 +75,8 @@ impl Engine {
                     events.push((i, conn, ev));
                 }
             }
-            if events.is_empty() && !sent {
+            let siw = self.drive_siw_cm(now);
+            if events.is_empty() && !sent && !siw {
                 break;
             }
             worked = true;
@@ -352,6 +353,7 @@ impl Engine {
         };
         let (dev, conn, state, channel, src, ps) =
             (id.dev, id.conn, id.state, id.channel, id.src, id.ps);
+        self.cm_siw_release(now, h);
         if let (Some(d), Some(c)) = (dev, conn) {
             if self.cm.conns.get(&(d, c)) == Some(&h) {
                 self.cm.conns.remove(&(d, c));
@@ -455,6 +457,19 @@ impl Engine {
         for sid in sids {
             self.cm_listen_on(dev, sid);
         }
+        let wildcards: Vec<(Handle, SocketAddr, usize)> = self
+            .cm
+            .ids
+            .iter()
+            .filter(|(_, id)| id.state == IdState::Listen)
+            .filter_map(|(h, id)| {
+                let src = id.src?;
+                src.ip().is_unspecified().then_some((*h, src, id.backlog))
+            })
+            .collect();
+        for (h, src, backlog) in wildcards {
+            self.cm_siw_listen_wildcard(h, dev, src, backlog as u32);
+        }
     }
 
     /// A device is being removed: ids bound to it get DEVICE_REMOVAL and lose their
@@ -462,6 +477,7 @@ impl Engine {
     pub(in crate::daemon) fn cm_device_removed(&mut self, dev: usize) {
         self.cm.listens.retain(|(d, _), _| *d != dev);
         self.cm.conns.retain(|(d, _), _| *d != dev);
+        self.cm_siw_device_removed(dev);
         let mut hit: Vec<Handle> = self
             .cm
             .ids

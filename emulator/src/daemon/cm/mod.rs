@@ -14,6 +14,8 @@
 //! - `events.rs`: driving the agents (timers, MADs out, events in), the `CmEvent` →
 //!   `RDMA_CM_EVENT_*` mapping (`docs/cm.md`), connect requests on listeners (backlog),
 //!   session death, devices added and removed.
+//! - `iwarp.rs`: ids on siw devices (iWARP): TCP listeners and connections of
+//!   [`crate::daemon::siw::SiwNic`] instead of the IB CM, as the kernel's CMA drives iw_cm.
 //! - `gsi.rs`: QP1 packets: received datagrams to QP1 go to the device's agent after the
 //!   ICRC check, the agent's MADs leave as GSI packets like every other packet.
 //!
@@ -25,6 +27,7 @@ mod addr;
 mod conn;
 mod events;
 pub(in crate::daemon) mod gsi;
+mod iwarp;
 mod mcast;
 
 use super::control::{ok, Answer};
@@ -171,6 +174,10 @@ pub(super) struct CmId {
     dev: Option<usize>,
     /// The agent's connection (active after `rdma_connect`, passive from its request).
     conn: Option<ConnId>,
+    /// iWARP: the siw device's TCP connection (instead of `conn`).
+    siw_conn: Option<crate::daemon::siw::ConnId>,
+    /// iWARP: the TCP listeners of a listening id, (device index, listener).
+    siw_listeners: Vec<(usize, crate::daemon::siw::ListenerId)>,
     /// The resolved route (`num_paths` 1).
     path: Option<CmPath>,
     /// Listener: most requests waiting to be fetched, and how many wait.
@@ -195,6 +202,8 @@ impl CmId {
             dst: None,
             dev: None,
             conn: None,
+            siw_conn: None,
+            siw_listeners: Vec::new(),
             path: None,
             backlog: 0,
             pending: 0,
@@ -215,6 +224,10 @@ pub(super) struct CmTables {
     ports: HashMap<(u32, u16), Vec<Handle>>,
     /// (device index, connection) → id.
     conns: HashMap<(usize, ConnId), Handle>,
+    /// iWARP: (device index, TCP connection) → id.
+    siw_conns: HashMap<(usize, crate::daemon::siw::ConnId), Handle>,
+    /// iWARP: (device index, TCP listener) → listening id.
+    siw_listeners: HashMap<(usize, crate::daemon::siw::ListenerId), Handle>,
     /// (device index, service ID) → listening ids using the agent's listener.
     listens: HashMap<(usize, u64), usize>,
     /// Where the search for an ephemeral port starts.
@@ -456,6 +469,10 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             C::Reject { id, private_data } => {
+                if self.cm_siw_dev(session, id)?.is_some() {
+                    self.cm_siw_reject(now, session, id, &private_data)?;
+                    return ok(ReplyBody::Ok);
+                }
                 let (dev, conn) = self.cm_conn(session, id)?;
                 self.with_agent(dev, |a| {
                     a.reject(now, conn, reason::CONSUMER_DEFINED, &private_data)
@@ -464,11 +481,20 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             C::Establish { id } => {
+                // iWARP: the device established the connection (the CMA's rdma_establish
+                // is an IB CM call).
+                if self.cm_siw_dev(session, id)?.is_some() {
+                    return ok(ReplyBody::Ok);
+                }
                 let (dev, conn) = self.cm_conn(session, id)?;
                 self.with_agent(dev, |a| a.establish(now, conn))?;
                 ok(ReplyBody::Ok)
             }
             C::Notify { id, event } => {
+                // rdma_notify is an IB CM call; the CMA answers 0 on iWARP.
+                if self.cm_siw_dev(session, id)?.is_some() {
+                    return ok(ReplyBody::Ok);
+                }
                 let (dev, conn) = self.cm_conn(session, id)?;
                 if event != event_type::COMM_EST {
                     return Err(libc::EINVAL);
@@ -483,6 +509,10 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             C::Disconnect { id } => {
+                if self.cm_siw_dev(session, id)?.is_some() {
+                    self.cm_siw_disconnect(session, id)?;
+                    return ok(ReplyBody::Ok);
+                }
                 let (dev, conn) = self.cm_conn(session, id)?;
                 self.with_agent(dev, |a| a.disconnect(now, conn, &[]))?;
                 ok(ReplyBody::Ok)

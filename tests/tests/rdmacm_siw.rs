@@ -1,0 +1,230 @@
+//! Unmodified RDMA CM programs over iWARP (`siw0`): rping and perftest with `-R`, on one
+//! host (a network namespace of its own, loopback only) and across two daemons in two
+//! namespaces joined by veth.
+//!
+//! Which device an address reaches is the kernel's rule: the first device serving it.
+//! One host: `rxe0` serves loopback's own address, `siw0` is configured with
+//! `addrs = ["127.0.0.2"]`, so the programs choose siw0 by the address they use.
+//! Two hosts: `siw0` is listed before `rxe0` on the veth, so it serves its address.
+//! The siw listener is a real TCP listener (the RDMA CM port is the TCP port), which
+//! `ss` sees: that is how each test checks that iWARP, not RoCE, carried it.
+use rdma_emu_tests::*;
+use std::process::Command;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Daemons and namespaces of one test; fields drop in order (daemons before namespaces,
+/// the configuration folder last).
+struct Setup {
+    server_daemon: Daemon,
+    client_daemon: Option<Daemon>,
+    /// The address the client connects to (siw0's).
+    addr: String,
+    /// One host: a namespace with loopback only.
+    lo_ns: Option<Netns>,
+    net: Option<TwoHosts>,
+    _dir: TempDir,
+}
+
+/// A namespace with only `lo`, up.
+fn loopback_ns() -> Option<Netns> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        let _ = cannot_run("network namespaces need root");
+        return None;
+    }
+    let name = format!("rdmaemu-{}-siw", std::process::id());
+    let ok = Command::new("sh")
+        .args([
+            "-c",
+            &format!("set -e; ip netns add {name}; ip -n {name} link set lo up"),
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    let ns = Netns { name };
+    if !ok {
+        let _ = cannot_run("cannot create a network namespace");
+        return None;
+    }
+    Some(ns)
+}
+
+impl Setup {
+    fn new(two_hosts: bool) -> Option<Setup> {
+        let dir = TempDir::new("siwcfg");
+        let config = dir.path().join("rdma-emu.toml");
+        if !two_hosts {
+            let ns = loopback_ns()?;
+            std::fs::write(
+                &config,
+                "[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"lo\"\n\n\
+                 [[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\n\
+                 addrs = [\"127.0.0.2\"]\n",
+            )
+            .expect("write the configuration");
+            let cfg = config.display().to_string();
+            let server_daemon = Daemon::start_with(Some(&ns), &["--config", &cfg]);
+            return Some(Setup {
+                server_daemon,
+                client_daemon: None,
+                addr: "127.0.0.2".into(),
+                lo_ns: Some(ns),
+                net: None,
+                _dir: dir,
+            });
+        }
+        let net = rdma_emu_tests::two_hosts()?;
+        std::fs::write(
+            &config,
+            format!(
+                "[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"{i}\"\n\n\
+                 [[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"{i}\"\n",
+                i = net.iface
+            ),
+        )
+        .expect("write the configuration");
+        let cfg = config.display().to_string();
+        let server_daemon = Daemon::start_with(Some(&net.a), &["--config", &cfg]);
+        let client_daemon = Daemon::start_with(Some(&net.b), &["--config", &cfg]);
+        Some(Setup {
+            server_daemon,
+            client_daemon: Some(client_daemon),
+            addr: net.addr_a.clone(),
+            lo_ns: None,
+            net: Some(net),
+            _dir: dir,
+        })
+    }
+
+    fn server_ns(&self) -> Option<&Netns> {
+        self.net.as_ref().map(|n| &n.a).or(self.lo_ns.as_ref())
+    }
+
+    fn client_ns(&self) -> Option<&Netns> {
+        self.net.as_ref().map(|n| &n.b).or(self.lo_ns.as_ref())
+    }
+
+    fn client_daemon(&self) -> &Daemon {
+        self.client_daemon.as_ref().unwrap_or(&self.server_daemon)
+    }
+
+    /// Runs `server`, waits until its RDMA CM id listens on `port` and siw0's TCP
+    /// listener is there too, runs `client`; both must exit 0.
+    fn pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
+        let ns = self.server_ns();
+        let srv = self.server_daemon.program(ns, server);
+        let listening = wait_cm_listening(&self.server_daemon, ns, port, Duration::from_secs(20))
+            && wait_listening(ns, port, Duration::from_secs(5));
+        if !listening {
+            let out = srv.wait(Duration::from_millis(100));
+            panic!(
+                "server `{}` never listened on siw0 (TCP port {port}):\n{}\n{}",
+                out.argv, out.stdout, out.stderr
+            );
+        }
+        let c = self
+            .client_daemon()
+            .program(self.client_ns(), client)
+            .wait(LIMIT);
+        let s = srv.wait(if c.success() {
+            LIMIT
+        } else {
+            Duration::from_secs(3)
+        });
+        c.assert_success();
+        s.assert_success();
+        (s, c)
+    }
+}
+
+fn rping(two_hosts: bool) {
+    let _s = serial();
+    if missing(&["rping"]) {
+        return;
+    }
+    let Some(setup) = Setup::new(two_hosts) else {
+        return;
+    };
+    let addr = setup.addr.clone();
+    let (_, c) = setup.pair(
+        &["rping", "-s", "-a", &addr, "-p", "7174", "-v", "-C", "100"],
+        &[
+            "rping", "-c", "-a", &addr, "-p", "7174", "-v", "-V", "-C", "100",
+        ],
+        7174,
+    );
+    let pings = c
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .count();
+    assert_eq!(pings, 100, "client output:\n{}", c.stdout);
+}
+
+/// perftest with `-R -d siw0`: the connection goes through RDMA CM on port 18515.
+fn perftest(two_hosts: bool, program: &str) {
+    let _s = serial();
+    if missing(&[program]) {
+        return;
+    }
+    let Some(setup) = Setup::new(two_hosts) else {
+        return;
+    };
+    let addr = setup.addr.clone();
+    let server = vec![program, "-R", "-d", "siw0", "-p", "18515", "-n", "200"];
+    let mut client = server.clone();
+    client.push(&addr);
+    let (_, c) = setup.pair(&server, &client, 18515);
+    assert!(
+        c.stdout.contains("#bytes"),
+        "`{}` printed no results:\n{}",
+        c.argv,
+        c.stdout
+    );
+}
+
+macro_rules! both {
+    ($($one:ident, $two:ident => $body:expr;)*) => {$(
+        #[test]
+        fn $one() {
+            let two_hosts = false;
+            $body(two_hosts)
+        }
+        #[test]
+        fn $two() {
+            let two_hosts = true;
+            $body(two_hosts)
+        }
+    )*};
+}
+
+both! {
+    rping_siw_one_host, rping_siw_two_hosts => rping;
+}
+
+/// perftest's `-R` connects twice; between the two its server closes its listener and
+/// listens anew. Over siw nothing bridges that gap yet (the RoCE CM holds an unmatched
+/// REQ for 200 ms; a refused TCP connect is final), so the second connect is refused
+/// about half the time and the client reports REJECTED -111 (docs/iwarp.md). They pass
+/// when the server wins the race: run them with `--ignored`.
+macro_rules! racy {
+    ($($one:ident, $two:ident => $body:expr;)*) => {$(
+        #[test]
+        #[ignore = "perftest -R reconnect race over siw (docs/iwarp.md)"]
+        fn $one() {
+            $body(false)
+        }
+        #[test]
+        #[ignore = "perftest -R reconnect race over siw (docs/iwarp.md)"]
+        fn $two() {
+            $body(true)
+        }
+    )*};
+}
+
+racy! {
+    ib_send_bw_r_siw_one_host, ib_send_bw_r_siw_two_hosts => |t| perftest(t, "ib_send_bw");
+    ib_write_bw_r_siw_one_host, ib_write_bw_r_siw_two_hosts => |t| perftest(t, "ib_write_bw");
+    ib_read_bw_r_siw_one_host, ib_read_bw_r_siw_two_hosts => |t| perftest(t, "ib_read_bw");
+}
