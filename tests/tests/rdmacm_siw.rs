@@ -203,27 +203,7 @@ both! {
     rping_siw_one_host, rping_siw_two_hosts => rping;
 }
 
-/// perftest's `-R` connects twice; between the two its server closes its listener and
-/// listens anew. Over siw nothing bridges that gap yet (the RoCE CM holds an unmatched
-/// REQ for 200 ms; a refused TCP connect is final), so the second connect is refused
-/// about half the time and the client reports REJECTED -111 (docs/iwarp.md). They pass
-/// when the server wins the race: run them with `--ignored`.
-macro_rules! racy {
-    ($($one:ident, $two:ident => $body:expr;)*) => {$(
-        #[test]
-        #[ignore = "perftest -R reconnect race over siw (docs/iwarp.md)"]
-        fn $one() {
-            $body(false)
-        }
-        #[test]
-        #[ignore = "perftest -R reconnect race over siw (docs/iwarp.md)"]
-        fn $two() {
-            $body(true)
-        }
-    )*};
-}
-
-racy! {
+both! {
     ib_send_bw_r_siw_one_host, ib_send_bw_r_siw_two_hosts => |t| perftest(t, "ib_send_bw");
     ib_write_bw_r_siw_one_host, ib_write_bw_r_siw_two_hosts => |t| perftest(t, "ib_write_bw");
     ib_read_bw_r_siw_one_host, ib_read_bw_r_siw_two_hosts => |t| perftest(t, "ib_read_bw");

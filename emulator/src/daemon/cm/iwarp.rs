@@ -15,7 +15,13 @@ use crate::daemon::engine::Engine;
 use crate::daemon::objects::{Kind, SessionId};
 use crate::daemon::siw::{self, ConnId, ConnParams, ListenerId, SiwCmEvent, SiwNic};
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long an iWARP connection request whose listener is gone waits for a new one.
+const LISTEN_GRACE: Duration = Duration::from_millis(200);
+
+/// Most requests held at once.
+const MAX_PARKED: usize = 64;
 use wire::client::cm::{CmConnParam, CmEventParam, CmEventRecord};
 use wire::client::proto::Handle;
 use wire::client::verbs::{access, qp_attr_mask, qp_state};
@@ -326,19 +332,74 @@ impl Engine {
     /// The connection-setup events of every siw device. Whether there were any.
     pub(super) fn drive_siw_cm(&mut self, now: Instant) -> bool {
         let mut events = Vec::new();
+        // Held requests whose listener is back (or whose time is up) go first.
+        for (until, dev, mut ev) in std::mem::take(&mut self.cm.siw_parked) {
+            if let Some(l) = self.siw_listener_for(dev, &ev) {
+                if let SiwCmEvent::ConnectRequest { listener, .. } = &mut ev {
+                    *listener = l;
+                }
+                events.push((dev, ev, false));
+            } else if until <= now {
+                events.push((dev, ev, false));
+            } else {
+                self.cm.siw_parked.push((until, dev, ev));
+            }
+        }
         for (i, slot) in self.devices.iter_mut().enumerate() {
             let Some(nic) = slot.as_mut().and_then(|d| d.nic.siw()) else {
                 continue;
             };
             while let Some(ev) = nic.poll_cm_event() {
-                events.push((i, ev));
+                events.push((i, ev, true));
             }
         }
         let worked = !events.is_empty();
-        for (dev, ev) in events {
+        for (dev, ev, may_park) in events {
+            if may_park && self.cm_siw_park(now, dev, &ev) {
+                continue;
+            }
             self.cm_siw_event(now, dev, ev);
         }
         worked
+    }
+
+    /// Holds a connection request that arrived on a listener its id has just closed
+    /// (accepted by the kernel before the close) for up to [`LISTEN_GRACE`], in case the
+    /// address and port are listened on again, as the RoCE CM holds a REQ
+    /// (`cm::gsi::LISTEN_GRACE`): perftest's `-R` reconnects while it re-listens.
+    fn cm_siw_park(&mut self, now: Instant, dev: usize, ev: &SiwCmEvent) -> bool {
+        let SiwCmEvent::ConnectRequest { listener, .. } = ev else {
+            return false;
+        };
+        let listening = self
+            .cm
+            .siw_listeners
+            .get(&(dev, *listener))
+            .and_then(|h| self.cm.ids.get(h))
+            .is_some_and(|id| id.state == IdState::Listen);
+        if listening || self.cm.siw_parked.len() >= MAX_PARKED {
+            return false;
+        }
+        tracing::debug!(dev, "siw connect request held: its listener is gone");
+        self.cm
+            .siw_parked
+            .push((now + LISTEN_GRACE, dev, ev.clone()));
+        true
+    }
+
+    /// A listener of device `dev` now serving the address and port a held request came
+    /// to.
+    fn siw_listener_for(&self, dev: usize, ev: &SiwCmEvent) -> Option<ListenerId> {
+        let SiwCmEvent::ConnectRequest { local, .. } = ev else {
+            return None;
+        };
+        self.cm.siw_listeners.iter().find_map(|(&(d, l), h)| {
+            let id = self.cm.ids.get(h)?;
+            let src = id.src?;
+            let addr_ok = src.ip().is_unspecified() || canonical(src.ip()) == canonical(local.ip());
+            (d == dev && id.state == IdState::Listen && src.port() == local.port() && addr_ok)
+                .then_some(l)
+        })
     }
 
     /// One siw event → the record librdmacm reports (`cma_iw_handler`).

@@ -228,6 +228,9 @@ pub(super) struct CmTables {
     siw_conns: HashMap<(usize, crate::daemon::siw::ConnId), Handle>,
     /// iWARP: (device index, TCP listener) → listening id.
     siw_listeners: HashMap<(usize, crate::daemon::siw::ListenerId), Handle>,
+    /// iWARP connection requests whose listener went away, held until a listener on the
+    /// same address and port appears or the deadline passes (`iwarp::LISTEN_GRACE`).
+    siw_parked: Vec<(Instant, usize, crate::daemon::siw::SiwCmEvent)>,
     /// (device index, service ID) → listening ids using the agent's listener.
     listens: HashMap<(usize, u64), usize>,
     /// Where the search for an ephemeral port starts.
@@ -244,9 +247,10 @@ impl CmTables {
         }
     }
 
-    /// Whether some channel waits for room in its pipe (the engine then wakes up soon).
+    /// Whether the engine must come back soon: tokens owed to full pipes, or iWARP
+    /// requests waiting for a listener.
     pub(super) fn tokens_owed(&self) -> bool {
-        self.tokens_owed
+        self.tokens_owed || !self.siw_parked.is_empty()
     }
 
     /// Writes tokens owed to pipes that were full.

@@ -105,11 +105,20 @@ struct Listener {
     local: SocketAddr,
 }
 
+/// How long a closed listener's socket stays bound (and keeps completing handshakes
+/// into its accept queue) in case the same address and port are listened on again. The
+/// RoCE CM holds an unmatched REQ as long (`cm::gsi::LISTEN_GRACE`): perftest's `-R`
+/// closes its first listener and listens anew while its client connects a second time,
+/// and a connect refused in that gap would be final.
+const LISTEN_LINGER: Duration = Duration::from_millis(200);
+
 /// The sockets of one siw device.
 #[derive(Debug)]
 pub(super) struct Streams {
     poller: Poller,
     listeners: HashMap<ListenerId, Listener>,
+    /// Closed listeners kept bound until the deadline ([`LISTEN_LINGER`]).
+    lingering: Vec<(Instant, Listener)>,
     pub conns: BTreeMap<ConnId, Conn>,
     next_id: u32,
     ready: Vec<Ready>,
@@ -143,6 +152,7 @@ impl Streams {
         Ok(Streams {
             poller: Poller::new()?,
             listeners: HashMap::new(),
+            lingering: Vec::new(),
             conns: BTreeMap::new(),
             next_id: 1,
             ready: Vec::with_capacity(64),
@@ -171,8 +181,20 @@ impl Streams {
         local: SocketAddr,
         _backlog: u32,
     ) -> Result<(ListenerId, SocketAddr), Errno> {
-        let sock = TcpListener::bind(local).map_err(|e| errno_of(&e))?;
-        sock.set_nonblocking(true).map_err(|e| errno_of(&e))?;
+        // A listener closed on this very address moments ago is taken back with the
+        // connections its accept queue holds.
+        let kept = (local.port() != 0)
+            .then(|| self.lingering.iter().position(|(_, l)| l.local == local))
+            .flatten()
+            .map(|i| self.lingering.swap_remove(i).1.sock);
+        let sock = match kept {
+            Some(sock) => sock,
+            None => {
+                let sock = TcpListener::bind(local).map_err(|e| errno_of(&e))?;
+                sock.set_nonblocking(true).map_err(|e| errno_of(&e))?;
+                sock
+            }
+        };
         let bound = sock.local_addr().map_err(|e| errno_of(&e))?;
         let id = self.alloc_id();
         self.poller
@@ -193,7 +215,16 @@ impl Streams {
         let l = self.listeners.remove(&id).ok_or(libc::ENOENT)?;
         self.poller.remove(l.sock.as_raw_fd());
         tracing::debug!(listener = id.0, local = %l.local, "siw: listener closed");
+        self.lingering.push((Instant::now() + LISTEN_LINGER, l));
         Ok(())
+    }
+
+    /// Closes the lingering listeners whose time is up (the connections still in their
+    /// accept queues are reset). Whether any closed.
+    pub fn expire_listeners(&mut self, now: Instant) -> bool {
+        let before = self.lingering.len();
+        self.lingering.retain(|(until, _)| *until > now);
+        before != self.lingering.len()
     }
 
     pub fn connect(
@@ -284,9 +315,11 @@ impl Streams {
         Ok(())
     }
 
-    /// The earliest deadline: MPA timeouts, lingering closes.
+    /// The earliest deadline: MPA timeouts, lingering closes, lingering listeners.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns
+        let listeners = self.lingering.iter().map(|(until, _)| *until).min();
+        let conns = self
+            .conns
             .values()
             .filter_map(|c| {
                 let engine = match &c.phase {
@@ -299,7 +332,11 @@ impl Streams {
                     (a, b) => a.or(b),
                 }
             })
-            .min()
+            .min();
+        match (listeners, conns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -346,7 +383,7 @@ impl SiwNic {
         readable: bool,
         mem: &mut dyn AppMemory,
     ) -> bool {
-        let mut worked = false;
+        let mut worked = self.io.expire_listeners(now);
         if readable {
             let mut ready = std::mem::take(&mut self.io.ready);
             self.io.poller.poll(&mut ready);
