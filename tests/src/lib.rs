@@ -428,6 +428,18 @@ pub fn wait_listening(netns: Option<&Netns>, port: u16, limit: Duration) -> bool
     false
 }
 
+/// The verdict of rdmacm-utils' ucmatose and udaddy: every side finished with status 0.
+pub fn assert_complete(outputs: &[&Output]) {
+    for out in outputs {
+        assert!(
+            out.stdout.contains("test complete") && out.stdout.contains("return status 0"),
+            "`{}` output:\n{}",
+            out.argv,
+            out.stdout
+        );
+    }
+}
+
 /// Waits until an RDMA CM id of `daemon` listens on `port` (as `rdma-emu res cm_id`
 /// lists it): RDMA CM servers open no TCP port that `ss` could see.
 pub fn wait_cm_listening(

@@ -106,18 +106,6 @@ fn rping(two_hosts: bool) {
     assert_eq!(pings, 100, "client output:\n{}", c.stdout);
 }
 
-/// ucmatose's and udaddy's verdict: both sides finished with status 0.
-fn assert_complete(outputs: &[&Output]) {
-    for out in outputs {
-        assert!(
-            out.stdout.contains("test complete") && out.stdout.contains("return status 0"),
-            "`{}` output:\n{}",
-            out.argv,
-            out.stdout
-        );
-    }
-}
-
 fn ucmatose(two_hosts: bool, connections: &str) {
     let _s = serial();
     if missing(&["ucmatose"]) {

@@ -162,6 +162,48 @@ fn rping(two_hosts: bool) {
     assert_eq!(pings, 100, "client output:\n{}", c.stdout);
 }
 
+/// ucmatose (`-c` connections) and rdma_server/rdma_client over siw0.
+fn ucmatose(two_hosts: bool, connections: &str) {
+    let _s = serial();
+    if missing(&["ucmatose"]) {
+        return;
+    }
+    let Some(setup) = Setup::new(two_hosts) else {
+        return;
+    };
+    let addr = setup.addr.clone();
+    let (s, c) = setup.pair(
+        &["ucmatose", "-b", &addr, "-c", connections, "-C", "10"],
+        &["ucmatose", "-s", &addr, "-c", connections, "-C", "10"],
+        7471,
+    );
+    assert_complete(&[&s, &c]);
+}
+
+fn rdma_server_client(two_hosts: bool) {
+    let _s = serial();
+    if missing(&["rdma_server", "rdma_client"]) {
+        return;
+    }
+    let Some(setup) = Setup::new(two_hosts) else {
+        return;
+    };
+    let addr = setup.addr.clone();
+    let (s, c) = setup.pair(
+        &["rdma_server", "-s", &addr, "-p", "7471"],
+        &["rdma_client", "-s", &addr, "-p", "7471"],
+        7471,
+    );
+    for out in [&s, &c] {
+        assert!(
+            out.stdout.contains("end 0"),
+            "`{}` output:\n{}",
+            out.argv,
+            out.stdout
+        );
+    }
+}
+
 /// perftest with `-R -d siw0`: the connection goes through RDMA CM on port 18515.
 fn perftest(two_hosts: bool, program: &str) {
     let _s = serial();
@@ -201,10 +243,16 @@ macro_rules! both {
 
 both! {
     rping_siw_one_host, rping_siw_two_hosts => rping;
+    ucmatose_siw_one_host, ucmatose_siw_two_hosts => |t| ucmatose(t, "1");
+    ucmatose_10_siw_one_host, ucmatose_10_siw_two_hosts => |t| ucmatose(t, "10");
+    rdma_server_siw_one_host, rdma_server_siw_two_hosts => rdma_server_client;
 }
 
 both! {
     ib_send_bw_r_siw_one_host, ib_send_bw_r_siw_two_hosts => |t| perftest(t, "ib_send_bw");
     ib_write_bw_r_siw_one_host, ib_write_bw_r_siw_two_hosts => |t| perftest(t, "ib_write_bw");
     ib_read_bw_r_siw_one_host, ib_read_bw_r_siw_two_hosts => |t| perftest(t, "ib_read_bw");
+    ib_send_lat_r_siw_one_host, ib_send_lat_r_siw_two_hosts => |t| perftest(t, "ib_send_lat");
+    ib_write_lat_r_siw_one_host, ib_write_lat_r_siw_two_hosts => |t| perftest(t, "ib_write_lat");
+    ib_read_lat_r_siw_one_host, ib_read_lat_r_siw_two_hosts => |t| perftest(t, "ib_read_lat");
 }
