@@ -401,6 +401,8 @@ impl Engine {
         self.forget(h);
         tracing::debug!(id = h.0, "cm id destroyed");
         for c in children {
+            // iWARP: the TCP connection waits a moment for a new listener.
+            self.cm_siw_hand_on(now, c);
             self.cm_destroy_id(now, c);
         }
     }

@@ -17,8 +17,9 @@ use crate::daemon::siw::{self, ConnId, ConnParams, ListenerId, SiwCmEvent, SiwNi
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// How long an iWARP connection request whose listener is gone waits for a new one.
-const LISTEN_GRACE: Duration = Duration::from_millis(200);
+/// How long an iWARP connection request whose listener is gone waits for a new one
+/// (as long as a closed listener lingers, `siw::tcp::LISTEN_LINGER`).
+const LISTEN_GRACE: Duration = Duration::from_secs(2);
 
 /// Most requests held at once.
 const MAX_PARKED: usize = 64;
@@ -479,6 +480,31 @@ impl Engine {
         });
     }
 
+    /// A listener is destroyed with the CONNECT_REQUEST of passive id `h` never fetched:
+    /// the request is held for a new listener on the same address and port
+    /// ([`LISTEN_GRACE`]) instead of refused with the id. Whether it was.
+    pub(super) fn cm_siw_hand_on(&mut self, now: Instant, h: Handle) -> bool {
+        let Some(id) = self.cm.ids.get_mut(&h) else {
+            return false;
+        };
+        let (Some(dev), Some(conn), Some(request)) = (id.dev, id.siw_conn, id.siw_request.take())
+        else {
+            return false;
+        };
+        if self.cm.siw_parked.len() >= MAX_PARKED {
+            return false;
+        }
+        id.siw_conn = None;
+        self.cm.siw_conns.remove(&(dev, conn));
+        tracing::debug!(
+            id = h.0,
+            conn = conn.0,
+            "siw connect request held for a new listener"
+        );
+        self.cm.siw_parked.push((now + LISTEN_GRACE, dev, request));
+        true
+    }
+
     /// The id's connection failed or closed: it may connect again.
     fn cm_siw_forget_conn(&mut self, h: Handle) {
         if let Some(id) = self.cm.ids.get_mut(&h) {
@@ -489,6 +515,7 @@ impl Engine {
     /// `iw_conn_req_handler`: a new id on the listener's channel and CONNECT_REQUEST,
     /// unless the listener is gone or its backlog is full (the request is rejected).
     fn cm_siw_request(&mut self, now: Instant, dev: usize, ev: SiwCmEvent) {
+        let request = ev.clone();
         let SiwCmEvent::ConnectRequest {
             listener,
             conn,
@@ -537,6 +564,7 @@ impl Engine {
         id.dst = Some(peer);
         id.dev = Some(dev);
         id.siw_conn = Some(conn);
+        id.siw_request = Some(request);
         id.tos = tos;
         id.ack_timeout = ack;
         id.afonly = afonly;

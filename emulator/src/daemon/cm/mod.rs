@@ -176,6 +176,9 @@ pub(super) struct CmId {
     conn: Option<ConnId>,
     /// iWARP: the siw device's TCP connection (instead of `conn`).
     siw_conn: Option<crate::daemon::siw::ConnId>,
+    /// A passive iWARP id: the request it was made for, while nobody fetched its
+    /// CONNECT_REQUEST (a listener destroyed meanwhile hands it on, see `iwarp.rs`).
+    siw_request: Option<crate::daemon::siw::SiwCmEvent>,
     /// iWARP: the TCP listeners of a listening id, (device index, listener).
     siw_listeners: Vec<(usize, crate::daemon::siw::ListenerId)>,
     /// The resolved route (`num_paths` 1).
@@ -203,6 +206,7 @@ impl CmId {
             dev: None,
             conn: None,
             siw_conn: None,
+            siw_request: None,
             siw_listeners: Vec::new(),
             path: None,
             backlog: 0,

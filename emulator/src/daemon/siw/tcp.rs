@@ -106,11 +106,12 @@ struct Listener {
 }
 
 /// How long a closed listener's socket stays bound (and keeps completing handshakes
-/// into its accept queue) in case the same address and port are listened on again. The
-/// RoCE CM holds an unmatched REQ as long (`cm::gsi::LISTEN_GRACE`): perftest's `-R`
-/// closes its first listener and listens anew while its client connects a second time,
-/// and a connect refused in that gap would be final.
-const LISTEN_LINGER: Duration = Duration::from_millis(200);
+/// into its accept queue) in case the same address and port are listened on again.
+/// perftest's `-R` closes its first listener, sleeps about a second, and listens anew
+/// while its client, after the same second, connects again; a connect refused in that
+/// gap would be final (the RoCE CM holds an unmatched REQ for the same reason,
+/// `cm::gsi::LISTEN_GRACE`). The cost: for this long nobody else can bind the port.
+const LISTEN_LINGER: Duration = Duration::from_secs(2);
 
 /// The sockets of one siw device.
 #[derive(Debug)]
