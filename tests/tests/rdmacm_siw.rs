@@ -204,6 +204,34 @@ fn rdma_server_client(two_hosts: bool) {
     }
 }
 
+/// perftest with `-R -d siw0 -a -n 100`: every size from 2 octets to 8 MiB, one result
+/// row each (23).
+fn perftest_all_sizes(two_hosts: bool, program: &str) {
+    let _s = serial();
+    if missing(&[program]) {
+        return;
+    }
+    let Some(setup) = Setup::new(two_hosts) else {
+        return;
+    };
+    let addr = setup.addr.clone();
+    let server = vec![
+        program, "-R", "-d", "siw0", "-p", "18515", "-a", "-n", "100",
+    ];
+    let mut client = server.clone();
+    client.push(&addr);
+    let (_, c) = setup.pair(&server, &client, 18515);
+    let rows = c
+        .stdout
+        .lines()
+        .filter(|l| {
+            let t: Vec<&str> = l.split_whitespace().collect();
+            t.len() >= 4 && t[0].parse::<u64>().is_ok() && t[1] == "100"
+        })
+        .count();
+    assert_eq!(rows, 23, "`{}` output:\n{}", c.argv, c.stdout);
+}
+
 /// perftest with `-R -d siw0`: the connection goes through RDMA CM on port 18515.
 fn perftest(two_hosts: bool, program: &str) {
     let _s = serial();
@@ -255,4 +283,16 @@ both! {
     ib_send_lat_r_siw_one_host, ib_send_lat_r_siw_two_hosts => |t| perftest(t, "ib_send_lat");
     ib_write_lat_r_siw_one_host, ib_write_lat_r_siw_two_hosts => |t| perftest(t, "ib_write_lat");
     ib_read_lat_r_siw_one_host, ib_read_lat_r_siw_two_hosts => |t| perftest(t, "ib_read_lat");
+    ib_send_bw_r_a_siw_one_host, ib_send_bw_r_a_siw_two_hosts =>
+        |t| perftest_all_sizes(t, "ib_send_bw");
+    ib_write_bw_r_a_siw_one_host, ib_write_bw_r_a_siw_two_hosts =>
+        |t| perftest_all_sizes(t, "ib_write_bw");
+    ib_read_bw_r_a_siw_one_host, ib_read_bw_r_a_siw_two_hosts =>
+        |t| perftest_all_sizes(t, "ib_read_bw");
+    ib_send_lat_r_a_siw_one_host, ib_send_lat_r_a_siw_two_hosts =>
+        |t| perftest_all_sizes(t, "ib_send_lat");
+    ib_write_lat_r_a_siw_one_host, ib_write_lat_r_a_siw_two_hosts =>
+        |t| perftest_all_sizes(t, "ib_write_lat");
+    ib_read_lat_r_a_siw_one_host, ib_read_lat_r_a_siw_two_hosts =>
+        |t| perftest_all_sizes(t, "ib_read_lat");
 }
