@@ -125,6 +125,47 @@ impl Drop for Netns {
     }
 }
 
+/// Runs a shell script; its stderr is the error.
+pub fn sh(script: &str) -> Result<(), String> {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+/// A namespace `rdmaemu-PID-TAG` with only `lo`, up; with `multicast`, `lo` also carries
+/// multicast (it lacks the MULTICAST flag by default) and routes every group. `None` with
+/// the reason (a failure under CI) when this machine cannot make one.
+pub fn loopback_ns(tag: &str, multicast: bool) -> Option<Netns> {
+    if !is_root() {
+        let _ = cannot_run("network namespaces need root");
+        return None;
+    }
+    let ns = Netns {
+        name: format!("rdmaemu-{}-{tag}", std::process::id()),
+    };
+    let n = &ns.name;
+    let mut script = format!("set -e\nip netns add {n}\nip -n {n} link set lo up\n");
+    if multicast {
+        script += &format!(
+            "ip -n {n} link set lo multicast on\nip -n {n} route add 224.0.0.0/4 dev lo\n"
+        );
+    }
+    match sh(&script) {
+        Ok(()) => Some(ns),
+        Err(e) => {
+            let _ = cannot_run(&format!("cannot create a network namespace: {e}"));
+            None
+        }
+    }
+}
+
 /// Two hosts: two namespaces joined by a veth pair, `10.211.N.1/24` and `10.211.N.2/24`.
 pub struct TwoHosts {
     pub a: Netns,
@@ -490,16 +531,33 @@ pub fn run_pair(
     port: u16,
     limit: Duration,
 ) -> (Output, Output) {
-    let srv = server_daemon.program(server_ns, server);
-    if !wait_listening(server_ns, port, Duration::from_secs(20)) {
+    run_pair_when(
+        server_daemon.program(server_ns, server),
+        || wait_listening(server_ns, port, Duration::from_secs(20)),
+        &format!("TCP port {port}"),
+        || client_daemon.program(client_ns, client),
+        limit,
+    )
+}
+
+/// Runs a started server's client once `ready` says the server listens (on `what`, for
+/// the message when it never does), and returns both outputs. A client that failed
+/// leaves its server 3 s to finish.
+pub fn run_pair_when(
+    srv: Program,
+    ready: impl FnOnce() -> bool,
+    what: &str,
+    client: impl FnOnce() -> Program,
+    limit: Duration,
+) -> (Output, Output) {
+    if !ready() {
         let out = srv.wait(Duration::from_millis(100));
         panic!(
-            "server `{}` never listened on port {port}:\n{}\n{}",
+            "server `{}` never listened on {what}:\n{}\n{}",
             out.argv, out.stdout, out.stderr
         );
     }
-    let cli = client_daemon.program(client_ns, client);
-    let c = cli.wait(limit);
+    let c = client().wait(limit);
     let s = srv.wait(if c.success() {
         limit
     } else {

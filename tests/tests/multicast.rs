@@ -5,7 +5,7 @@
 //! network namespaces). The daemons run in namespaces this test creates and removes.
 use rdma_emu_tests::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const GROUP: &str = "239.1.2.3";
@@ -31,46 +31,6 @@ fn compile(dir: &Path) -> Option<PathBuf> {
         String::from_utf8_lossy(&out.stderr)
     );
     Some(exe)
-}
-
-fn sh(script: &str) -> Result<(), String> {
-    let out = Command::new("sh")
-        .args(["-c", script])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
-}
-
-/// A namespace whose loopback carries multicast (`lo` lacks the MULTICAST flag by
-/// default), or `None` with the reason.
-fn loopback_host() -> Option<Netns> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        let _ = cannot_run("network namespaces need root");
-        return None;
-    }
-    let ns = Netns {
-        name: format!("mc-{}-lo", std::process::id()),
-    };
-    let n = &ns.name;
-    match sh(&format!(
-        "set -e
-         ip netns add {n}
-         ip -n {n} link set lo up
-         ip -n {n} link set lo multicast on
-         ip -n {n} route add 224.0.0.0/4 dev lo"
-    )) {
-        Ok(()) => Some(ns),
-        Err(e) => {
-            let _ = cannot_run(&format!("cannot create a network namespace: {e}"));
-            None
-        }
-    }
 }
 
 /// Two receivers (`(daemon, netns)` each) and a sender: both get the message, then
@@ -113,7 +73,7 @@ fn ud_multicast_on_one_host_reaches_both_receivers_until_they_detach() {
     let Some(exe) = compile(dir.path()) else {
         return;
     };
-    let Some(ns) = loopback_host() else {
+    let Some(ns) = loopback_ns("mc", true) else {
         return;
     };
     let daemon = Daemon::start_with(Some(&ns), &[]);

@@ -54,28 +54,14 @@ impl Setup {
     /// Runs `server`, waits until it listens on RDMA CM `port`, runs `client`; both must
     /// exit 0. Returns (server, client) output.
     fn pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
-        let srv = self.server_daemon.program(self.server_ns(), server);
-        if !wait_cm_listening(
-            &self.server_daemon,
-            self.server_ns(),
-            port,
-            Duration::from_secs(20),
-        ) {
-            let out = srv.wait(Duration::from_millis(100));
-            panic!(
-                "server `{}` never listened on RDMA CM port {port}:\n{}\n{}",
-                out.argv, out.stdout, out.stderr
-            );
-        }
-        let c = self
-            .client_daemon()
-            .program(self.client_ns(), client)
-            .wait(LIMIT);
-        let s = srv.wait(if c.success() {
-            LIMIT
-        } else {
-            Duration::from_secs(3)
-        });
+        let ns = self.server_ns();
+        let (s, c) = run_pair_when(
+            self.server_daemon.program(ns, server),
+            || wait_cm_listening(&self.server_daemon, ns, port, Duration::from_secs(20)),
+            &format!("RDMA CM port {port}"),
+            || self.client_daemon().program(self.client_ns(), client),
+            LIMIT,
+        );
         c.assert_success();
         s.assert_success();
         (s, c)

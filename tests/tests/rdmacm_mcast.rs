@@ -4,50 +4,10 @@
 //! loopback with multicast) and on two (veth between network namespaces). The daemons run
 //! in namespaces this test creates and removes.
 use rdma_emu_tests::*;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const GROUP: &str = "239.1.2.3";
-
-fn sh(script: &str) -> Result<(), String> {
-    let out = Command::new("sh")
-        .args(["-c", script])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
-}
-
-/// A namespace whose loopback carries multicast (`lo` lacks the MULTICAST flag by
-/// default) with a route for every group, or `None` with the reason.
-fn loopback_host() -> Option<Netns> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        let _ = cannot_run("network namespaces need root");
-        return None;
-    }
-    let ns = Netns {
-        name: format!("cmmc-{}-lo", std::process::id()),
-    };
-    let n = &ns.name;
-    match sh(&format!(
-        "set -e
-         ip netns add {n}
-         ip -n {n} link set lo up
-         ip -n {n} link set lo multicast on
-         ip -n {n} route add 224.0.0.0/4 dev lo"
-    )) {
-        Ok(()) => Some(ns),
-        Err(e) => {
-            let _ = cannot_run(&format!("cannot create a network namespace: {e}"));
-            None
-        }
-    }
-}
 
 /// Waits until interface `iface` of `ns` is a member of IP group `group` (the daemon
 /// joins it when a QP attaches, which the receiver's librdmacm does on MULTICAST_JOIN).
@@ -121,7 +81,7 @@ fn mckey_on_one_host_delivers_every_message_to_the_receiver() {
     if missing(&["mckey"]) {
         return;
     }
-    let Some(ns) = loopback_host() else {
+    let Some(ns) = loopback_ns("cmmc", true) else {
         return;
     };
     let daemon = Daemon::start_with(Some(&ns), &[]);

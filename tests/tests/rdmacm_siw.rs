@@ -9,7 +9,6 @@
 //! The siw listener is a real TCP listener (the RDMA CM port is the TCP port), which
 //! `ss` sees: that is how each test checks that iWARP, not RoCE, carried it.
 use rdma_emu_tests::*;
-use std::process::Command;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -27,35 +26,12 @@ struct Setup {
     _dir: TempDir,
 }
 
-/// A namespace with only `lo`, up.
-fn loopback_ns() -> Option<Netns> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        let _ = cannot_run("network namespaces need root");
-        return None;
-    }
-    let name = format!("rdmaemu-{}-siw", std::process::id());
-    let ok = Command::new("sh")
-        .args([
-            "-c",
-            &format!("set -e; ip netns add {name}; ip -n {name} link set lo up"),
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    let ns = Netns { name };
-    if !ok {
-        let _ = cannot_run("cannot create a network namespace");
-        return None;
-    }
-    Some(ns)
-}
-
 impl Setup {
     fn new(two_hosts: bool) -> Option<Setup> {
         let dir = TempDir::new("siwcfg");
         let config = dir.path().join("rdma-emu.toml");
         if !two_hosts {
-            let ns = loopback_ns()?;
+            let ns = loopback_ns("siw", false)?;
             std::fs::write(
                 &config,
                 "[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"lo\"\n\n\
@@ -113,25 +89,16 @@ impl Setup {
     /// listener is there too, runs `client`; both must exit 0.
     fn pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
         let ns = self.server_ns();
-        let srv = self.server_daemon.program(ns, server);
-        let listening = wait_cm_listening(&self.server_daemon, ns, port, Duration::from_secs(20))
-            && wait_listening(ns, port, Duration::from_secs(5));
-        if !listening {
-            let out = srv.wait(Duration::from_millis(100));
-            panic!(
-                "server `{}` never listened on siw0 (TCP port {port}):\n{}\n{}",
-                out.argv, out.stdout, out.stderr
-            );
-        }
-        let c = self
-            .client_daemon()
-            .program(self.client_ns(), client)
-            .wait(LIMIT);
-        let s = srv.wait(if c.success() {
-            LIMIT
-        } else {
-            Duration::from_secs(3)
-        });
+        let (s, c) = run_pair_when(
+            self.server_daemon.program(ns, server),
+            || {
+                wait_cm_listening(&self.server_daemon, ns, port, Duration::from_secs(20))
+                    && wait_listening(ns, port, Duration::from_secs(5))
+            },
+            &format!("siw0 (TCP port {port})"),
+            || self.client_daemon().program(self.client_ns(), client),
+            LIMIT,
+        );
         c.assert_success();
         s.assert_success();
         (s, c)

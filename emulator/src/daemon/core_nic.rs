@@ -78,6 +78,29 @@ pub(super) fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
         .collect()
 }
 
+/// `ibv_reg_mr` on a core device (RoCE's, and siw's key table): (lkey, rkey).
+pub(super) fn reg_mr_on(
+    dev: &mut core::Device,
+    owner: Owner,
+    pd: u32,
+    addr: u64,
+    length: u64,
+    iova: u64,
+    access: u32,
+) -> Result<(u32, u32), Errno> {
+    let k = dev
+        .reg_mr(
+            core::PdHandle(pd),
+            addr,
+            length,
+            iova,
+            core::AccessFlags(access),
+            core::AddrSpace(owner),
+        )
+        .map_err(e)?;
+    Ok((k.lkey.0, k.rkey.0))
+}
+
 fn cap_in(c: proto::QpCap) -> core::QpCap {
     core::QpCap {
         max_send_wr: c.max_send_wr,
@@ -344,18 +367,7 @@ impl Nic for CoreNic {
         iova: u64,
         access: u32,
     ) -> Result<(u32, u32), Errno> {
-        let k = self
-            .dev
-            .reg_mr(
-                core::PdHandle(pd),
-                addr,
-                length,
-                iova,
-                core::AccessFlags(access),
-                core::AddrSpace(owner),
-            )
-            .map_err(e)?;
-        Ok((k.lkey.0, k.rkey.0))
+        reg_mr_on(&mut self.dev, owner, pd, addr, length, iova, access)
     }
     fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {
         self.dev.dereg_mr(Lkey(lkey)).map_err(e)

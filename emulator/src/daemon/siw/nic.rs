@@ -256,18 +256,7 @@ impl Nic for SiwNic {
         iova: u64,
         access: u32,
     ) -> Result<(u32, u32), Errno> {
-        let k = self
-            .dev
-            .reg_mr(
-                core::PdHandle(pd),
-                addr,
-                length,
-                iova,
-                core::AccessFlags(access),
-                core::AddrSpace(owner),
-            )
-            .map_err(e)?;
-        Ok((k.lkey.0, k.rkey.0))
+        crate::daemon::core_nic::reg_mr_on(&mut self.dev, owner, pd, addr, length, iova, access)
     }
     fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {
         self.dev.dereg_mr(core::Lkey(lkey)).map_err(e)
