@@ -250,6 +250,28 @@ both! {
     ib_send_lat_r_siw_one_host, ib_send_lat_r_siw_two_hosts => |t| perftest(t, "ib_send_lat");
     ib_write_lat_r_siw_one_host, ib_write_lat_r_siw_two_hosts => |t| perftest(t, "ib_write_lat");
     ib_read_lat_r_siw_one_host, ib_read_lat_r_siw_two_hosts => |t| perftest(t, "ib_read_lat");
+}
+
+/// The same with `-a`: all pass by hand and in most runs, but in one CI run
+/// `ib_send_bw -R -d siw0 -a` across two namespaces stalled mid-transfer until the 120 s
+/// limit (issue 7, not explained yet), so they stay out of the default run:
+/// `cargo test -p rdma-emu-tests --test rdmacm_siw -- --ignored`.
+macro_rules! ignored_both {
+    ($($one:ident, $two:ident => $body:expr;)*) => {$(
+        #[test]
+        #[ignore = "siw -a transfer stalled once in CI (issue 7)"]
+        fn $one() {
+            $body(false)
+        }
+        #[test]
+        #[ignore = "siw -a transfer stalled once in CI (issue 7)"]
+        fn $two() {
+            $body(true)
+        }
+    )*};
+}
+
+ignored_both! {
     ib_send_bw_r_a_siw_one_host, ib_send_bw_r_a_siw_two_hosts =>
         |t| perftest_all_sizes(t, "ib_send_bw");
     ib_write_bw_r_a_siw_one_host, ib_write_bw_r_a_siw_two_hosts =>
