@@ -11,6 +11,10 @@
  *           receives on a QP moved to ERR -> IBV_WC_WR_FLUSH_ERR, each exactly once
  *
  * Prints one "ok <check>" line per check; exits 0 only when all hold.
+ *
+ * `verbs_integrity DEVICE send-once RETRY_CNT RNR_RETRY` instead sends one SEND into a
+ * posted receive with those retry budgets (timeout 1 ms, min RNR timer 0.01 ms) and prints
+ * the send's completion status: what an application sees under `rdma-emu fault`.
  */
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
@@ -83,7 +87,8 @@ static struct ibv_qp *make_qp(struct ctx *c)
 }
 
 /* RESET..INIT done; take `qp` to RTS talking to `dest_qpn` on our own GID. */
-static void connect_qp(struct ctx *c, struct ibv_qp *qp, uint32_t dest_qpn, uint8_t timeout, uint8_t retry)
+static void connect_qp(struct ctx *c, struct ibv_qp *qp, uint32_t dest_qpn, uint8_t timeout, uint8_t retry,
+		       uint8_t rnr_retry)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_RTR, .path_mtu = c->mtu, .dest_qp_num = dest_qpn, .rq_psn = 100,
@@ -98,7 +103,7 @@ static void connect_qp(struct ctx *c, struct ibv_qp *qp, uint32_t dest_qpn, uint
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = timeout;
 	a.retry_cnt = retry;
-	a.rnr_retry = 7;
+	a.rnr_retry = rnr_retry;
 	a.sq_psn = 100;
 	a.max_rd_atomic = 4;
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
@@ -159,8 +164,29 @@ int main(int argc, char **argv)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
 
 	struct ibv_qp *a = make_qp(&c), *b = make_qp(&c);
-	connect_qp(&c, a, b->qp_num, 14, 7);
-	connect_qp(&c, b, a->qp_num, 14, 7);
+	if (argc == 5 && !strcmp(argv[2], "send-once")) {
+		uint8_t retry = (uint8_t)atoi(argv[3]), rnr_retry = (uint8_t)atoi(argv[4]);
+		connect_qp(&c, a, b->qp_num, 8 /* 1 ms */, retry, rnr_retry);
+		connect_qp(&c, b, a->qp_num, 8, retry, rnr_retry);
+		struct ibv_sge rsg = { (uintptr_t)dst, SIZE, mdst->lkey };
+		struct ibv_recv_wr rwr = { .wr_id = 20, .sg_list = &rsg, .num_sge = 1 }, *rbad;
+		if (ibv_post_recv(b, &rwr, &rbad))
+			FAIL("post RECV");
+		struct ibv_sge ssg = { (uintptr_t)src, 4096, msrc->lkey };
+		struct ibv_send_wr swr = { .wr_id = 21, .sg_list = &ssg, .num_sge = 1, .opcode = IBV_WR_SEND,
+					   .send_flags = IBV_SEND_SIGNALED }, *sbad;
+		if (ibv_post_send(a, &swr, &sbad))
+			FAIL("post SEND");
+		for (;;) {
+			struct ibv_wc wc = poll_one(c.cq, 60);
+			if (wc.wr_id == 21) {
+				printf("send status %s (%d)\n", ibv_wc_status_str(wc.status), wc.status);
+				return 0;
+			}
+		}
+	}
+	connect_qp(&c, a, b->qp_num, 14, 7, 7);
+	connect_qp(&c, b, a->qp_num, 14, 7, 7);
 
 	/* 1. WRITE gathered from three SGEs of different sizes and offsets. */
 	fill(src, SIZE, 1);
@@ -253,7 +279,7 @@ int main(int argc, char **argv)
 
 	/* 5. Nobody answers: RETRY_EXC_ERR after retry_cnt retransmissions. */
 	struct ibv_qp *lonely = make_qp(&c);
-	connect_qp(&c, lonely, 0xabcdef, 8 /* 1 ms */, 2);
+	connect_qp(&c, lonely, 0xabcdef, 8 /* 1 ms */, 2, 7);
 	struct ibv_send_wr s5 = { .wr_id = 7, .sg_list = &isg, .num_sge = 1, .opcode = IBV_WR_SEND,
 				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE };
 	if (ibv_post_send(lonely, &s5, &bad))

@@ -249,6 +249,11 @@ impl Daemon {
 
     /// Starts a daemon inside `netns` (if any) with extra arguments.
     pub fn start_with(netns: Option<&Netns>, args: &[&str]) -> Daemon {
+        Daemon::start_env(netns, args, &[])
+    }
+
+    /// Starts a daemon inside `netns` (if any) with extra arguments and environment.
+    pub fn start_env(netns: Option<&Netns>, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         require_build();
         let dir = TempDir::new("daemon");
         let socket = dir.path().join("rdma-emud.sock");
@@ -264,6 +269,7 @@ impl Daemon {
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("daemon log file"))
             .spawn()
@@ -310,6 +316,37 @@ impl Daemon {
         roce_v2_ipv4_gid_index(&out.stdout)
             .expect("an IPv4 RoCE v2 GID")
             .to_string()
+    }
+
+    /// Runs `rdma-emu ARGS` (the management CLI) against this daemon and waits for it.
+    pub fn cli(&self, netns: Option<&Netns>, args: &[&str]) -> Output {
+        let mut argv: Vec<String> = netns.map(Netns::exec_prefix).unwrap_or_default();
+        argv.push(bin_dir().join("rdma-emu").display().to_string());
+        argv.push("--socket".into());
+        argv.push(self.socket.display().to_string());
+        argv.extend(args.iter().map(|s| s.to_string()));
+        let out = Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run rdma-emu: {e}"));
+        Output {
+            status: Some(out.status),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            argv: args.join(" "),
+        }
+    }
+
+    /// A device counter from `rdma-emu stat DEVICE`.
+    pub fn counter(&self, netns: Option<&Netns>, device: &str, name: &str) -> u64 {
+        let out = self.cli(netns, &["stat", device]);
+        out.assert_success();
+        let words: Vec<&str> = out.stdout.split_whitespace().collect();
+        words
+            .windows(2)
+            .find(|w| w[0] == name)
+            .and_then(|w| w[1].parse().ok())
+            .unwrap_or_else(|| panic!("no counter {name} in:\n{}", out.stdout))
     }
 
     /// Runs an unmodified program against this daemon (through `rdma-emu run`).
@@ -564,6 +601,33 @@ pub fn run_pair_when(
         Duration::from_secs(3)
     });
     (s, c)
+}
+
+/// Compiles `tests/c/NAME.c` with gcc against the system's libibverbs; `None` (with the
+/// reason) when the headers are missing outside CI.
+pub fn compile_c(name: &str, dir: &Path) -> Option<std::path::PathBuf> {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        let _ = cannot_run("libibverbs-dev is not installed (apt-get install libibverbs-dev)");
+        return None;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("c")
+        .join(format!("{name}.c"));
+    let exe = dir.join(name);
+    let out = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .expect("cannot run gcc");
+    assert!(
+        out.status.success(),
+        "gcc failed on {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
 }
 
 /// A private temporary folder, removed on drop.

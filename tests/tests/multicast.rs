@@ -4,34 +4,10 @@
 //! nothing more arrives. On one host (one daemon, loopback) and on two (veth between
 //! network namespaces). The daemons run in namespaces this test creates and removes.
 use rdma_emu_tests::*;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 const GROUP: &str = "239.1.2.3";
-
-/// Compiles `tests/c/mcast_ud.c`; `None` (with the reason) without libibverbs-dev.
-fn compile(dir: &Path) -> Option<PathBuf> {
-    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        let _ = cannot_run("libibverbs-dev is not installed (apt-get install libibverbs-dev)");
-        return None;
-    }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("c/mcast_ud.c");
-    let exe = dir.join("mcast_ud");
-    let out = Command::new("gcc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .expect("cannot run gcc");
-    assert!(
-        out.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(exe)
-}
 
 /// Two receivers (`(daemon, netns)` each) and a sender: both get the message, then
 /// detach and get nothing more.
@@ -70,7 +46,7 @@ fn exchange(exe: &Path, receivers: [(&Daemon, &Netns); 2], sender: (&Daemon, &Ne
 fn ud_multicast_on_one_host_reaches_both_receivers_until_they_detach() {
     let _s = serial();
     let dir = TempDir::new("mcast-c");
-    let Some(exe) = compile(dir.path()) else {
+    let Some(exe) = compile_c("mcast_ud", dir.path()) else {
         return;
     };
     let Some(ns) = loopback_ns("mc", true) else {
@@ -94,7 +70,7 @@ fn ud_multicast_on_one_host_reaches_both_receivers_until_they_detach() {
 fn ud_multicast_crosses_hosts_over_veth() {
     let _s = serial();
     let dir = TempDir::new("mcast-c");
-    let Some(exe) = compile(dir.path()) else {
+    let Some(exe) = compile_c("mcast_ud", dir.path()) else {
         return;
     };
     let Some(net) = two_hosts() else {

@@ -116,6 +116,22 @@ pub struct Device {
     pub(crate) qps: U32Map<Qp>,
     pub(crate) next_qpn: u32,
     pub(crate) mcast: crate::mcast::Groups,
+    /// A response forced on the next request of one QP (fault injection), see
+    /// [`Device::force_next_response`].
+    pub(crate) forced: Option<(u32, ForcedResponse)>,
+}
+
+/// A response the responder gives to a request instead of executing it (fault
+/// injection: `rdma-emu fault add DEV rnr|nak …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForcedResponse {
+    /// An RNR NAK, as with no receive WQE: only for requests that consume one (SEND
+    /// First/Only, RDMA WRITE Only with Immediate); the PSN stays, the requester retries.
+    Rnr,
+    /// A NAK with this code. `PsnSequenceError` makes the requester go back to the
+    /// expected PSN; the others are fatal on both sides, as when the responder found the
+    /// request at fault (invalid request, access error, operational error).
+    Nak(wire::roce::NakCode),
 }
 
 impl Device {
@@ -131,7 +147,20 @@ impl Device {
             qps: U32Map::default(),
             next_qpn: 16,
             mcast: crate::mcast::Groups::default(),
+            forced: None,
         }
+    }
+
+    /// The next in-order RC request that starts a message on `qpn`, if it arrives before
+    /// [`Device::clear_forced_response`], gets `response` instead of being executed. For
+    /// fault injection: the daemon sets it around one received datagram.
+    pub fn force_next_response(&mut self, qpn: Qpn, response: ForcedResponse) {
+        self.forced = Some((qpn.0, response));
+    }
+
+    /// Forgets a forced response that no request took; whether one was pending.
+    pub fn clear_forced_response(&mut self) -> bool {
+        self.forced.take().is_some()
     }
 
     /// Replaces the GID table (the netdev's addresses changed); QPs keep their resolved paths.

@@ -10,7 +10,7 @@ use wire::roce::{
 };
 
 use crate::attr::*;
-use crate::device::{Device, Objects};
+use crate::device::{Device, ForcedResponse, Objects};
 use crate::dma::{finish_icrc, scatter};
 use crate::execute::execute;
 use crate::memory::Memory;
@@ -24,6 +24,9 @@ pub(crate) enum Outcome {
     Done(u32),
     /// Send an RNR NAK (no receive WQE); the PSN stays.
     Rnr,
+    /// Send a PSN sequence error NAK for this very PSN (forced by fault injection); the
+    /// PSN stays and the requester retransmits from it.
+    Sequence,
     /// Fatal: NAK with this code, raise this event, move to error.
     Fatal(NakCode, Option<AsyncEvent>),
 }
@@ -54,7 +57,7 @@ impl Device {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) {
-        let Device { qps, o, .. } = self;
+        let Device { qps, o, forced, .. } = self;
         let Some(qp) = qps.get_mut(&qpn) else { return };
         let Some(conn) = qp.conn.as_mut() else { return };
         let psn = h.psn;
@@ -80,7 +83,10 @@ impl Device {
             duplicate(qp, o, psn, r);
             return;
         }
-        let outcome = execute(qp, o, h, r, payload, mem);
+        let outcome = match forced.take_if(|(q, f)| *q == qpn && takes_forced(*f, r)) {
+            Some((_, f)) => forced_outcome(qpn, f),
+            None => execute(qp, o, h, r, payload, mem),
+        };
         let Some(conn) = qp.conn.as_mut() else { return };
         match outcome {
             Outcome::Done(n) => {
@@ -107,6 +113,17 @@ impl Device {
                 });
                 o.counters.rnr_naks_sent += 1;
                 qp.counters.rnr_naks_sent += 1;
+            }
+            Outcome::Sequence => {
+                conn.resp.nak_sent = true;
+                let msn = conn.resp.msn;
+                conn.resp.out.push_back(RespOut::Ack {
+                    psn,
+                    syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                    msn,
+                });
+                o.counters.seq_naks_sent += 1;
+                qp.counters.seq_naks_sent += 1;
             }
             Outcome::Fatal(code, ev) => {
                 let msn = conn.resp.msn;
@@ -179,7 +196,7 @@ impl Device {
         let Some(conn) = qp.conn.as_mut() else { return };
         conn.resp.epsn = psn.wrapping_add(1);
         match outcome {
-            Outcome::Done(_) => {}
+            Outcome::Done(_) | Outcome::Sequence => {}
             Outcome::Rnr => {
                 o.counters.no_recv_wqe_drops += 1;
                 qp.counters.no_recv_wqe_drops += 1;
@@ -447,6 +464,45 @@ fn grh_bytes(d: &Datagram<'_>, payload_len: usize) -> [u8; 40] {
         _ => {}
     }
     g
+}
+
+/// Whether a forced response applies to request `r`: RNR only where a receive WQE would
+/// be consumed, a NAK on any request that starts a message. An in-progress message is
+/// never cut in two.
+fn takes_forced(f: ForcedResponse, r: &Request) -> bool {
+    let rnr = matches!(
+        r,
+        Request::Send(SendSeg::First | SendSeg::Only | SendSeg::OnlyImm(_) | SendSeg::OnlyInv(_))
+            | Request::Write(WriteSeg::OnlyImm(..))
+    );
+    match f {
+        ForcedResponse::Rnr => rnr,
+        ForcedResponse::Nak(_) => {
+            rnr || matches!(
+                r,
+                Request::Write(WriteSeg::First(_) | WriteSeg::Only(_))
+                    | Request::Read(_)
+                    | Request::CompareSwap(_)
+                    | Request::FetchAdd(_)
+            )
+        }
+    }
+}
+
+/// What a forced response does, with the async event the responder raises for it as if
+/// it had found the request at fault (IBA 11.6.3.1).
+fn forced_outcome(qpn: u32, f: ForcedResponse) -> Outcome {
+    match f {
+        ForcedResponse::Rnr => Outcome::Rnr,
+        ForcedResponse::Nak(NakCode::PsnSequenceError) => Outcome::Sequence,
+        ForcedResponse::Nak(code @ NakCode::InvalidRequest) => {
+            Outcome::Fatal(code, Some(AsyncEvent::QpReqErr(Qpn(qpn))))
+        }
+        ForcedResponse::Nak(code @ NakCode::RemoteAccessError) => {
+            Outcome::Fatal(code, Some(AsyncEvent::QpAccessErr(Qpn(qpn))))
+        }
+        ForcedResponse::Nak(code) => Outcome::Fatal(code, None),
+    }
 }
 
 /// Handles a duplicate request (IBA 9.7.5.1.2): re-ACK SEND/WRITE, re-execute READ,

@@ -6,6 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use wire::client::cm::{ps, CmIdSummary, CmReply, CmRequest};
+use wire::client::fault::{FaultAction, FaultInfo, FaultRequest, FaultSpec};
 use wire::client::{CounterSet, LinkInfo, ReplyBody, RequestBody};
 
 #[derive(Parser, Debug)]
@@ -54,11 +55,40 @@ enum Command {
     },
     /// Decode a pcap/pcapng file, one line per frame, ICRC and CRCs checked.
     Decode(emulator::decode::DecodeArgs),
+    /// Inject faults into a device's traffic (docs/faults.md).
+    Fault {
+        #[command(subcommand)]
+        action: FaultCmd,
+    },
     /// Show resources (like iproute2's `rdma resource show`): `res cm_id` lists the
     /// RDMA CM ids of your processes.
     Res {
         #[arg(value_parser = ["cm_id"], default_value = "cm_id")]
         kind: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum FaultCmd {
+    /// `fault add DEVICE drop|duplicate|reorder|corrupt|rnr [P%] [FILTERS]`,
+    /// `delay DURATION …`, `nak SYNDROME …`, `link down|up`, `kill-qp QPN`.
+    /// FILTERS: --qp N --opcode CLASS --dir rx|tx --addr IP --count N --seed N.
+    Add {
+        device: String,
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "FAULT"
+        )]
+        words: Vec<String>,
+    },
+    /// The rules in place, with their seeds and how often they fired.
+    List { device: Option<String> },
+    /// Remove every rule, a device's, or one (`fault clear DEVICE ID`).
+    Clear {
+        device: Option<String>,
+        id: Option<u32>,
     },
 }
 
@@ -105,9 +135,15 @@ fn gid_text(gid: &[u8; 16]) -> String {
 
 fn print_links(links: &[LinkInfo]) {
     for l in links {
-        let state = if l.state == 4 { "ACTIVE" } else { "DOWN" };
+        // As iproute2 prints them: a port taken down (`fault add DEV link down`) is
+        // DISABLED physically too.
+        let (state, phys) = if l.state == 4 {
+            ("ACTIVE", "LINK_UP")
+        } else {
+            ("DOWN", "DISABLED")
+        };
         let mtu = wire::client::verbs::mtu::to_bytes(l.active_mtu).unwrap_or(0);
-        println!("link {}/1 state {state} physical_state LINK_UP netdev {} type {} mtu {mtu} netdev_mtu {}", l.name, l.netdev, l.link_type, l.netdev_mtu);
+        println!("link {}/1 state {state} physical_state {phys} netdev {} type {} mtu {mtu} netdev_mtu {}", l.name, l.netdev, l.link_type, l.netdev_mtu);
         for g in &l.gids {
             let kind = match g.gid_type {
                 wire::client::verbs::gid_type::ROCE_V2 => " RoCE v2",
@@ -341,6 +377,7 @@ fn main() -> ExitCode {
             file,
             count,
         } => capture(&cli, device, file, *count),
+        Command::Fault { action } => fault(&cli, action),
         Command::Res { .. } => {
             call(&cli, RequestBody::Cm(CmRequest::ListIds)).and_then(|b| match b {
                 ReplyBody::Cm(CmReply::Ids(ids)) => {
@@ -357,6 +394,69 @@ fn main() -> ExitCode {
             eprintln!("rdma-emu: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `rdma-emu fault …`.
+fn fault(cli: &Cli, action: &FaultCmd) -> Result<(), String> {
+    let request = match action {
+        FaultCmd::Add { device, words } => {
+            let spec = FaultSpec::parse(words).map_err(|e| format!("fault add: {e}"))?;
+            let rule = matches!(spec, FaultSpec::Rule(_));
+            let killed = match spec {
+                FaultSpec::Action(FaultAction::KillQp(q)) => Some(q),
+                _ => None,
+            };
+            let reply = call(
+                cli,
+                RequestBody::Fault(FaultRequest::Add {
+                    device: device.clone(),
+                    spec,
+                }),
+            );
+            return match reply {
+                Ok(ReplyBody::Faults(rules)) => {
+                    print_faults(&rules);
+                    Ok(())
+                }
+                Ok(other) => Err(format!("unexpected reply {other:?}")),
+                Err(e) if rule && e.contains("not supported") => Err(format!(
+                    "{device}: {e}: packet faults act on RoCE (rxe) devices; an iWARP device's \
+                     packets are the kernel's TCP segments (use `link down` or `kill-qp`, or \
+                     tc netem on its interface)"
+                )),
+                Err(e) if e.contains("No such file") && killed.is_some() => {
+                    Err(format!("{device}: no QP {}", killed.unwrap_or_default()))
+                }
+                Err(e) => Err(format!("{device}: {e}")),
+            };
+        }
+        FaultCmd::List { device } => FaultRequest::List {
+            device: device.clone(),
+        },
+        FaultCmd::Clear { device, id } => FaultRequest::Clear {
+            device: device.clone(),
+            id: *id,
+        },
+    };
+    match call(cli, RequestBody::Fault(request))? {
+        ReplyBody::Faults(rules) => {
+            print_faults(&rules);
+            Ok(())
+        }
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
+/// One line per rule: its id and device, what `fault add` would take back, then its
+/// state: the seed, packets matched and fired on, and the decisions for the first 64
+/// matching packets (bit i set: the rule fired on the i-th).
+fn print_faults(rules: &[FaultInfo]) {
+    for r in rules {
+        println!(
+            "{} {} {} seed {} matched {} fired {} pattern {:#018x}",
+            r.id, r.device, r.rule, r.seed, r.matched, r.fired, r.pattern
+        );
     }
 }
 

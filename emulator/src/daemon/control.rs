@@ -136,7 +136,13 @@ impl Engine {
         // (or root), not for everyone the socket's group lets in.
         let admin = matches!(
             body,
-            RequestBody::LinkAdd { .. } | RequestBody::LinkDel { .. } | RequestBody::Capture { .. }
+            RequestBody::LinkAdd { .. }
+                | RequestBody::LinkDel { .. }
+                | RequestBody::Capture { .. }
+                | RequestBody::Fault(
+                    wire::client::fault::FaultRequest::Add { .. }
+                        | wire::client::fault::FaultRequest::Clear { .. }
+                )
         );
         if admin
             && !self
@@ -433,6 +439,7 @@ impl Engine {
                 self.remove_device(&name)?;
                 ok(ReplyBody::Ok)
             }
+            R::Fault(req) => self.fault_request(now, req),
             R::AttachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
                 self.mcast_verb(session, ctx, qpn, gid, lid, true)

@@ -510,6 +510,12 @@ impl Nic for CoreNic {
             .dev
             .modify_qp(now, Qpn(qpn), &attr, core::QpAttrMask::STATE);
     }
+    fn force_next_response(&mut self, qpn: u32, response: core::ForcedResponse) {
+        self.dev.force_next_response(Qpn(qpn), response);
+    }
+    fn clear_forced_response(&mut self) -> bool {
+        self.dev.clear_forced_response()
+    }
     fn release_client(&mut self, now: Instant, owner: Owner) {
         self.dev.release_client(now, core::ClientId(owner));
     }

@@ -3,6 +3,7 @@
 
 use super::device::Device;
 use super::engine::Engine;
+use super::fault::{self, PacketView};
 use super::nic::EventElement;
 use super::objects::{Kind, Object, Qp, Ring};
 use super::sys::{self, Mapping};
@@ -10,6 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
+use wire::client::fault::Direction;
 use wire::client::proto::Handle;
 use wire::client::ring::{ARM_NEXT, ARM_SOLICITED};
 use wire::client::slot::{CqeRepr, RecvWqe, RecvWqeRepr, SendData, SendWqe, SendWqeRepr};
@@ -33,12 +35,128 @@ fn is_local(d: &Device, dst: SocketAddr) -> bool {
             .any(|(_, s)| s.local.ip() == dst.ip() && s.local.port() == dst.port())
 }
 
-/// Sends staged packets, batching consecutive ones that leave from the same socket.
-/// With `local`, packets addressed to the device itself go straight to its receive path.
-/// Sends `bufs` (or, on the local path, hands them straight to the device's receive side).
+/// Sends staged packets through the device's fault rules (when it has any), then out.
 /// True when anything was delivered locally: the core may then have new output (ACKs,
 /// READ responses) that must leave before this pass hands out completions.
 pub(super) fn transmit(
+    d: &mut Device,
+    bufs: &[Vec<u8>],
+    meta: &[(SocketAddr, SocketAddr)],
+    local: bool,
+    now: Instant,
+    mem: &mut super::memory::ProcMem,
+) -> bool {
+    if !d.faults.active() {
+        return transmit_now(d, bufs, meta, local, now, mem);
+    }
+    let mut out_bufs = Vec::with_capacity(bufs.len());
+    let mut out_meta = Vec::with_capacity(meta.len());
+    for (buf, &(src, dst)) in bufs.iter().zip(meta) {
+        let view = PacketView::new(Direction::Tx, src, dst, buf);
+        let nic = &d.nic;
+        let fate = d
+            .faults
+            .judge(now, &view, &|q| nic.query_qp(q).ok().map(|a| a.dest_qp_num));
+        if fate.drop {
+            continue;
+        }
+        let mut bytes = buf.clone();
+        if fate.corrupt {
+            fault::corrupt(&mut bytes);
+        }
+        if fate.hold_until.is_some() || fate.reorder {
+            match d.faults.hold(now, &fate, &view, bytes) {
+                Ok(()) => continue,
+                Err(back) => bytes = back,
+            }
+        }
+        d.faults.passed(now, Direction::Tx);
+        if fate.duplicate {
+            out_bufs.push(bytes.clone());
+            out_meta.push((src, dst));
+        }
+        out_bufs.push(bytes);
+        out_meta.push((src, dst));
+    }
+    let delivered = transmit_now(d, &out_bufs, &out_meta, local, now, mem);
+    release_held(d, local, now, mem) || delivered
+}
+
+/// Sends (or delivers) the packets the fault rules held back whose time has come.
+/// Whether anything was released.
+pub(super) fn release_held(
+    d: &mut Device,
+    local: bool,
+    now: Instant,
+    mem: &mut super::memory::ProcMem,
+) -> bool {
+    let due = d.faults.take_due(now);
+    if due.is_empty() {
+        return false;
+    }
+    let mut bufs = Vec::new();
+    let mut meta = Vec::new();
+    for h in due {
+        match h.dir {
+            Direction::Tx => {
+                bufs.push(h.bytes);
+                meta.push((h.src, h.dst));
+            }
+            Direction::Rx => d.deliver(now, h.src, h.dst, &h.bytes, mem),
+        }
+    }
+    transmit_now(d, &bufs, &meta, local, now, mem);
+    true
+}
+
+/// A datagram arrived for the device (from its socket or its own local path): through
+/// the fault rules, then into the CM agent or the core.
+pub(super) fn receive(
+    d: &mut Device,
+    now: Instant,
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload: &[u8],
+    mem: &mut super::memory::ProcMem,
+) {
+    if !d.faults.active() {
+        d.deliver(now, src, dst, payload, mem);
+        return;
+    }
+    let view = PacketView::new(Direction::Rx, src, dst, payload);
+    let fate = d.faults.judge(now, &view, &|_| None);
+    if fate.drop {
+        return;
+    }
+    let mut owned = None;
+    if fate.corrupt {
+        let mut bytes = payload.to_vec();
+        fault::corrupt(&mut bytes);
+        owned = Some(bytes);
+    }
+    if fate.hold_until.is_some() || fate.reorder {
+        let bytes = owned.take().unwrap_or_else(|| payload.to_vec());
+        match d.faults.hold(now, &fate, &view, bytes) {
+            Ok(()) => return,
+            Err(back) => owned = Some(back),
+        }
+    }
+    d.faults.passed(now, Direction::Rx);
+    let bytes = owned.as_deref().unwrap_or(payload);
+    for _ in 0..=u8::from(fate.duplicate) {
+        if let Some((qpn, response)) = fate.force {
+            d.nic.force_next_response(qpn, response);
+        }
+        d.deliver(now, src, dst, bytes, mem);
+        if d.nic.clear_forced_response() {
+            d.faults.counters.forced_unused += 1;
+        }
+    }
+}
+
+/// Sends staged packets, batching consecutive ones that leave from the same socket.
+/// With `local`, packets addressed to the device itself go straight to its receive path.
+fn transmit_now(
     d: &mut Device,
     bufs: &[Vec<u8>],
     meta: &[(SocketAddr, SocketAddr)],
@@ -61,7 +179,7 @@ pub(super) fn transmit(
             for c in &mut d.captures {
                 c.record(d.netdev.mac, src, dst, &bufs[at]);
             }
-            d.deliver(now, src, dst, &bufs[at], mem);
+            receive(d, now, src, dst, &bufs[at], mem);
             delivered_locally = true;
             for c in &mut d.captures {
                 c.record(d.netdev.mac, src, dst, &bufs[at]);

@@ -68,6 +68,8 @@ pub struct Device {
     /// REQs and SIDR_REQs for a service nobody listens on yet, held for a moment
     /// (`cm::gsi::LISTEN_GRACE`) before the agent rejects them.
     pub(in crate::daemon) parked_reqs: Vec<super::cm::gsi::ParkedReq>,
+    /// Fault injection (`rdma-emu fault`): rules, held packets, the link state.
+    pub faults: super::fault::Faults,
 }
 
 /// What following the interface's addresses changed: sockets to deregister and drop, and
@@ -176,6 +178,7 @@ impl Device {
             gsi_psn: 0,
             gsi_rx_dropped: 0,
             parked_reqs: Vec::new(),
+            faults: Default::default(),
         })
     }
 
@@ -326,6 +329,15 @@ impl Device {
 
     /// `ibv_query_port` for port 1.
     pub fn port_attr(&self) -> PortAttr {
+        let mut attr = self.port_attr_up();
+        if self.faults.link_down {
+            attr.state = port_state::DOWN;
+            attr.phys_state = 3; // Disabled
+        }
+        attr
+    }
+
+    fn port_attr_up(&self) -> PortAttr {
         if super::siw::is_siw(self) {
             return super::siw::port_attr(self); // siw hook
         }
@@ -386,7 +398,7 @@ impl Device {
             name: self.spec.name.clone(),
             link_type: self.spec.link_type.clone(),
             netdev: self.netdev.name.clone(),
-            state: port_state::ACTIVE,
+            state: self.port_attr().state,
             active_mtu: mtu::from_bytes(self.mtu).unwrap_or(mtu::MTU_1024),
             netdev_mtu: self.netdev.mtu,
             gids: self.gid_entries(),

@@ -122,6 +122,8 @@ pub struct Engine {
     pub(super) reload: Option<super::reload::Reload>,
     /// rtnetlink address notifications (None: the kernel refused the socket).
     pub(super) netlink: Option<OwnedFd>,
+    /// The id the next fault rule gets (`rdma-emu fault add`).
+    pub(super) next_fault_id: u32,
 }
 
 impl Engine {
@@ -190,10 +192,12 @@ impl Engine {
             cm: super::cm::CmTables::new(cfg_seed),
             reload: None,
             netlink,
+            next_fault_id: 1,
         };
         for dev in devices {
             engine.add_device(dev.expect("just opened"))?;
         }
+        engine.faults_from_env()?;
         Ok(engine)
     }
 
@@ -287,6 +291,7 @@ impl Engine {
                         d.nic.poll_timeout(),
                         d.cm.poll_timeout(),
                         d.parked_deadline(),
+                        d.faults.next_release(),
                     ]
                 })
                 .flatten()
@@ -345,6 +350,11 @@ impl Engine {
             worked = true;
         }
         worked |= self.drain_rings(now);
+        for d in self.devices.iter_mut().flatten() {
+            if d.faults.next_release().is_some_and(|t| t <= now) {
+                worked |= super::datapath::release_held(d, self.cfg.local_path, now, &mut self.mem);
+            }
+        }
         worked |= self.drive_cores(now);
         worked |= self.drive_cm(now);
         Ok(worked)
@@ -369,7 +379,7 @@ impl Engine {
                     continue;
                 };
                 let payload = &self.rx.bufs[i][..len];
-                d.deliver(now, src, dst, payload, &mut self.mem);
+                super::datapath::receive(d, now, src, dst, payload, &mut self.mem);
                 for c in &mut d.captures {
                     c.record(d.netdev.mac, src, dst, payload);
                 }

@@ -15,6 +15,7 @@ pub mod core_nic;
 mod datapath;
 pub mod device;
 mod engine;
+pub mod fault;
 pub mod gid_table;
 mod mcast;
 pub mod memory;

@@ -278,6 +278,12 @@ impl Engine {
                     counters.push(("cm_rx_duplicates".into(), cm.rx_duplicates));
                     counters.push(("cm_rx_dropped".into(), cm.rx_dropped + d.gsi_rx_dropped));
                     counters.push(("cm_connections".into(), d.cm.connection_count() as u64));
+                    counters.extend(
+                        d.faults
+                            .counter_list()
+                            .iter()
+                            .map(|&(n, v)| (n.to_string(), v)),
+                    );
                     sets.push(CounterSet {
                         device: d.name().into(),
                         qpn: None,

@@ -24,6 +24,7 @@
 
 pub mod cm;
 pub mod event;
+pub mod fault;
 pub mod proto;
 pub mod ring;
 pub mod slot;

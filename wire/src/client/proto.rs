@@ -189,6 +189,8 @@ pub enum RequestBody {
         gid: [u8; 16],
         lid: u16,
     },
+    /// Fault injection (`rdma-emu fault`): see [`super::fault`]. Reply `Faults`.
+    Fault(super::fault::FaultRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -255,6 +257,7 @@ pub enum ReplyBody {
     Stat(Vec<CounterSet>),
     Links(Vec<LinkInfo>),
     Cm(super::cm::CmReply),
+    Faults(Vec<super::fault::FaultInfo>),
 }
 
 /// One device in the `Hello` reply (what `ibv_get_device_list` needs).

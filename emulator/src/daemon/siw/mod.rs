@@ -167,6 +167,7 @@ pub fn open_device(spec: &DeviceSpec, seed: u64) -> io::Result<Device> {
         gsi_psn: 0,
         gsi_rx_dropped: 0,
         parked_reqs: Vec::new(),
+        faults: Default::default(),
         mtu,
         udp: UdpBackend::default(),
         nic: Box::new(nic),
