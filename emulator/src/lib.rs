@@ -3,3 +3,4 @@
 pub use emu_core as core;
 pub mod daemon;
 pub mod decode;
+pub mod top;

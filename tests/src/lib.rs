@@ -106,7 +106,7 @@ pub struct Netns {
 }
 
 impl Netns {
-    fn exec_prefix(&self) -> Vec<String> {
+    pub fn exec_prefix(&self) -> Vec<String> {
         vec![
             "ip".into(),
             "netns".into(),

@@ -90,7 +90,7 @@ pub fn build_release() -> Result<(PathBuf, PathBuf), String> {
 
 /// The Debian packages the tests and the demo run: the unmodified RDMA programs, the
 /// headers the ABI test compiles against, tshark for the wire checks, iproute2 for the
-/// network namespaces.
+/// network namespaces, tmux for the terminal test of `rdma-emu top`.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "rdmacm-utils",
@@ -101,6 +101,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "tshark",
     "iproute2",
     "gcc",
+    "tmux",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

@@ -1,8 +1,9 @@
 //! The device: object tables and the verbs that create, change and destroy them.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
-use wire::roce::{Lkey, Qpn, Rkey};
+use wire::roce::{Lkey, Psn, Qpn, Rkey};
 
 use crate::attr::*;
 use crate::mr::{Keys, Region};
@@ -121,6 +122,34 @@ pub struct Device {
     pub(crate) forced: Option<(u32, ForcedResponse)>,
 }
 
+/// A snapshot of one QP (`Device::qp_statuses`).
+#[derive(Debug, Clone)]
+pub struct QpStatus {
+    pub qpn: Qpn,
+    pub owner: ClientId,
+    pub qp_type: QpType,
+    pub state: QpState,
+    /// The connected peer's QP (RC, UC).
+    pub dest_qpn: Option<Qpn>,
+    /// The peer's address (RC, UC once past RTR).
+    pub peer: Option<SocketAddr>,
+    /// The PSN the next new packet gets (requester).
+    pub next_psn: Option<Psn>,
+    /// The oldest unacknowledged PSN (requester; equals `next_psn` when idle).
+    pub unacked_psn: Option<Psn>,
+    /// The PSN the responder expects next.
+    pub expected_psn: Option<Psn>,
+    /// Packets sent and not yet acknowledged.
+    pub in_flight: u32,
+    /// Send WRs not yet completed.
+    pub send_queued: usize,
+    /// Receive WRs posted and not yet consumed.
+    pub recv_posted: usize,
+    /// Waiting out an RNR NAK's timer.
+    pub rnr_waiting: bool,
+    pub counters: Counters,
+}
+
 /// A response the responder gives to a request instead of executing it (fault
 /// injection: `rdma-emu fault add DEV rnr|nak …`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +210,38 @@ impl Device {
     /// A QP's counters.
     pub fn qp_counters(&self, qpn: Qpn) -> Option<&Counters> {
         self.qps.get(&qpn.0).map(|q| &q.counters)
+    }
+
+    /// Where every QP stands (for `rdma-emu top` and `rdma-emu res qp`), by number.
+    pub fn qp_statuses(&self) -> Vec<QpStatus> {
+        let mut out: Vec<QpStatus> = self
+            .qps
+            .values()
+            .map(|q| {
+                let conn = q.conn.as_deref();
+                let req = conn.and_then(|c| c.req.as_ref());
+                QpStatus {
+                    qpn: q.qpn,
+                    owner: q.owner,
+                    qp_type: q.qp_type,
+                    state: q.state,
+                    dest_qpn: conn.filter(|_| q.qp_type != QpType::Ud).map(|c| c.dest_qpn),
+                    peer: conn.and_then(|c| c.path.as_ref()).map(|p| p.dst),
+                    next_psn: req.map(|r| r.next_psn),
+                    unacked_psn: req.map(|r| r.una),
+                    expected_psn: conn
+                        .filter(|_| q.qp_type != QpType::Ud)
+                        .map(|c| c.resp.epsn),
+                    in_flight: req.map_or(0, |r| r.next_psn.distance(r.una).max(0) as u32),
+                    send_queued: q.sq.len(),
+                    recv_posted: q.rq.len(),
+                    rnr_waiting: req.is_some_and(|r| r.rnr_waiting),
+                    counters: q.counters,
+                }
+            })
+            .collect();
+        out.sort_by_key(|s| s.qpn.0);
+        out
     }
 
     /// Number of armed timers (0 when the device is idle).

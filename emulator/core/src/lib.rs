@@ -58,7 +58,7 @@ mod timers;
 pub mod types;
 
 pub use attr::*;
-pub use device::{Device, ForcedResponse};
+pub use device::{Device, ForcedResponse, QpStatus};
 pub use memory::{Memory, MemoryFault, VecMemory};
 pub use types::*;
 pub use wire::roce::{Lkey, Psn, Qkey, Qpn, Rkey};

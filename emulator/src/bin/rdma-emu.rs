@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use wire::client::cm::{ps, CmIdSummary, CmReply, CmRequest};
 use wire::client::fault::{FaultAction, FaultInfo, FaultRequest, FaultSpec};
-use wire::client::{CounterSet, LinkInfo, ReplyBody, RequestBody};
+use wire::client::{CounterSet, LinkInfo, QpSummary, ReplyBody, RequestBody};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -55,6 +55,18 @@ enum Command {
     },
     /// Decode a pcap/pcapng file, one line per frame, ICRC and CRCs checked.
     Decode(emulator::decode::DecodeArgs),
+    /// A live view of devices and QPs (state, peer, PSNs, in flight, rates, retransmits,
+    /// RNRs), refreshed until Ctrl-C.
+    Top {
+        /// Only this device.
+        device: Option<String>,
+        /// Seconds between refreshes.
+        #[arg(short = 'd', long, default_value_t = 1.0)]
+        interval: f64,
+        /// Print this many frames, then stop (no screen clearing).
+        #[arg(short = 'n', long)]
+        iterations: Option<u64>,
+    },
     /// Inject faults into a device's traffic (docs/faults.md).
     Fault {
         #[command(subcommand)]
@@ -63,7 +75,7 @@ enum Command {
     /// Show resources (like iproute2's `rdma resource show`): `res cm_id` lists the
     /// RDMA CM ids of your processes.
     Res {
-        #[arg(value_parser = ["cm_id"], default_value = "cm_id")]
+        #[arg(value_parser = ["cm_id", "qp"], default_value = "cm_id")]
         kind: String,
     },
 }
@@ -378,6 +390,19 @@ fn main() -> ExitCode {
             count,
         } => capture(&cli, device, file, *count),
         Command::Fault { action } => fault(&cli, action),
+        Command::Res { kind } if kind == "qp" => call(&cli, RequestBody::QpList { device: None })
+            .and_then(|b| match b {
+                ReplyBody::Qps(qps) => {
+                    print_qps(&qps);
+                    Ok(())
+                }
+                other => Err(format!("unexpected reply {other:?}")),
+            }),
+        Command::Top {
+            device,
+            interval,
+            iterations,
+        } => top(&cli, device.as_deref(), *interval, *iterations),
         Command::Res { .. } => {
             call(&cli, RequestBody::Cm(CmRequest::ListIds)).and_then(|b| match b {
                 ReplyBody::Cm(CmReply::Ids(ids)) => {
@@ -457,6 +482,124 @@ fn print_faults(rules: &[FaultInfo]) {
             "{} {} {} seed {} matched {} fired {} pattern {:#018x}",
             r.id, r.device, r.rule, r.seed, r.matched, r.fired, r.pattern
         );
+    }
+}
+
+/// One line per QP, in the shape of iproute2's `rdma resource show qp`.
+fn print_qps(qps: &[QpSummary]) {
+    for q in qps {
+        let kind = match q.qp_type {
+            2 => "RC",
+            3 => "UC",
+            4 => "UD",
+            _ => "-",
+        };
+        let state = match q.state {
+            0 => "RESET",
+            1 => "INIT",
+            2 => "RTR",
+            3 => "RTS",
+            4 => "SQD",
+            5 => "SQE",
+            6 => "ERR",
+            _ => "-",
+        };
+        let mut line = format!(
+            "link {}/1 lqpn {} type {kind} state {state}",
+            q.device, q.qpn
+        );
+        if let Some(r) = q.dest_qpn {
+            line += &format!(" rqpn {r}");
+        }
+        if let Some(p) = q.expected_psn {
+            line += &format!(" rq-psn {p}");
+        }
+        if let Some(p) = q.next_psn {
+            line += &format!(" sq-psn {p}");
+        }
+        if let Some(p) = q.peer {
+            line += &format!(" dst-addr {}", p.ip());
+        }
+        println!("{line} pid {}", q.pid);
+    }
+}
+
+/// `rdma-emu top`: one frame per interval, the screen cleared between frames on a
+/// terminal.
+fn top(
+    cli: &Cli,
+    device: Option<&str>,
+    interval: f64,
+    iterations: Option<u64>,
+) -> Result<(), String> {
+    use std::io::{IsTerminal, Write};
+    if !(0.05..=3600.0).contains(&interval) {
+        return Err(format!(
+            "top: an interval of {interval} s is out of 0.05..3600"
+        ));
+    }
+    let device = device.map(str::to_string);
+    let mut history = emulator::top::History::default();
+    let clear = std::io::stdout().is_terminal() && iterations.is_none();
+    let mut shown = 0u64;
+    loop {
+        let links = match call(cli, RequestBody::LinkShow)? {
+            ReplyBody::Links(l) => l
+                .into_iter()
+                .filter(|l| device.as_ref().is_none_or(|d| *d == l.name))
+                .collect::<Vec<_>>(),
+            other => return Err(format!("unexpected reply {other:?}")),
+        };
+        if let Some(d) = &device {
+            if links.is_empty() {
+                return Err(format!("top: no device {d}"));
+            }
+        }
+        let stats = match call(
+            cli,
+            RequestBody::Stat {
+                device: device.clone(),
+                qpn: None,
+            },
+        )? {
+            ReplyBody::Stat(s) => s,
+            other => return Err(format!("unexpected reply {other:?}")),
+        };
+        let qps = match call(
+            cli,
+            RequestBody::QpList {
+                device: device.clone(),
+            },
+        )? {
+            ReplyBody::Qps(q) => q,
+            other => return Err(format!("unexpected reply {other:?}")),
+        };
+        let frame = emulator::top::Frame {
+            at: std::time::Instant::now(),
+            links,
+            stats,
+            qps,
+        };
+        let header = format!(
+            "rdma-emu top: {} device(s), {} QP(s), every {interval} s (Ctrl-C quits)",
+            frame.links.len(),
+            frame.qps.len()
+        );
+        let text = history.render(&frame, &header);
+        let mut out = std::io::stdout().lock();
+        let written = if clear {
+            write!(out, "\x1b[H\x1b[2J{text}")
+        } else {
+            writeln!(out, "{text}")
+        };
+        if written.and_then(|()| out.flush()).is_err() {
+            return Ok(()); // the reader went away (a closed pipe)
+        }
+        shown += 1;
+        if iterations.is_some_and(|n| shown >= n) {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_secs_f64(interval));
     }
 }
 

@@ -440,6 +440,7 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             R::Fault(req) => self.fault_request(now, req),
+            R::QpList { device } => self.qp_list(device),
             R::AttachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
                 self.mcast_verb(session, ctx, qpn, gid, lid, true)

@@ -580,6 +580,34 @@ impl Nic for CoreNic {
     fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>> {
         self.dev.qp_counters(Qpn(qpn)).map(named)
     }
+    fn qp_summaries(&self) -> Vec<proto::QpSummary> {
+        self.dev
+            .qp_statuses()
+            .into_iter()
+            .map(|s| proto::QpSummary {
+                device: String::new(),
+                qpn: s.qpn.0,
+                pid: s.owner.0,
+                qp_type: s.qp_type as u32,
+                state: s.state as u32,
+                dest_qpn: s.dest_qpn.map(|q| q.0),
+                peer: s.peer,
+                next_psn: s.next_psn.map(Psn::value),
+                unacked_psn: s.unacked_psn.map(Psn::value),
+                expected_psn: s.expected_psn.map(Psn::value),
+                in_flight: s.in_flight,
+                send_queued: s.send_queued as u32,
+                recv_posted: s.recv_posted as u32,
+                rnr_waiting: s.rnr_waiting,
+                sent_pkts: s.counters.sent_pkts,
+                rcvd_pkts: s.counters.rcvd_pkts,
+                retransmitted_pkts: s.counters.retransmitted_pkts,
+                rnr_naks_rcvd: s.counters.rnr_naks_rcvd,
+                rnr_naks_sent: s.counters.rnr_naks_sent,
+                seq_naks_rcvd: s.counters.seq_naks_rcvd,
+            })
+            .collect()
+    }
     fn attach_mcast(&mut self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), Errno> {
         self.dev
             .attach_mcast(Qpn(qpn), core::Gid(gid), lid)

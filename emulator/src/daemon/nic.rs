@@ -180,6 +180,11 @@ pub trait Nic {
     fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)>;
     fn counters(&self) -> Vec<(String, u64)>;
     fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>>;
+    /// Every QP (`rdma-emu top`, `res qp`): `device` and `pid` are left for the caller,
+    /// `pid` holds the owner.
+    fn qp_summaries(&self) -> Vec<wire::client::QpSummary> {
+        Vec::new()
+    }
     /// `ibv_attach_mcast` (UD multicast): EOPNOTSUPP where the transport has none.
     fn attach_mcast(&mut self, qpn: u32, gid: [u8; 16], lid: u16) -> Result<(), Errno> {
         let _ = (qpn, gid, lid);

@@ -245,6 +245,33 @@ impl Engine {
         ))
     }
 
+    /// `rdma-emu top`, `res qp`: every QP of the devices asked for, with its owner's pid.
+    pub(super) fn qp_list(&self, device: Option<String>) -> Answer {
+        if device
+            .as_deref()
+            .is_some_and(|n| self.device_index(n).is_none())
+        {
+            return Err(libc::ENODEV);
+        }
+        let mut out = Vec::new();
+        for d in self.devices.iter().flatten() {
+            if device.as_deref().is_some_and(|n| n != d.name()) {
+                continue;
+            }
+            for mut q in d.nic.qp_summaries() {
+                let owner = wire::client::proto::Handle(q.pid);
+                q.pid = self
+                    .objects
+                    .get(&owner)
+                    .and_then(|o| self.sessions.get(&o.session))
+                    .map_or(0, |s| s.pid);
+                q.device = d.name().to_string();
+                out.push(q);
+            }
+        }
+        ok(ReplyBody::Qps(out))
+    }
+
     pub(super) fn stat(&self, device: Option<String>, qpn: Option<u32>) -> Answer {
         let mut sets = Vec::new();
         for d in self.devices.iter().flatten() {

@@ -191,6 +191,11 @@ pub enum RequestBody {
     },
     /// Fault injection (`rdma-emu fault`): see [`super::fault`]. Reply `Faults`.
     Fault(super::fault::FaultRequest),
+    /// Every QP of a device (all devices when `None`), as `rdma-emu top` and `rdma-emu res
+    /// qp` show them. Reply `Qps`.
+    QpList {
+        device: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -258,6 +263,7 @@ pub enum ReplyBody {
     Links(Vec<LinkInfo>),
     Cm(super::cm::CmReply),
     Faults(Vec<super::fault::FaultInfo>),
+    Qps(Vec<QpSummary>),
 }
 
 /// One device in the `Hello` reply (what `ibv_get_device_list` needs).
@@ -450,6 +456,37 @@ pub struct CounterSet {
     pub device: String,
     pub qpn: Option<u32>,
     pub counters: Vec<(String, u64)>,
+}
+
+/// One QP as `rdma-emu top` and `rdma-emu res qp` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpSummary {
+    pub device: String,
+    pub qpn: u32,
+    /// The owning process (0 when unknown).
+    pub pid: u32,
+    /// `enum ibv_qp_type`.
+    pub qp_type: u32,
+    /// `enum ibv_qp_state`.
+    pub state: u32,
+    pub dest_qpn: Option<u32>,
+    pub peer: Option<std::net::SocketAddr>,
+    /// Requester: the next PSN, the oldest unacknowledged one.
+    pub next_psn: Option<u32>,
+    pub unacked_psn: Option<u32>,
+    /// Responder: the PSN expected next.
+    pub expected_psn: Option<u32>,
+    /// Packets sent and not yet acknowledged.
+    pub in_flight: u32,
+    pub send_queued: u32,
+    pub recv_posted: u32,
+    pub rnr_waiting: bool,
+    pub sent_pkts: u64,
+    pub rcvd_pkts: u64,
+    pub retransmitted_pkts: u64,
+    pub rnr_naks_rcvd: u64,
+    pub rnr_naks_sent: u64,
+    pub seq_naks_rcvd: u64,
 }
 
 /// One device as `rdma-emu link show` prints it.
