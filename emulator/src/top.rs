@@ -194,6 +194,8 @@ mod tests {
                 active_mtu: 5,
                 netdev_mtu: 65536,
                 gids: Vec::new(),
+                mpa_crc: None,
+                mpa_markers: None,
             }],
             stats: vec![CounterSet {
                 device: "rxe0".into(),

@@ -627,10 +627,8 @@ fn a_second_daemon_on_the_same_socket_is_refused() {
     let cfg = emulator::daemon::Config {
         socket: d.socket.clone(),
         devices: vec![emulator::daemon::DeviceSpec {
-            name: "rxe0".into(),
-            link_type: "rxe".into(),
-            netdev: "lo".into(),
             addrs: Some(vec!["127.0.0.254".parse().unwrap()]),
+            ..emulator::daemon::DeviceSpec::new("rxe0", "rxe", "lo")
         }],
         ..emulator::daemon::Config::default()
     };

@@ -378,6 +378,28 @@ fn faults_from_the_environment_are_in_place_at_start() {
     let removed = fault(&daemon, &["clear", "rxe0", "1"]);
     assert!(removed.starts_with("1 rxe0 drop"), "{removed}");
     assert!(!fault(&daemon, &["list"]).contains("drop"));
+    drop(daemon);
+    // The configuration file's come first, then the environment's.
+    let dir = TempDir::new("faults-config");
+    let config = dir.path().join("rdma-emud.toml");
+    std::fs::write(
+        &config,
+        "faults = [\"rxe0 rnr --count 2\", \"rxe0 duplicate 1%; rxe0 link down\"]\n",
+    )
+    .expect("config written");
+    let daemon = Daemon::start_env(
+        None,
+        &["--config", config.to_str().expect("utf-8 path")],
+        &[("RDMA_EMU_FAULTS", "rxe0 corrupt 1%")],
+    );
+    let list = fault(&daemon, &["list"]);
+    let rules: Vec<&str> = list.lines().collect();
+    assert_eq!(rules.len(), 3, "{list}");
+    assert!(rules[0].starts_with("1 rxe0 rnr --count 2 "), "{list}");
+    assert!(rules[1].starts_with("2 rxe0 duplicate 1% "), "{list}");
+    assert!(rules[2].starts_with("3 rxe0 corrupt 1% "), "{list}");
+    let link = daemon.cli(None, &["link", "show"]);
+    assert!(link.stdout.contains("link rxe0/1 state DOWN"), "{}", link.stdout);
 }
 
 #[test]

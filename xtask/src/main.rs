@@ -89,8 +89,9 @@ pub fn build_release() -> Result<(PathBuf, PathBuf), String> {
 }
 
 /// The Debian packages the tests and the demo run: the unmodified RDMA programs, the
-/// headers the ABI test compiles against, tshark for the wire checks, iproute2 for the
-/// network namespaces, tmux for the terminal test of `rdma-emu top`.
+/// headers the ABI test compiles against, tshark for the wire checks, tcpdump to capture
+/// what the kernel carries, iproute2 for the network namespaces, tmux for the terminal
+/// test of `rdma-emu top`.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "rdmacm-utils",
@@ -99,6 +100,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "libibverbs-dev",
     "librdmacm-dev",
     "tshark",
+    "tcpdump",
     "iproute2",
     "gcc",
     "tmux",

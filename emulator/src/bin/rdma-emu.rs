@@ -107,10 +107,11 @@ enum FaultCmd {
 #[derive(Subcommand, Debug)]
 enum LinkAction {
     Show,
-    /// `link add NAME type rxe|siw netdev IFACE`
+    /// `link add NAME type rxe|siw netdev IFACE [crc on|off] [markers on|off]` (crc and
+    /// markers: what a siw device asks for in MPA; off by default, as Linux siw)
     Add {
         name: String,
-        #[arg(num_args = 4, value_names = ["type", "TYPE", "netdev", "IFACE"])]
+        #[arg(num_args = 4.., value_name = "KEY VALUE")]
         rest: Vec<String>,
     },
     /// `link del NAME`
@@ -145,6 +146,64 @@ fn gid_text(gid: &[u8; 16]) -> String {
     }
 }
 
+const LINK_ADD_USAGE: &str =
+    "usage: rdma-emu link add NAME type rxe|siw netdev IFACE [crc on|off] [markers on|off]";
+
+/// The `LinkAdd` request for `link add NAME WORDS...`, where WORDS are key/value pairs as
+/// iproute2 takes them: `type` and `netdev` (required), and for siw devices `crc` and
+/// `markers` (`on`|`off`). Errors say what is wrong, then the usage.
+fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String> {
+    let mut link_type = None;
+    let mut netdev = None;
+    let mut mpa_crc = None;
+    let mut mpa_markers = None;
+    for pair in words.chunks(2) {
+        let [key, value] = pair else {
+            return Err(format!("{:?} has no value\n{LINK_ADD_USAGE}", pair[0]));
+        };
+        let on_off = |v: &str| match v {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(format!(
+                "{key} takes on or off, not {v:?}\n{LINK_ADD_USAGE}"
+            )),
+        };
+        let (slot_taken, what) = match key.as_str() {
+            "type" => (link_type.replace(value.clone()).is_some(), "type"),
+            "netdev" => (netdev.replace(value.clone()).is_some(), "netdev"),
+            "crc" => (mpa_crc.replace(on_off(value)?).is_some(), "crc"),
+            "markers" => (mpa_markers.replace(on_off(value)?).is_some(), "markers"),
+            other => return Err(format!("unknown key {other:?}\n{LINK_ADD_USAGE}")),
+        };
+        if slot_taken {
+            return Err(format!("{what} given twice\n{LINK_ADD_USAGE}"));
+        }
+    }
+    let (Some(link_type), Some(netdev)) = (link_type, netdev) else {
+        return Err(LINK_ADD_USAGE.into());
+    };
+    if link_type != "siw" && (mpa_crc.is_some() || mpa_markers.is_some()) {
+        return Err(format!(
+            "crc and markers are MPA (iWARP) options of siw devices; {link_type} devices have none"
+        ));
+    }
+    Ok(RequestBody::LinkAdd {
+        name: name.to_string(),
+        link_type,
+        netdev,
+        mpa_crc,
+        mpa_markers,
+    })
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
 fn print_links(links: &[LinkInfo]) {
     for l in links {
         // As iproute2 prints them: a port taken down (`fault add DEV link down`) is
@@ -155,7 +214,14 @@ fn print_links(links: &[LinkInfo]) {
             ("DOWN", "DISABLED")
         };
         let mtu = wire::client::verbs::mtu::to_bytes(l.active_mtu).unwrap_or(0);
-        println!("link {}/1 state {state} physical_state {phys} netdev {} type {} mtu {mtu} netdev_mtu {}", l.name, l.netdev, l.link_type, l.netdev_mtu);
+        let mut mpa = String::new();
+        if let Some(crc) = l.mpa_crc {
+            mpa += &format!(" crc {}", on_off(crc));
+        }
+        if let Some(markers) = l.mpa_markers {
+            mpa += &format!(" markers {}", on_off(markers));
+        }
+        println!("link {}/1 state {state} physical_state {phys} netdev {} type {} mtu {mtu} netdev_mtu {}{mpa}", l.name, l.netdev, l.link_type, l.netdev_mtu);
         for g in &l.gids {
             let kind = match g.gid_type {
                 wire::client::verbs::gid_type::ROCE_V2 => " RoCE v2",
@@ -347,24 +413,7 @@ fn main() -> ExitCode {
                 other => Err(format!("unexpected reply {other:?}")),
             }),
             LinkAction::Add { name, rest } => {
-                let get = |key: &str| {
-                    rest.chunks(2)
-                        .find(|kv| kv[0] == key)
-                        .and_then(|kv| kv.get(1))
-                        .cloned()
-                };
-                match (get("type"), get("netdev")) {
-                    (Some(link_type), Some(netdev)) => call(
-                        &cli,
-                        RequestBody::LinkAdd {
-                            name: name.clone(),
-                            link_type,
-                            netdev,
-                        },
-                    )
-                    .map(|_| ()),
-                    _ => Err("usage: rdma-emu link add NAME type rxe|siw netdev IFACE".into()),
-                }
+                link_add_request(name, rest).and_then(|body| call(&cli, body).map(|_| ()))
             }
             LinkAction::Del { name } => {
                 call(&cli, RequestBody::LinkDel { name: name.clone() }).map(|_| ())
@@ -633,5 +682,52 @@ fn print_cm_ids(ids: &[CmIdSummary]) {
             addr(&id.src),
             addr(&id.dst)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn link_add_takes_mpa_options_for_siw_devices() {
+        let add = |s: &str| link_add_request("siw1", &words(s));
+        assert_eq!(
+            add("type siw netdev eth0"),
+            Ok(RequestBody::LinkAdd {
+                name: "siw1".into(),
+                link_type: "siw".into(),
+                netdev: "eth0".into(),
+                mpa_crc: None,
+                mpa_markers: None,
+            })
+        );
+        assert_eq!(
+            add("netdev lo crc on type siw markers off"),
+            Ok(RequestBody::LinkAdd {
+                name: "siw1".into(),
+                link_type: "siw".into(),
+                netdev: "lo".into(),
+                mpa_crc: Some(true),
+                mpa_markers: Some(false),
+            })
+        );
+    }
+
+    #[test]
+    fn link_add_refuses_mpa_options_on_rxe_and_bad_words() {
+        let add = |s: &str| link_add_request("x", &words(s)).unwrap_err();
+        let e = add("type rxe netdev lo crc on");
+        assert!(e.contains("siw devices") && e.contains("rxe"), "{e}");
+        assert!(add("type rxe netdev lo markers off").contains("siw devices"));
+        assert!(add("type siw netdev lo crc yes").contains("on or off"));
+        assert!(add("type siw netdev lo crc").contains("has no value"));
+        assert!(add("type siw netdev lo crc on crc off").contains("twice"));
+        assert!(add("type siw netdev lo mtu 9000").contains("unknown key"));
+        assert!(add("type siw crc on markers on").starts_with("usage:"));
     }
 }

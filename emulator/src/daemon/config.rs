@@ -8,11 +8,19 @@
 //! cm_response_timeout = 20   # CM response timeout exponent (4.096 us x 2^N) in REQs
 //! cm_max_retries = 15        # CM retransmissions before UNREACHABLE / a timed-out DREQ
 //! udp_src_port = "hash"      # hash (of the QP pair, 0xC000..=0xFFFF) | fixed (4791)
+//! faults = ["rxe0 drop 1% --seed 42"]   # in place at start (docs/faults.md)
 //!
 //! [[device]]
 //! name = "rxe0"
 //! type = "rxe"
 //! netdev = "lo"
+//!
+//! [[device]]
+//! name = "siw0"
+//! type = "siw"
+//! netdev = "lo"
+//! mpa_crc = true             # siw only: ask for MPA CRCs (default false, as Linux siw)
+//! mpa_markers = false        # siw only: ask for MPA markers toward this device
 //! ```
 
 use serde::Deserialize;
@@ -72,6 +80,7 @@ impl std::str::FromStr for SrcPortMode {
 
 /// One device to serve.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DeviceSpec {
     pub name: String,
     /// `rxe` (RoCE v2) or `siw` (iWARP).
@@ -82,6 +91,72 @@ pub struct DeviceSpec {
     /// Tests use distinct `127.x.y.z` so several daemons share one loopback.
     #[serde(default)]
     pub addrs: Option<Vec<std::net::IpAddr>>,
+    /// siw only: ask for MPA CRCs (the C bit); unset is off. See [`MpaOptions::crc`].
+    #[serde(default)]
+    pub mpa_crc: Option<bool>,
+    /// siw only: ask for MPA markers (the M bit); unset is off. See
+    /// [`MpaOptions::markers`].
+    #[serde(default)]
+    pub mpa_markers: Option<bool>,
+}
+
+impl DeviceSpec {
+    /// A device of `link_type` on `netdev` serving the interface's addresses, with the
+    /// default MPA options.
+    pub fn new(name: &str, link_type: &str, netdev: &str) -> DeviceSpec {
+        DeviceSpec {
+            name: name.into(),
+            link_type: link_type.into(),
+            netdev: netdev.into(),
+            addrs: None,
+            mpa_crc: None,
+            mpa_markers: None,
+        }
+    }
+
+    /// The MPA options of a siw device (off where unset).
+    pub fn mpa(&self) -> MpaOptions {
+        MpaOptions {
+            crc: self.mpa_crc.unwrap_or(false),
+            markers: self.mpa_markers.unwrap_or(false),
+        }
+    }
+
+    /// Checks the name, the type, and that MPA options are set on siw devices only.
+    pub fn validate(&self) -> Result<(), String> {
+        validate_device_name(&self.name)?;
+        match self.link_type.as_str() {
+            "siw" => Ok(()),
+            "rxe" if self.mpa_crc.is_some() || self.mpa_markers.is_some() => Err(format!(
+                "device {}: mpa_crc and mpa_markers are iWARP (MPA) options; \
+                 an rxe device has none",
+                self.name
+            )),
+            "rxe" => Ok(()),
+            other => Err(format!(
+                "device {}: unknown type {other:?} (expected rxe or siw)",
+                self.name
+            )),
+        }
+    }
+}
+
+/// What a siw device asks for in the MPA Request it sends as initiator and the Reply it
+/// sends as responder (RFC 5044 §7.1). Both off by default, as in Linux siw (its
+/// `mpa_crc_required` module parameter is off; it implements no markers).
+///
+/// Whatever this device asks for, it uses CRCs when the peer asks for them (the RFC's
+/// "MUST", and siw's default `mpa_crc_strict = false`), and inserts markers into the
+/// stream it sends when the peer asks for them: a device with both off interoperates
+/// with any peer, and each option only adds a wish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MpaOptions {
+    /// C bit: CRC32c on every FPDU, both directions, on every connection of the device
+    /// (Linux siw's `mpa_crc_required = Y` asks the same).
+    pub crc: bool,
+    /// M bit: markers every 512 octets in the stream the peer sends to this device.
+    /// Linux siw refuses a Request or Reply with the M bit: a siw peer cannot connect.
+    pub markers: bool,
 }
 
 fn default_type() -> String {
@@ -101,6 +176,8 @@ struct FileConfig {
     cm_response_timeout: Option<u8>,
     cm_max_retries: Option<u8>,
     udp_src_port: Option<SrcPortMode>,
+    #[serde(default)]
+    faults: Vec<String>,
     #[serde(default)]
     device: Vec<DeviceSpec>,
 }
@@ -128,6 +205,9 @@ pub struct Config {
     /// `Some(4791)`: every packet leaves from 4791 (`udp_src_port = "fixed"`); `None`: from
     /// the port the core hashes from the QP pair.
     pub udp_src_port: Option<u16>,
+    /// Faults in place from the start (`faults = ["DEVICE KIND …", …]`), before those of
+    /// `RDMA_EMU_FAULTS`.
+    pub faults: Vec<(String, wire::client::fault::FaultSpec)>,
 }
 
 impl Default for Config {
@@ -139,24 +219,15 @@ impl Default for Config {
             spin: Duration::from_micros(50),
             local_path: true,
             devices: vec![
-                DeviceSpec {
-                    name: "rxe0".into(),
-                    link_type: "rxe".into(),
-                    netdev: "lo".into(),
-                    addrs: None,
-                },
+                DeviceSpec::new("rxe0", "rxe", "lo"),
                 // iWARP next to RoCE on the same interface (DESIGN decision 7).
-                DeviceSpec {
-                    name: "siw0".into(),
-                    link_type: "siw".into(),
-                    netdev: "lo".into(),
-                    addrs: None,
-                },
+                DeviceSpec::new("siw0", "siw", "lo"),
             ],
             seed: 0x5eed,
             cm_response_timeout: 20,
             cm_max_retries: 15,
             udp_src_port: None,
+            faults: Vec::new(),
         }
     }
 }
@@ -204,12 +275,16 @@ impl Config {
         if !file.device.is_empty() {
             cfg.devices = file.device;
         }
+        for text in &file.faults {
+            let parsed =
+                wire::client::fault::parse_list(text).map_err(|e| format!("faults: {e}"))?;
+            cfg.faults.extend(parsed);
+        }
         cfg.validate()?;
         Ok(cfg)
     }
 
-    /// Checks device names and types, and the CM's timer values (the REQ's 5-bit
-    /// response timeout and 4-bit retry count fields).
+    /// Sets where UDP packets leave from (`udp_src_port`).
     pub fn set_src_port_mode(&mut self, mode: SrcPortMode) {
         self.udp_src_port = match mode {
             SrcPortMode::Hash => None,
@@ -217,7 +292,8 @@ impl Config {
         };
     }
 
-    /// Checks device names and types.
+    /// Checks the CM's timer values (the REQ's 5-bit response timeout and 4-bit retry
+    /// count fields) and every device ([`DeviceSpec::validate`], names unique).
     pub fn validate(&self) -> Result<(), String> {
         if self.cm_response_timeout > 31 {
             return Err(format!(
@@ -231,14 +307,13 @@ impl Config {
                 self.cm_max_retries
             ));
         }
-        for (i, d) in self.devices.iter().enumerate() {
-            validate_device_name(&d.name)?;
-            if d.link_type != "rxe" && d.link_type != "siw" {
-                return Err(format!(
-                    "device {}: unknown type {:?} (expected rxe or siw)",
-                    d.name, d.link_type
-                ));
+        for (device, _) in &self.faults {
+            if !self.devices.iter().any(|d| d.name == *device) {
+                return Err(format!("faults: no device {device}"));
             }
+        }
+        for (i, d) in self.devices.iter().enumerate() {
+            d.validate()?;
             if self.devices[..i].iter().any(|o| o.name == d.name) {
                 return Err(format!("device {} configured twice", d.name));
             }
@@ -292,14 +367,72 @@ mod tests {
         assert_eq!(cfg.udp_src_port, None, "hashed source ports by default");
         let fixed = Config::from_toml("udp_src_port = \"fixed\"").unwrap();
         assert_eq!(fixed.udp_src_port, Some(4791));
+        assert_eq!(cfg.devices, vec![DeviceSpec::new("rxe1", "rxe", "eth0")]);
+    }
+
+    #[test]
+    fn mpa_options_are_off_by_default_and_set_per_siw_device() {
+        let defaults = Config::default();
+        assert!(defaults
+            .devices
+            .iter()
+            .all(|d| d.mpa() == MpaOptions::default()));
         assert_eq!(
-            cfg.devices,
-            vec![DeviceSpec {
-                name: "rxe1".into(),
-                link_type: "rxe".into(),
-                netdev: "eth0".into(),
-                addrs: None
-            }]
+            MpaOptions::default(),
+            MpaOptions {
+                crc: false,
+                markers: false
+            },
+            "like Linux siw: CRC and markers off"
+        );
+        let cfg = Config::from_toml(
+            "[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\nmpa_crc = true\n\
+             [[device]]\nname = \"siw1\"\ntype = \"siw\"\nnetdev = \"lo\"\n\
+             mpa_crc = true\nmpa_markers = true\n\
+             [[device]]\nname = \"siw2\"\ntype = \"siw\"\nnetdev = \"lo\"\n",
+        )
+        .unwrap();
+        let mpa: Vec<MpaOptions> = cfg.devices.iter().map(DeviceSpec::mpa).collect();
+        assert_eq!(
+            mpa,
+            vec![
+                MpaOptions {
+                    crc: true,
+                    markers: false
+                },
+                MpaOptions {
+                    crc: true,
+                    markers: true
+                },
+                MpaOptions::default(),
+            ]
+        );
+    }
+
+    #[test]
+    fn mpa_options_on_an_rxe_device_are_refused_by_name() {
+        for key in ["mpa_crc = true", "mpa_markers = false"] {
+            let e = Config::from_toml(&format!(
+                "[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"lo\"\n{key}\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.contains("rxe0") && e.contains("mpa_crc and mpa_markers"),
+                "{key}: {e}"
+            );
+        }
+        let e = Config::from_toml(
+            "[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\nmpa_crc = \"yes\"",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("line 5, column "), "{e}");
+        let e = Config::from_toml(
+            "[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\ncrc = true",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("unknown field `crc`"),
+            "a misspelt key is an error: {e}"
         );
     }
 

@@ -396,17 +396,26 @@ impl Engine {
                 name,
                 link_type,
                 netdev,
+                mpa_crc,
+                mpa_markers,
             } => {
-                config::validate_device_name(&name).map_err(|_| libc::EINVAL)?;
+                let spec = config::DeviceSpec {
+                    mpa_crc,
+                    mpa_markers,
+                    ..config::DeviceSpec::new(&name, &link_type, &netdev)
+                };
+                spec.validate().map_err(|e| {
+                    tracing::info!(error = %e, "link add refused");
+                    // A type this daemon does not serve is EOPNOTSUPP, a bad request EINVAL.
+                    if matches!(link_type.as_str(), "rxe" | "siw") {
+                        libc::EINVAL
+                    } else {
+                        libc::EOPNOTSUPP
+                    }
+                })?;
                 if self.device_index(&name).is_some() {
                     return Err(libc::EEXIST);
                 }
-                let spec = config::DeviceSpec {
-                    name,
-                    link_type,
-                    netdev,
-                    addrs: None,
-                };
                 let dev = Device::open(&spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
                     .map_err(|e| {
                     tracing::info!(error = %e, "link add refused");

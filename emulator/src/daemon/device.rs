@@ -402,6 +402,8 @@ impl Device {
             active_mtu: mtu::from_bytes(self.mtu).unwrap_or(mtu::MTU_1024),
             netdev_mtu: self.netdev.mtu,
             gids: self.gid_entries(),
+            mpa_crc: super::siw::is_siw(self).then(|| self.spec.mpa().crc),
+            mpa_markers: super::siw::is_siw(self).then(|| self.spec.mpa().markers),
         }
     }
 }

@@ -197,7 +197,7 @@ impl Engine {
         for dev in devices {
             engine.add_device(dev.expect("just opened"))?;
         }
-        engine.faults_from_env()?;
+        engine.initial_faults()?;
         Ok(engine)
     }
 

@@ -521,16 +521,25 @@ impl Engine {
         Ok(())
     }
 
-    /// Applies `RDMA_EMU_FAULTS` (a daemon starting with faults in place).
-    pub(super) fn faults_from_env(&mut self) -> io::Result<()> {
-        let Ok(text) = std::env::var(FAULTS_ENV) else {
-            return Ok(());
-        };
-        let bad = |msg: String| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("{FAULTS_ENV}: {msg}"))
-        };
+    /// Applies the configuration's `faults`, then `RDMA_EMU_FAULTS` (a daemon starting
+    /// with faults in place).
+    pub(super) fn initial_faults(&mut self) -> io::Result<()> {
+        let configured = std::mem::take(&mut self.cfg.faults);
+        self.apply_faults("faults", configured)?;
+        if let Ok(text) = std::env::var(FAULTS_ENV) {
+            let parsed = parse_list(&text).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{FAULTS_ENV}: {e}"))
+            })?;
+            self.apply_faults(FAULTS_ENV, parsed)?;
+        }
+        Ok(())
+    }
+
+    fn apply_faults(&mut self, origin: &str, faults: Vec<(String, FaultSpec)>) -> io::Result<()> {
+        let bad =
+            |msg: String| io::Error::new(io::ErrorKind::InvalidInput, format!("{origin}: {msg}"));
         let now = Instant::now();
-        for (device, spec) in parse_list(&text).map_err(|e| bad(e.to_string()))? {
+        for (device, spec) in faults {
             let dev = self
                 .device_index(&device)
                 .ok_or_else(|| bad(format!("no device {device}")))?;

@@ -51,10 +51,8 @@ impl TestDaemon {
                     .and_then(|p| p.parse().ok())
                     .unwrap_or(PollMode::Adaptive),
                 devices: vec![DeviceSpec {
-                    name: "rxe0".into(),
-                    link_type: "rxe".into(),
-                    netdev: "lo".into(),
                     addrs: Some(vec![addr]),
+                    ..DeviceSpec::new("rxe0", "rxe", "lo")
                 }],
                 ..Config::default()
             };

@@ -156,10 +156,14 @@ pub enum RequestBody {
         qpn: Option<u32>,
     },
     LinkShow,
+    /// `rdma-emu link add`. `mpa_crc` / `mpa_markers`: what a siw device asks for in
+    /// MPA (unset: off); EINVAL when set for an rxe device.
     LinkAdd {
         name: String,
         link_type: String,
         netdev: String,
+        mpa_crc: Option<bool>,
+        mpa_markers: Option<bool>,
     },
     LinkDel {
         name: String,
@@ -502,6 +506,10 @@ pub struct LinkInfo {
     pub active_mtu: u32,
     pub netdev_mtu: u32,
     pub gids: Vec<GidEntry>,
+    /// siw: whether the device asks for MPA CRCs (C bit); `None` for rxe.
+    pub mpa_crc: Option<bool>,
+    /// siw: whether the device asks for MPA markers (M bit); `None` for rxe.
+    pub mpa_markers: Option<bool>,
 }
 
 impl Request {

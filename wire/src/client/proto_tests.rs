@@ -63,6 +63,15 @@ fn sample_requests() -> Vec<Request> {
             name: "rxe1".into(),
             link_type: "rxe".into(),
             netdev: "eth0".into(),
+            mpa_crc: None,
+            mpa_markers: None,
+        },
+        RequestBody::LinkAdd {
+            name: "siw1".into(),
+            link_type: "siw".into(),
+            netdev: "eth0".into(),
+            mpa_crc: Some(true),
+            mpa_markers: Some(false),
         },
         RequestBody::AttachMcast {
             qp: Handle(5),

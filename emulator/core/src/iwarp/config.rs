@@ -81,9 +81,12 @@ pub struct IwarpConfig {
     /// MPA revision to request (1 or 2); a responder answers a revision 2 request with 2
     /// only when this is 2.
     pub revision: u8,
-    /// Ask for CRCs (C flag).
+    /// Ask for CRCs (C flag). CRCs are used in both directions when either side asks
+    /// (RFC 5044 §7.1): a responder without it still answers a Request with C set with C
+    /// set, and an initiator without it uses CRCs when the Reply has C set.
     pub crc: bool,
-    /// Ask the peer to insert markers in its stream to us (M flag).
+    /// Ask the peer to insert markers in its stream to us (M flag). Per direction: we
+    /// insert markers into our stream only when the peer's frame had M set.
     pub markers: bool,
     /// Offer / accept the RFC 6581 peer-to-peer mode (revision 2 only).
     pub peer_to_peer: bool,

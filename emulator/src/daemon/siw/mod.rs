@@ -10,6 +10,9 @@
 //!   disconnect, and [`SiwCmEvent`]s. The RDMA CM port of an iWARP id is the TCP port.
 //! - What `ibv_query_device` / `ibv_query_port` / `ibv_query_gid` report (this file), as
 //!   Linux siw's `siw_query_device`, `siw_query_port` and `siw_query_gid` fill them.
+//! - MPA CRC and markers per device (`mpa_crc`, `mpa_markers`; off by default, as siw):
+//!   what the device asks for in every MPA Request and Reply it sends
+//!   ([`super::config::MpaOptions`]); each connection uses what the two ends negotiate.
 //!
 //! See `docs/iwarp.md` ("Daemon") and `docs/daemon.md`.
 
@@ -150,7 +153,7 @@ pub fn open_device(spec: &DeviceSpec, seed: u64) -> io::Result<Device> {
         ));
     }
     let mtu = port_mtu(netdev.mtu);
-    let nic = SiwNic::new(&spec.name, &gids, mtu, seed)?;
+    let nic = SiwNic::new(&spec.name, &gids, mtu, seed)?.with_mpa(spec.mpa());
     let guid = node_guid(netdev.mac, &spec.name);
     Ok(Device {
         spec: spec.clone(),

@@ -11,6 +11,7 @@
 use super::cm::{ConnId, ConnParams, SiwCmEvent};
 use super::limits;
 use super::tcp::{ConnPhase, Streams};
+use crate::daemon::config::MpaOptions;
 use crate::daemon::core_nic::{send_wr, sges, Bridge};
 use crate::daemon::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
 use emu_core as core;
@@ -65,6 +66,8 @@ pub struct SiwNic {
     pub(super) cm_events: VecDeque<SiwCmEvent>,
     pub(super) counters: SiwCounters,
     mtu: u32,
+    /// What the device asks for in MPA (every connection's `IwarpConfig`).
+    mpa: MpaOptions,
 }
 
 fn e(err: core::Errno) -> Errno {
@@ -108,7 +111,20 @@ impl SiwNic {
             cm_events: VecDeque::new(),
             counters: SiwCounters::default(),
             mtu: mtu_bytes,
+            mpa: MpaOptions::default(),
         })
+    }
+
+    /// The device with MPA options `mpa` for the connections it makes or accepts from now
+    /// on (default: CRC and markers off).
+    pub fn with_mpa(mut self, mpa: MpaOptions) -> SiwNic {
+        self.mpa = mpa;
+        self
+    }
+
+    /// The MPA options of the device.
+    pub fn mpa(&self) -> MpaOptions {
+        self.mpa
     }
 
     /// The QP may be bound to a new connection with `params`.
@@ -127,7 +143,9 @@ impl SiwNic {
         Ok(())
     }
 
-    /// The engine configuration of QP `qpn` for a connection with `params`.
+    /// The engine configuration of QP `qpn` for a connection with `params`: the device's
+    /// MPA options are what it asks for; the engine adds whatever the peer asks for
+    /// (RFC 5044 §7.1).
     pub(super) fn iwarp_config(&self, qpn: u32, params: &ConnParams, mss: u32) -> IwarpConfig {
         let max = limits::MAX_IRD as u16;
         let mut cfg = IwarpConfig {
@@ -136,6 +154,8 @@ impl SiwNic {
             ord: params.ord.min(max),
             mss,
             private_data: params.private_data.clone(),
+            crc: self.mpa.crc,
+            markers: self.mpa.markers,
             ..IwarpConfig::default()
         };
         if let Some(qp) = self.qps.get(&qpn) {
@@ -610,5 +630,36 @@ impl Nic for SiwNic {
     }
     fn siw(&mut self) -> Option<&mut SiwNic> {
         Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> ConnParams {
+        ConnParams {
+            private_data: vec![1, 2, 3],
+            ird: 4,
+            ord: 200,
+        }
+    }
+
+    #[test]
+    fn connections_ask_for_the_devices_mpa_options() {
+        let lo = [IpAddr::from([127, 0, 0, 1])];
+        let plain = SiwNic::new("siw0", &lo, 4096, 1).expect("siw device");
+        let cfg = plain.iwarp_config(7, &params(), 1460);
+        assert_eq!((cfg.crc, cfg.markers), (false, false), "off, as Linux siw");
+        for (crc, markers) in [(true, false), (false, true), (true, true)] {
+            let nic = SiwNic::new("siw0", &lo, 4096, 1)
+                .expect("siw device")
+                .with_mpa(MpaOptions { crc, markers });
+            let cfg = nic.iwarp_config(7, &params(), 1460);
+            assert_eq!((cfg.crc, cfg.markers), (crc, markers));
+            // The rest is the connection's, whatever the options.
+            assert_eq!((cfg.qpn, cfg.ird, cfg.ord), (Qpn(7), 4, 128));
+            assert_eq!(cfg.private_data, vec![1, 2, 3]);
+        }
     }
 }
