@@ -399,7 +399,11 @@ fn faults_from_the_environment_are_in_place_at_start() {
     assert!(rules[1].starts_with("2 rxe0 duplicate 1% "), "{list}");
     assert!(rules[2].starts_with("3 rxe0 corrupt 1% "), "{list}");
     let link = daemon.cli(None, &["link", "show"]);
-    assert!(link.stdout.contains("link rxe0/1 state DOWN"), "{}", link.stdout);
+    assert!(
+        link.stdout.contains("link rxe0/1 state DOWN"),
+        "{}",
+        link.stdout
+    );
 }
 
 #[test]
@@ -434,4 +438,96 @@ fn bad_fault_requests_are_refused_with_a_reason() {
         err.contains("RDMA_EMU_FAULTS") && err.contains("explode"),
         "{err}"
     );
+}
+
+#[test]
+fn ib_write_bw_and_rping_complete_through_lost_packets() {
+    let _s = serial();
+    if missing(&["ib_write_bw", "rping"]) {
+        return;
+    }
+    let daemon = Daemon::start();
+    fault(
+        &daemon,
+        &[
+            "add", "rxe0", "drop", "1%", "--opcode", "write", "--seed", "11",
+        ],
+    );
+    let server = [
+        "ib_write_bw",
+        "-d",
+        "rxe0",
+        "-p",
+        "18522",
+        "-F",
+        "-s",
+        "65536",
+        "-n",
+        "2000",
+    ];
+    let mut client = server.to_vec();
+    client.push("127.0.0.1");
+    let (s, c) = run_pair(&daemon, None, &server, &daemon, None, &client, 18522, LIMIT);
+    s.assert_success();
+    c.assert_success();
+    assert!(c.stdout.contains("65536      2000"), "{}", c.stdout);
+    assert!(daemon.counter(None, "rxe0", "fault_dropped") > 0);
+    assert!(daemon.counter(None, "rxe0", "retransmitted_pkts") > 0);
+    fault(&daemon, &["clear"]);
+    // rping through RDMA CM: its SENDs and the READs' responses lost now and then, every
+    // ping still verified.
+    fault(
+        &daemon,
+        &[
+            "add", "rxe0", "drop", "3%", "--opcode", "send", "--seed", "12",
+        ],
+    );
+    fault(
+        &daemon,
+        &[
+            "add",
+            "rxe0",
+            "drop",
+            "3%",
+            "--opcode",
+            "read-response",
+            "--seed",
+            "13",
+        ],
+    );
+    let srv = daemon.program(
+        None,
+        &["rping", "-s", "-a", "127.0.0.1", "-p", "7175", "-C", "50"],
+    );
+    let (_, c) = run_pair_when(
+        srv,
+        || wait_cm_listening(&daemon, None, 7175, Duration::from_secs(20)),
+        "RDMA CM port 7175",
+        || {
+            daemon.program(
+                None,
+                &[
+                    "rping",
+                    "-c",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    "7175",
+                    "-v",
+                    "-V",
+                    "-C",
+                    "50",
+                ],
+            )
+        },
+        LIMIT,
+    );
+    c.assert_success();
+    let pings = c
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .count();
+    assert_eq!(pings, 50, "{}", c.stdout);
+    assert!(daemon.counter(None, "rxe0", "fault_dropped") > 0);
 }
