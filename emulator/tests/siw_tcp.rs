@@ -1,10 +1,12 @@
 //! Two siw devices (`emulator::daemon::siw::SiwNic`) in one process, joined by real
 //! loopback TCP through the API the RDMA CM driver calls: listen, connect, the
 //! connect request, accept / reject, established; then SEND/RECV, RDMA WRITE and RDMA
-//! READ between registered regions checked byte for byte, a disconnect; and a peer
-//! that sends garbage after the MPA exchange.
+//! READ between registered regions checked byte for byte, a disconnect; and hostile
+//! peers on a raw socket (garbage after the MPA exchange, a Read Response nobody asked
+//! for, a Write beyond its region), each answered with the Terminate the RFCs name and
+//! a closed stream.
 
-use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent, MrTable};
+use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent, MrTable, Negotiated};
 use emu_core::VecMemory;
 use emulator::daemon::nic::{AppMemory, EventElement, MemFault, Nic, Owner, QpCreate};
 use emulator::daemon::siw::{ConnId, ConnParams, SiwCmEvent, SiwNic};
@@ -16,6 +18,10 @@ use wire::client::verbs::{
     access, event_type, qp_state, qp_type, send_flags, wc_opcode, wc_status, wr_opcode,
 };
 use wire::client::{QpAttr, QpCap};
+use wire::iwarp::deframer::{Deframed, Deframer};
+use wire::iwarp::fpdu::{self, FpduConfig};
+use wire::iwarp::mpa::MpaRepr;
+use wire::iwarp::{RdmapMessage, Stag, TermLayer, TerminateError};
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const OWNER: Owner = 7;
@@ -622,4 +628,251 @@ fn siw_refuses_ud_and_uc_qps_and_reports_siw_limits() {
             .post_send(Instant::now(), h.qpn, &wqe, None, &mut h.mem),
         Err(libc::ENOTCONN)
     );
+}
+
+/// A Terminate as the raw peer received it.
+#[derive(Debug)]
+struct TerminateSeen {
+    error: TerminateError,
+    segment_length_valid: bool,
+    /// The DDP Segment Length and the terminated DDP header (D bit).
+    ddp: Option<(u16, Vec<u8>)>,
+    /// The terminated RDMAP header (R bit).
+    rdmap: bool,
+}
+
+/// A peer on a plain socket: an initiator engine does the MPA exchange and sends the
+/// RTR, then the test writes FPDUs of its own making and reads whatever comes back.
+struct RawPeer {
+    sock: TcpStream,
+    engine: Connection,
+    keys: MrTable,
+    mem: VecMemory,
+    /// Every octet received, from the MPA Reply on.
+    rx: Vec<u8>,
+    /// Stream offset (from full operation on) of the next FPDU we send.
+    tx_pos: u64,
+    eof: bool,
+}
+
+impl RawPeer {
+    /// Connects to B's listener at `addr`, has B accept, and runs the MPA exchange and
+    /// the RTR; returns the peer and what was negotiated.
+    fn connect(a: &mut Host, b: &mut Host, addr: SocketAddr) -> (RawPeer, Negotiated) {
+        let sock = TcpStream::connect(addr).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        let mut p = RawPeer {
+            sock,
+            engine: Connection::initiator(Instant::now(), IwarpConfig::default()),
+            keys: MrTable::new(),
+            mem: VecMemory::new(),
+            rx: Vec::new(),
+            tx_pos: 0,
+            eof: false,
+        };
+        let mut out = Vec::new();
+        while p
+            .engine
+            .poll_stream_transmit(&mut out, &mut p.keys, &mut p.mem)
+            > 0
+        {}
+        let request_len = MpaRepr::parse_bytes(&out).unwrap().1;
+        assert_eq!(request_len, out.len(), "only the Request goes out first");
+        p.sock.write_all(&out).unwrap();
+        run_until(a, b, "the connect request", |_, b| request(b).is_some());
+        let (cb, _, _, _) = request(b).unwrap();
+        let mut bmem = std::mem::take(&mut b.mem);
+        b.nic
+            .accept(Instant::now(), cb, b.qpn, &ConnParams::default(), &mut bmem)
+            .unwrap();
+        b.mem = bmem;
+        let start = Instant::now();
+        while !p.engine.is_established() {
+            assert!(start.elapsed() < Duration::from_secs(10), "no MPA Reply");
+            b.step();
+            p.read_some();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // The RTR (and nothing else: no WR is posted on this side).
+        let mut out = Vec::new();
+        while p
+            .engine
+            .poll_stream_transmit(&mut out, &mut p.keys, &mut p.mem)
+            > 0
+        {}
+        assert!(!out.is_empty(), "peer-to-peer mode sends an RTR");
+        p.sock.write_all(&out).unwrap();
+        p.tx_pos = out.len() as u64;
+        let neg = p.engine.negotiated().cloned().unwrap();
+        run_until(a, b, "established", |_, b| established(b).is_some());
+        (p, neg)
+    }
+
+    /// Reads what the socket has; feeds the engine (until full operation) and `rx`.
+    fn read_some(&mut self) {
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.sock.read(&mut buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    return;
+                }
+                Ok(n) => {
+                    self.rx.extend_from_slice(&buf[..n]);
+                    if !self.engine.is_established() {
+                        self.engine.handle_stream(
+                            Instant::now(),
+                            &buf[..n],
+                            &mut self.keys,
+                            &mut self.mem,
+                        );
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.eof = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends `ulpdu` as one FPDU with the negotiated framing.
+    fn send_ulpdu(&mut self, neg: &Negotiated, ulpdu: &[u8]) {
+        let cfg = FpduConfig {
+            crc: neg.crc,
+            markers: neg.markers_tx,
+        };
+        let mut f = vec![0u8; fpdu::wire_len(ulpdu.len(), cfg, self.tx_pos)];
+        fpdu::emit(ulpdu, cfg, self.tx_pos, &mut f);
+        self.tx_pos += f.len() as u64;
+        self.sock.write_all(&f).unwrap();
+    }
+
+    /// Steps B until it closes the stream; returns how many FPDUs B sent after its
+    /// Reply, and the last of them, which must be a Terminate.
+    fn until_closed(&mut self, b: &mut Host, neg: &Negotiated) -> (usize, TerminateSeen) {
+        let start = Instant::now();
+        while !self.eof {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the siw side did not close the stream"
+            );
+            b.step();
+            self.read_some();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // Deframe everything B sent, from its Reply on, as a peer would.
+        let mut d = Deframer::expecting_reply();
+        d.read(&self.rx);
+        let mut msgs = Vec::new();
+        while let Some(u) = d.pop() {
+            match u.expect("B's stream deframes") {
+                Deframed::Mpa(_) => d.set_config(FpduConfig {
+                    crc: neg.crc,
+                    markers: neg.markers_rx,
+                }),
+                Deframed::Fpdu { ulpdu, .. } => msgs.push(ulpdu.to_vec()),
+            }
+        }
+        assert_eq!(d.buffered(), 0, "B's stream ends on an FPDU boundary");
+        let last = msgs.last().expect("B sent a Terminate");
+        let RdmapMessage::Terminate { terminate, .. } = RdmapMessage::parse(last).unwrap() else {
+            panic!("B's last message is not a Terminate: {last:02x?}");
+        };
+        let seen = TerminateSeen {
+            error: terminate.error,
+            segment_length_valid: terminate.segment_length_valid,
+            ddp: terminate.ddp.map(|(l, h)| (l, h.to_vec())),
+            rdmap: terminate.rdmap_header.is_some(),
+        };
+        (msgs.len(), seen)
+    }
+}
+
+/// The ULPDU (DDP segment) of `m`.
+fn ulpdu(m: &RdmapMessage<'_>) -> Vec<u8> {
+    let mut u = vec![0u8; m.buffer_len()];
+    m.emit(&mut u);
+    u
+}
+
+/// B listening, a raw peer connected to it in full operation.
+fn hostile_pair() -> (Host, Host, RawPeer, Negotiated) {
+    let mut a = Host::new("siw_a"); // unused peer for run_until
+    let mut b = Host::new("siw_b");
+    let (_l, addr) = b.nic.listen(SocketAddr::new(LO, 0), 16).unwrap();
+    let (p, neg) = RawPeer::connect(&mut a, &mut b, addr);
+    assert_eq!(b.state(), qp_state::RTS);
+    (a, b, p, neg)
+}
+
+/// B's QP is in ERROR, reported with `event`, and its connection closed.
+fn assert_closed_in_error(a: &mut Host, b: &mut Host, event: u32) {
+    assert_eq!(b.state(), qp_state::ERR);
+    assert!(
+        b.events.contains(&(OWNER, event, EventElement::Qp(b.qpn))),
+        "expected event {event}: {:?}",
+        b.events
+    );
+    let (cb, _) = established(b).unwrap();
+    run_until(a, b, "the close", |_, b| {
+        b.cm.contains(&SiwCmEvent::Closed { conn: cb })
+    });
+    assert!(b.cm.contains(&SiwCmEvent::Disconnected { conn: cb }));
+}
+
+#[test]
+fn siw_peer_sending_a_read_response_nobody_asked_for_gets_unexpected_opcode() {
+    let (mut a, mut b, mut p, neg) = hostile_pair();
+    // RFC 5040 §5.2: a Read Response answers an outstanding Read Request; B has none.
+    // The answer is the Terminate table's (docs/iwarp.md); Linux siw sends "DDP local
+    // catastrophic" (1/0/0) here instead.
+    let payload = [0xabu8; 32];
+    let ulpdu = ulpdu(&RdmapMessage::ReadResponse {
+        last: true,
+        stag: Stag(b.rkey),
+        offset: BASE + 0x100,
+        payload: &payload,
+    });
+    p.send_ulpdu(&neg, &ulpdu);
+    let (n, t) = p.until_closed(&mut b, &neg);
+    assert_eq!(n, 1, "the Terminate is all B sent after the Reply");
+    // RDMAP layer (0), remote operation error (2), unexpected OpCode (0x06).
+    assert_eq!(t.error, TerminateError::RdmapUnexpectedOpcode);
+    assert_eq!(t.error.fields(), (TermLayer::Rdmap, 2, 0x06));
+    // It names the offending segment: its length and its tagged DDP header.
+    assert!(t.segment_length_valid);
+    assert_eq!(t.ddp, Some((ulpdu.len() as u16, ulpdu[..14].to_vec())));
+    assert!(!t.rdmap, "no Read Request header for a Read Response");
+    assert_eq!(b.bytes(0x100, 32), vec![0u8; 32], "nothing was placed");
+    assert_closed_in_error(&mut a, &mut b, event_type::QP_REQ_ERR);
+}
+
+#[test]
+fn siw_peer_writing_beyond_the_region_gets_base_or_bounds() {
+    let (mut a, mut b, mut p, neg) = hostile_pair();
+    // A valid STag, but the last 16 octets of the region plus 48 beyond it.
+    let payload = [0x5au8; 64];
+    let ulpdu = ulpdu(&RdmapMessage::Write {
+        last: true,
+        stag: Stag(b.rkey),
+        offset: BASE + LEN as u64 - 16,
+        payload: &payload,
+    });
+    p.send_ulpdu(&neg, &ulpdu);
+    let (n, t) = p.until_closed(&mut b, &neg);
+    assert_eq!(n, 1, "the Terminate is all B sent after the Reply");
+    // DDP layer (1), tagged buffer error (1), base or bounds violation (0x01).
+    assert_eq!(t.error, TerminateError::DdpTaggedBaseBounds);
+    assert_eq!(t.error.fields(), (TermLayer::Ddp, 1, 0x01));
+    assert!(t.segment_length_valid);
+    assert_eq!(t.ddp, Some((ulpdu.len() as u16, ulpdu[..14].to_vec())));
+    assert!(!t.rdmap);
+    assert_eq!(
+        b.bytes(LEN - 16, 16),
+        vec![0u8; 16],
+        "not even the part inside the region was placed"
+    );
+    assert_closed_in_error(&mut a, &mut b, event_type::QP_ACCESS_ERR);
 }
