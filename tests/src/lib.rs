@@ -6,7 +6,7 @@
 //! namespaces, a program from Debian's packages) prints why and returns early — except
 //! under CI (`CI` set), where `.ci/run` installs everything and runs as root, so there the
 //! same condition fails the test instead of passing it silently.
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -628,6 +628,105 @@ pub fn compile_c(name: &str, dir: &Path) -> Option<std::path::PathBuf> {
         String::from_utf8_lossy(&out.stderr)
     );
     Some(exe)
+}
+
+/// `tcpdump -w` on an interface of a namespace; killed on drop if not stopped.
+///
+/// Immediate mode and `-U` write each packet as it comes (otherwise packets wait in the
+/// kernel's ring for its block timeout, and those of the last second are lost at SIGINT).
+/// Immediate mode's ring has one slot per snapshot length of buffer: with the default
+/// 256 KiB snapshots and 2 MiB buffer that is 8 packets, which a busy machine overruns, so
+/// snapshots are cut to 64 KiB (an IP packet's limit) in a 32 MiB buffer.
+pub struct Tcpdump {
+    child: Child,
+    stderr: std::sync::mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tcpdump {
+    /// Starts tcpdump and returns once it says it listens.
+    pub fn start(ns: &Netns, iface: &str, filter: &str, pcap: &Path) -> Tcpdump {
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                "tcpdump",
+                "--immediate-mode",
+                "-U",
+            ])
+            .args(["-s", "65535", "-B", "32768", "-i", iface, "-w"])
+            .arg(pcap)
+            .arg(filter)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start tcpdump");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        // tcpdump says "listening on IFACE" once its socket is bound, and its counts when
+        // it stops; a thread reads its stderr so it never blocks.
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let mut said = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.contains("listening on") => {
+                    return Tcpdump {
+                        child,
+                        stderr: rx,
+                        reader: Some(reader),
+                    };
+                }
+                Ok(line) => said.push(line),
+                Err(_) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        panic!("tcpdump exited with {status}: {}", said.join("\n"));
+                    }
+                }
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "tcpdump did not start listening in 20 s: {}",
+            said.join("\n")
+        );
+    }
+
+    /// Stops tcpdump so that it writes out and closes the file; fails if the kernel
+    /// dropped any packet (the capture would then miss FPDUs).
+    pub fn stop(mut self) {
+        // SAFETY: kill(2) on our own child's pid; SIGINT makes tcpdump close the file.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let _ = self.child.wait();
+        // The reader ends at tcpdump's exit, having passed on its last lines.
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        let said: Vec<String> = self.stderr.try_iter().collect();
+        assert!(
+            said.iter().any(|l| l == "0 packets dropped by kernel"),
+            "tcpdump lost packets: {}",
+            said.join("\n")
+        );
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// A private temporary folder, removed on drop.

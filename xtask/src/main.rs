@@ -91,7 +91,7 @@ pub fn build_release() -> Result<(PathBuf, PathBuf), String> {
 /// The Debian packages the tests and the demo run: the unmodified RDMA programs, the
 /// headers the ABI test compiles against, tshark for the wire checks, tcpdump to capture
 /// what the kernel carries, iproute2 for the network namespaces, tmux for the terminal
-/// test of `rdma-emu top`.
+/// test of `rdma-emu top`, nftables to mark packets Congestion Experienced.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "rdmacm-utils",
@@ -104,6 +104,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "iproute2",
     "gcc",
     "tmux",
+    "nftables",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

@@ -467,4 +467,10 @@ pub struct Counters {
     pub no_recv_wqe_drops: u64,
     /// Completion queue overruns.
     pub cq_overruns: u64,
+    /// Notification point: packets that arrived marked Congestion Experienced.
+    pub np_ecn_marked: u64,
+    /// Notification point: CNPs sent (at most one per QP per CNP interval).
+    pub np_cnp_sent: u64,
+    /// Reaction point: CNPs received and not acted on (no rate control yet).
+    pub rp_cnp_ignored: u64,
 }

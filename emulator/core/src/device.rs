@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use wire::roce::{Lkey, Psn, Qpn, Rkey};
 
@@ -120,7 +121,14 @@ pub struct Device {
     /// A response forced on the next request of one QP (fault injection), see
     /// [`Device::force_next_response`].
     pub(crate) forced: Option<(u32, ForcedResponse)>,
+    /// CNPs waiting to leave: the path of the QP whose traffic was marked, and its peer QP.
+    pub(crate) cnp_out: VecDeque<(Path, Qpn)>,
+    /// At most one CNP per QP per this interval.
+    pub(crate) cnp_interval: Duration,
 }
+
+/// The notification point's default CNP interval per QP, as ConnectX's `min_time_between_cnps`.
+pub const CNP_INTERVAL: Duration = Duration::from_micros(50);
 
 /// A snapshot of one QP (`Device::qp_statuses`).
 #[derive(Debug, Clone)]
@@ -177,7 +185,68 @@ impl Device {
             next_qpn: 16,
             mcast: crate::mcast::Groups::default(),
             forced: None,
+            cnp_out: VecDeque::new(),
+            cnp_interval: CNP_INTERVAL,
         }
+    }
+
+    /// Sets the notification point's minimum time between two CNPs of one QP.
+    pub fn set_cnp_interval(&mut self, interval: Duration) {
+        self.cnp_interval = interval;
+    }
+
+    /// A datagram arrived with Congestion Experienced in its IP header (RoCE v2 Annex
+    /// A17.9.3): as notification point, the device answers the sending QP with a CNP, at
+    /// most one per local QP per CNP interval. Only connected QPs (RC, UC) are notified;
+    /// the caller has already handed the datagram to [`Device::handle_datagram`].
+    pub fn congestion_experienced(&mut self, now: Instant, d: &Datagram<'_>) {
+        let Some(bth) = d.payload.get(..12) else {
+            return;
+        };
+        if bth[0] == wire::roce::Opcode::CNP.0 {
+            return;
+        }
+        let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(conn) = qp.conn.as_deref() else {
+            return;
+        };
+        let Some(path) = conn.path.filter(|_| qp.qp_type != QpType::Ud) else {
+            return;
+        };
+        self.o.counters.np_ecn_marked += 1;
+        qp.counters.np_ecn_marked += 1;
+        if qp
+            .last_cnp
+            .is_some_and(|t| now.saturating_duration_since(t) < self.cnp_interval)
+        {
+            return;
+        }
+        qp.last_cnp = Some(now);
+        self.o.counters.np_cnp_sent += 1;
+        qp.counters.np_cnp_sent += 1;
+        self.cnp_out.push_back((path, conn.dest_qpn));
+    }
+
+    /// Writes the next waiting CNP into `buf`.
+    pub(crate) fn transmit_cnp(&mut self, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let (path, dest) = self.cnp_out.pop_front()?;
+        let body = wire::roce::Body::Cnp;
+        let total = body.header_len() + wire::roce::ICRC_LEN;
+        buf.clear();
+        buf.resize(total, 0);
+        let mut header = wire::roce::Header::new(dest, wire::roce::Psn::new(0));
+        header.becn = true;
+        wire::roce::packet::emit_headers(&header, &body, 0, buf);
+        crate::dma::finish_icrc(buf, path);
+        self.o.counters.sent_pkts += 1;
+        Some(Transmit {
+            src: path.src,
+            dst: path.dst,
+            len: total,
+        })
     }
 
     /// The next in-order RC request that starts a message on `qpn`, if it arrives before

@@ -90,6 +90,12 @@ impl Device {
             self.o.counters.unknown_qp += 1;
             return;
         };
+        if matches!(repr.body, Body::Cnp) && qp.qp_type != QpType::Ud {
+            // Reaction point: no rate control yet; counted like a NIC with DCQCN off.
+            self.o.counters.rp_cnp_ignored += 1;
+            qp.counters.rp_cnp_ignored += 1;
+            return;
+        }
         let type_ok = matches!(
             (qp.qp_type, &repr.body),
             (QpType::Rc, Body::RcRequest(_) | Body::RcResponse(_))

@@ -159,6 +159,8 @@ pub(crate) struct Qp {
     pub counters: Counters,
     /// In the device's transmit schedule.
     pub scheduled: bool,
+    /// When this QP last sent a CNP (notification point rate limit).
+    pub last_cnp: Option<std::time::Instant>,
 }
 
 impl Qp {

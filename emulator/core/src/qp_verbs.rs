@@ -86,6 +86,7 @@ impl Device {
                 conn: None,
                 counters: Counters::default(),
                 scheduled: false,
+                last_cnp: None,
             },
         );
         Ok((qpn, cap))

@@ -29,6 +29,9 @@ impl Device {
         mem: &mut dyn Memory,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
+        if let Some(t) = self.transmit_cnp(buf) {
+            return Some(t);
+        }
         while let Some(qpn) = self.o.sched.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;

@@ -321,6 +321,9 @@ fn named(c: &core::Counters) -> Vec<(String, u64)> {
         ("qkey_violations", c.qkey_violations),
         ("no_recv_wqe_drops", c.no_recv_wqe_drops),
         ("cq_overruns", c.cq_overruns),
+        ("np_ecn_marked_roce_packets", c.np_ecn_marked),
+        ("np_cnp_sent", c.np_cnp_sent),
+        ("rp_cnp_ignored", c.rp_cnp_ignored),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -509,6 +512,16 @@ impl Nic for CoreNic {
         let _ = self
             .dev
             .modify_qp(now, Qpn(qpn), &attr, core::QpAttrMask::STATE);
+    }
+    fn congestion_experienced(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+    ) {
+        self.dev
+            .congestion_experienced(now, &core::Datagram { src, dst, payload });
     }
     fn force_next_response(&mut self, qpn: u32, response: core::ForcedResponse) {
         self.dev.force_next_response(Qpn(qpn), response);

@@ -380,6 +380,9 @@ impl Engine {
                 };
                 let payload = &self.rx.bufs[i][..len];
                 super::datapath::receive(d, now, src, dst, payload, &mut self.mem);
+                if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::udp::ECN_CE) {
+                    d.nic.congestion_experienced(now, src, dst, payload);
+                }
                 for c in &mut d.captures {
                     c.record(d.netdev.mac, src, dst, payload);
                 }

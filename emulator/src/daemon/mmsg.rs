@@ -74,7 +74,37 @@ pub struct RecvBatch {
     /// Length of datagram `i` (valid for `i < count`); `None` if it was truncated.
     pub lens: Vec<Option<usize>>,
     pub srcs: Vec<Option<SocketAddr>>,
+    /// The IPv4 TOS / IPv6 traffic class octet of datagram `i`, when the socket reports it
+    /// (`IP_RECVTOS` / `IPV6_RECVTCLASS`).
+    pub tos: Vec<Option<u8>>,
     names: Vec<libc::sockaddr_storage>,
+    /// Ancillary data per datagram (8-byte aligned for `cmsghdr`).
+    controls: Vec<[u64; CONTROL_WORDS]>,
+}
+
+/// Room for one TOS or traffic class control message (and then some).
+const CONTROL_WORDS: usize = 8;
+
+/// The TOS / traffic class octet from a received message's control messages.
+fn tos_of(h: &libc::msghdr) -> Option<u8> {
+    // SAFETY: the kernel filled `msg_control` up to `msg_controllen`; CMSG_FIRSTHDR and
+    // CMSG_NXTHDR stay within it and return null at its end.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let (level, kind) = ((*c).cmsg_level, (*c).cmsg_type);
+            let data = libc::CMSG_DATA(c);
+            if level == libc::IPPROTO_IP && kind == libc::IP_TOS {
+                return Some(*data);
+            }
+            if level == libc::IPPROTO_IPV6 && kind == libc::IPV6_TCLASS {
+                let v = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                return Some(v as u8);
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
 }
 
 impl RecvBatch {
@@ -83,6 +113,8 @@ impl RecvBatch {
             bufs: vec![vec![0u8; size]; count],
             lens: vec![None; count],
             srcs: vec![None; count],
+            tos: vec![None; count],
+            controls: vec![[0; CONTROL_WORDS]; count],
             // SAFETY: sockaddr_storage is plain old data; all zeroes is valid.
             names: vec![unsafe { std::mem::zeroed() }; count],
         }
@@ -102,7 +134,8 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
     let mut hdrs: Vec<libc::mmsghdr> = iovs
         .iter_mut()
         .zip(b.names.iter_mut())
-        .map(|(iov, name)| {
+        .zip(b.controls.iter_mut())
+        .map(|((iov, name), control)| {
             // SAFETY: mmsghdr is plain old data; all zeroes is valid.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
             h.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
@@ -110,6 +143,8 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
                 std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = control.as_mut_ptr().cast();
+            h.msg_hdr.msg_controllen = std::mem::size_of_val(control) as _;
             h
         })
         .collect();
@@ -134,6 +169,7 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
     for (i, h) in hdrs.iter().take(n).enumerate() {
         b.lens[i] = (h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0).then_some(h.msg_len as usize);
         b.srcs[i] = socket_addr_from(&b.names[i]);
+        b.tos[i] = tos_of(&h.msg_hdr);
     }
     Ok(n)
 }

@@ -148,6 +148,16 @@ pub trait Nic {
     fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno>;
     /// Moves a QP to the error state (a broken ring, daemon shutdown).
     fn qp_to_error(&mut self, now: Instant, qpn: u32);
+    /// The datagram (already handled) arrived marked Congestion Experienced: the
+    /// notification point's CNP. RoCE only.
+    fn congestion_experienced(
+        &mut self,
+        _now: Instant,
+        _src: SocketAddr,
+        _dst: SocketAddr,
+        _payload: &[u8],
+    ) {
+    }
     /// Fault injection: the next in-order request of `qpn` that can take `response` gets
     /// it instead of being executed (until `clear_forced_response`). RoCE only.
     fn force_next_response(&mut self, _qpn: u32, _response: emu_core::ForcedResponse) {}

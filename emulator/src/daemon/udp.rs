@@ -71,6 +71,11 @@ fn scoped_local(ip: IpAddr, port: u16, ifindex: u32) -> SocketAddr {
     }
 }
 
+/// ECN-Capable Transport (0), the IP ECN codepoint RoCE v2 packets leave with (RFC 3168).
+pub const ECN_ECT0: u8 = 0b10;
+/// Congestion Experienced.
+pub const ECN_CE: u8 = 0b11;
+
 /// A nonblocking UDP socket on `local` with DF set (so IP ID 0) and large buffers; UD
 /// multicast it sends leaves through interface `ifindex` and loops back to local
 /// listeners (an interface without multicast only fails multicast sends).
@@ -92,6 +97,15 @@ fn open_socket(local: SocketAddr, ifindex: u32) -> io::Result<BoundSocket> {
             libc::IPV6_PMTUDISC_DO,
         )?,
     }
+    // RoCE v2 packets leave ECN-capable (ECT(0)), and the IP ECN field of every received
+    // one is reported (the notification point answers Congestion Experienced with a CNP).
+    // Failure is not fatal: without it, congestion is simply not seen.
+    let (level, tos, recv) = match local {
+        SocketAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_TOS, libc::IP_RECVTOS),
+        SocketAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_TCLASS, libc::IPV6_RECVTCLASS),
+    };
+    let _ = sys::setsockopt_int(fd, level, tos, i32::from(ECN_ECT0));
+    let _ = sys::setsockopt_int(fd, level, recv, 1);
     // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
