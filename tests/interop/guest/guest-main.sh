@@ -4,8 +4,11 @@
 # 1. Network and RDMA: ethN gets GUEST_IP<N> (from /mnt/host/env); rxe0 on eth0 (the kernel's
 #    Soft-RoCE); siw0 on eth1 when SIW=1 and eth1 exists (the kernel's SoftiWARP, for the
 #    iWARP pairs; rxe0 and siw0 need separate netdevs so that RDMA CM can choose), loaded
-#    with SIW_PARAMS (mpa_crc_required=1 mpa_crc_strict=1: the MPA CRC policy).
-# 2. /mnt/host/ready: kernel, rdma-core and perftest versions, rxe0's RoCE v2 GID index.
+#    with SIW_PARAMS (mpa_crc_required=1 mpa_crc_strict=1: the MPA CRC policy; the exported
+#    `siw_reload PARAMS` loads it again with others). SIW_DELAY (e.g. 10ms) delays what eth1
+#    sends (netem): see docs/interop.md, "the guest's siw races its own MPA Reply".
+# 2. /mnt/host/ready: kernel, rdma-core and perftest versions, rxe0's RoCE v2 GID index,
+#    siw0's netdev and MPA CRC parameters.
 # 3. A job queue: the host drops jobs/NAME.sh (written as NAME.tmp, then renamed); each runs
 #    at once in its own process group as `bash NAME.sh`, output in jobs/NAME.out, exit
 #    status in jobs/NAME.rc. jobs/NAME.cancel kills it. A job may call `listening PORT`
@@ -32,9 +35,23 @@ ip -br addr
 
 modprobe -a rdma_rxe ib_uverbs rdma_ucm || echo "guest-main: modprobe failed"
 rdma link add rxe0 type rxe netdev eth0 || echo "guest-main: rdma link add rxe0 failed"
+# siw_reload [PARAM=VALUE...]: siw0 on eth1 again, siw.ko loaded with these parameters
+# (no siw resources may be in use); prints the parameters and the link
+siw_reload() {
+  rdma link del siw0 2>/dev/null
+  modprobe -r siw 2>/dev/null
+  modprobe siw "$@" && rdma link add siw0 type siw netdev eth1 || { echo "siw_reload: siw0 failed"; return 1; }
+  grep . /sys/module/siw/parameters/*
+  rdma link show siw0/1
+}
+export -f siw_reload
 if [ "${SIW:-0}" = 1 ] && ip link show eth1 >/dev/null 2>&1; then
   # shellcheck disable=SC2086  # SIW_PARAMS: e.g. "mpa_crc_required=1 mpa_crc_strict=1"
-  modprobe siw ${SIW_PARAMS:-} && rdma link add siw0 type siw netdev eth1 || echo "guest-main: siw0 failed"
+  siw_reload ${SIW_PARAMS:-} >/dev/null || echo "guest-main: siw0 failed"
+  if [ -n "${SIW_DELAY:-}" ]; then
+    modprobe sch_netem && tc qdisc replace dev eth1 root netem delay "$SIW_DELAY" ||
+      echo "guest-main: netem delay on eth1 failed"
+  fi
 fi
 rdma link show
 
@@ -59,6 +76,9 @@ ver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null; }
   echo "rxe0_gid_index=${G:-}"
   echo "rxe0_gid=$(cat /sys/class/infiniband/rxe0/ports/1/gids/"${G:-0}" 2>/dev/null)"
   echo "rxe0_active_mtu=$(ibv_devinfo -d rxe0 2>/dev/null | awk '/active_mtu/ {print $2; exit}')"
+  echo "siw0_netdev=$(rdma link show siw0/1 2>/dev/null | sed -n 's/.* netdev \([^ ]*\).*/\1/p')"
+  echo "siw_params=$(cd /sys/module/siw/parameters 2>/dev/null && grep . mpa_crc_* | tr '\n:' ' =')"
+  echo "eth1_qdisc=$(tc qdisc show dev eth1 2>/dev/null | head -1)"
   echo "uptime=$(up)"
 } >"$SHARE/ready.tmp"
 mv "$SHARE/ready.tmp" "$SHARE/ready"
@@ -113,6 +133,6 @@ done
 echo "guest-main: leaving at $(up) s ($( [ -e "$SHARE/stop" ] && echo stop file || echo time up ))"
 for name in "${!PG[@]}"; do kill -KILL -- "-${PG[$name]}" 2>/dev/null; done
 for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "${f##*/}=$(cat "$f")"; done >"$SHARE/rxe0-counters.txt" 2>/dev/null
-{ ip -s -s link show eth0; tc -s qdisc show dev eth0; echo; cat /proc/net/snmp; } >"$SHARE/net-stats.txt" 2>&1
+{ for i in eth0 eth1; do ip -s -s link show $i; tc -s qdisc show dev $i; done; echo; cat /proc/net/snmp; } >"$SHARE/net-stats.txt" 2>&1
 dmesg >"$SHARE/dmesg.txt" 2>&1
 exit 0

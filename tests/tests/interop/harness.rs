@@ -1,5 +1,6 @@
 //! The plumbing of the interop suite: the scripts in `tests/interop/`, the guest (qemu
-//! through `vm.sh`, its shared folder and job queue), the capture on the tap and its checks.
+//! through `vm.sh`, its shared folder and job queue), the captures on the taps and the
+//! RoCE capture's checks (`iwarp.rs` checks the iWARP one).
 use rdma_emu_tests::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -85,22 +86,32 @@ pub struct Guest {
 }
 
 impl Guest {
-    /// Boots the guest with one NIC on `tap` (in `netns`) and waits until rxe0 is up.
+    /// Boots the guest with one NIC per (tap in `netns`, the guest's address on it): eth0,
+    /// eth1, ... in order, `env` (`VAR=VALUE`) passed to guest-main.sh; waits until it is
+    /// ready (rxe0 up, and siw0 with `SIW=1`).
     pub fn boot(
         netns: &Netns,
         share: &Path,
-        tap: &str,
-        guest_cidr: &str,
+        taps: &[(&str, String)],
+        env: &[&str],
         timeout: Duration,
     ) -> Result<Guest, String> {
         std::fs::create_dir_all(share).map_err(|e| e.to_string())?;
-        // nice: qemu's TCG threads yield to the host side (and to anything else running).
-        let vm = Command::new("nice")
-            .args(["-n", "19", "bash"])
+        let mut args: Vec<String> = Vec::new();
+        for (tap, cidr) in taps {
+            args.extend(["--tap".to_string(), format!("{tap}={cidr}")]);
+        }
+        for e in env {
+            args.extend(["-e".to_string(), e.to_string()]);
+        }
+        // Not niced: at nice 19 on a host whose two cores were busy compiling, the guest
+        // went silent for 0.4-0.8 s at a time, longer than perftest's and ibv_rc_pingpong's
+        // seven 67 ms retries of rdma-emu (docs/interop.md, "Findings").
+        let vm = Command::new("bash")
             .arg(interop_scripts().join("vm.sh"))
             .args(["--netns", &netns.name, "--share"])
             .arg(share)
-            .args(["--tap", &format!("{tap}={guest_cidr}")])
+            .args(&args)
             .args(["--timeout", &timeout.as_secs().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -179,7 +190,7 @@ impl Guest {
 impl Drop for Guest {
     fn drop(&mut self) {
         if let Ok(None) = self.vm.try_wait() {
-            // nice and bash exec'd into vm.sh's `ip netns exec ... timeout`, which passes
+            // bash exec'd into vm.sh's `ip netns exec ... timeout`, which passes
             // SIGTERM on to qemu.
             signal(self.vm.id(), libc::SIGTERM);
             std::thread::sleep(Duration::from_secs(1));
@@ -278,9 +289,9 @@ pub struct CaptureReport {
     pub text: String,
 }
 
-/// Checks a capture: `rdma-emu decode` must verify every RoCE v2 ICRC (from both sides),
-/// tshark must find no malformed or error-level frame.
-pub fn check_capture(pcap: &Path, host_ip: &str, guest_ip: &str) -> CaptureReport {
+/// Checks the RoCE capture: `rdma-emu decode` must verify every RoCE v2 ICRC (from both
+/// sides, when `pairs_ran`), tshark must find no malformed or error-level frame.
+pub fn check_capture(pcap: &Path, host_ip: &str, guest_ip: &str, pairs_ran: bool) -> CaptureReport {
     let mut text = String::new();
     let mut ok = true;
     let decode = Command::new(bin_dir().join("rdma-emu"))
@@ -309,8 +320,8 @@ pub fn check_capture(pcap: &Path, host_ip: &str, guest_ip: &str) -> CaptureRepor
             for l in roce.iter().filter(|l| !l.contains("ICRC ok")).take(10) {
                 let _ = writeln!(text, "  {l}");
             }
-            if !d.status.success() || bad > 0 || unchecked > 0 || from_kernel == 0 || from_emu == 0
-            {
+            let silent = pairs_ran && (from_kernel == 0 || from_emu == 0);
+            if !d.status.success() || bad > 0 || unchecked > 0 || silent {
                 ok = false;
             }
         }
