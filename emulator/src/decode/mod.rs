@@ -164,6 +164,10 @@ impl Decoder {
             return;
         };
         match wire::frame::parse(&ethernet) {
+            // ARP, LLDP and the like share the wire with RoCE and iWARP: not ours to judge.
+            Err(wire::frame::Error::UnsupportedEtherType(t)) => {
+                let _ = write!(line, " EtherType {t:#06x}, {} bytes (not IP)", data.len());
+            }
             Err(e) => {
                 self.summary.malformed += 1;
                 let _ = write!(line, " [malformed frame: {e}]");

@@ -357,3 +357,18 @@ fn mangled_captures_never_panic_the_decoder() {
         }
     }
 }
+
+#[test]
+fn arp_frames_are_shown_as_not_ip_and_not_counted_malformed() {
+    let mut arp = vec![0xffu8; 6];
+    arp.extend_from_slice(&[2, 0, 0, 0, 0, 1]);
+    arp.extend_from_slice(&[0x08, 0x06]);
+    arp.extend_from_slice(&[0u8; 28]);
+    let (r, lines) = decode(&pcap(&[arp]));
+    let s = r.unwrap();
+    assert_eq!(s.malformed, 0);
+    assert!(
+        lines[0].ends_with("EtherType 0x0806, 42 bytes (not IP)"),
+        "{lines:?}"
+    );
+}

@@ -69,12 +69,11 @@ const TAP_SIW: &str = "rdmaemutap1";
 /// captures.
 const SIW_DELAY: &str = "10ms";
 
-/// Whether rdma-emu's siw can ask for MPA CRCs (`mpa_crc = true` in its `[[device]]`
-/// entry; being added). A Linux siw responder sets C in its Reply only when the Request
-/// had it (`mpa_crc_required` shapes what it asks as an initiator), so the "CRC on" pairs
-/// with the kernel serving need rdma-emu to ask; until it can, they are listed as pending.
-/// When true they run on a second daemon whose siw0 asks.
-const EMU_ASKS_FOR_CRC: bool = false;
+/// Whether rdma-emu's siw asks for MPA CRCs in the "CRC on" pairs with the kernel serving
+/// (`mpa_crc = true` in its `[[device]]` entry). A Linux siw responder sets C in its Reply
+/// only when the Request had it (`mpa_crc_required` shapes what it asks as an initiator),
+/// so those pairs run on a second daemon whose siw0 asks; false lists them as pending.
+const EMU_ASKS_FOR_CRC: bool = true;
 
 /// The module parameters of the guest's siw for the "CRC on" pairs (build-image.sh turns
 /// siw's compiled-in policy into these): as an initiator siw then asks for CRCs and refuses
