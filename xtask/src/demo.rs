@@ -58,30 +58,6 @@ impl Perftest {
         })
     }
 
-    /// The daemon's process id.
-    pub fn daemon_pid(&self) -> u32 {
-        self.daemon.as_ref().map_or(0, |d| d.0.id())
-    }
-
-    /// A private folder for this run's files.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Starts any program against the daemon (through `rdma-emu run`), stdout piped.
-    pub fn client(&self, argv: &[&str]) -> Result<Child, String> {
-        Command::new(&self.emu)
-            .arg("run")
-            .arg("--")
-            .args(argv)
-            .env("RDMA_EMU_SOCKET", &self.socket)
-            .env("RDMA_EMU_LIB_DIR", &self.lib)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", argv.join(" ")))
-    }
-
     fn spawn(&self, program: &str, args: &[&str], out: Stdio) -> Result<Child, String> {
         Command::new(&self.emu)
             .arg("run")
@@ -130,23 +106,6 @@ impl Perftest {
             ));
         }
         Ok(std::fs::read_to_string(&client_log).unwrap_or_default())
-    }
-
-    /// perftest's average bandwidth for one message size, in GB/s (10^9 B/s).
-    pub fn bandwidth_gbps(&self, program: &str, size: u64) -> Result<f64, String> {
-        let s = size.to_string();
-        let out = self.pair(program, &["-s", &s], true, Duration::from_secs(300))?;
-        crate::bench::parse_bw_avg(&out, size)
-            .map(|mib| mib * 1048576.0 / 1e9)
-            .ok_or_else(|| format!("no {size} B row in {program}'s output:\n{out}"))
-    }
-
-    /// perftest's typical latency for one message size, in µs.
-    pub fn latency_us(&self, program: &str, size: u64) -> Result<f64, String> {
-        let s = size.to_string();
-        let out = self.pair(program, &["-s", &s], true, Duration::from_secs(300))?;
-        crate::bench::parse_lat_typical(&out, size)
-            .ok_or_else(|| format!("no {size} B row in {program}'s output:\n{out}"))
     }
 }
 
