@@ -196,7 +196,10 @@ pub fn parse(
         Piece::Marker { phys } => {
             marker_count = marker_count.saturating_add(1);
             let fpduptr = be16(&buf[phys + 2..phys + 4]);
-            if usize::from(fpduptr) != phys && bad_marker.is_none() {
+            // FPDUPTR is 16 bits: an FPDU with markers can outgrow it (a ULPDU near
+            // 65535 octets plus its markers), and then the offset wraps, as `emit`
+            // writes it.
+            if fpduptr != phys as u16 && bad_marker.is_none() {
                 bad_marker = Some(Error::BadMarker {
                     position: pos + phys as u64,
                     fpduptr,
@@ -339,6 +342,17 @@ mod tests {
                 fpduptr: 13
             })
         );
+    }
+
+    #[test]
+    fn fpdu_longer_than_fpduptr_can_count_round_trips() {
+        let u: Vec<u8> = (0..65_191u32).map(|i| i as u8).collect();
+        let b = build(&u, BOTH, 852);
+        assert!(b.len() > usize::from(u16::MAX));
+        let mut out = Vec::new();
+        let info = parse(&b, BOTH, 852, &mut out).unwrap().unwrap();
+        assert_eq!(info.wire_len, b.len());
+        assert_eq!(out, u);
     }
 
     #[test]
