@@ -88,8 +88,33 @@ impl Setup {
     /// Runs `server`, waits until its RDMA CM id listens on `port` and siw0's TCP
     /// listener is there too, runs `client`; both must exit 0.
     fn pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
+        let (s, c) = self.try_pair(server, client, port);
+        assert_both(&s, &c);
+        (s, c)
+    }
+
+    /// perftest's pair: as `pair`, but a run that perftest itself could not report
+    /// because its clock calibration failed (`get_cpu_mhz`: "Correlation coefficient
+    /// r^2 < 0.9", which CPU contention causes) is run again, at most twice.
+    fn perftest_pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let (s, c) = self.try_pair(server, client, port);
+            let uncalibrated = [&s, &c]
+                .iter()
+                .any(|o| !o.success() && o.stderr.contains(NO_REPORT));
+            if !uncalibrated || tries == 3 {
+                assert_both(&s, &c);
+                return (s, c);
+            }
+            eprintln!("perftest could not calibrate its clock (run {tries}), again");
+        }
+    }
+
+    fn try_pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
         let ns = self.server_ns();
-        let (s, c) = run_pair_when(
+        run_pair_when(
             self.server_daemon.program(ns, server),
             || {
                 wait_cm_listening(&self.server_daemon, ns, port, Duration::from_secs(20))
@@ -98,11 +123,29 @@ impl Setup {
             &format!("siw0 (TCP port {port})"),
             || self.client_daemon().program(self.client_ns(), client),
             LIMIT,
-        );
-        c.assert_success();
-        s.assert_success();
-        (s, c)
+        )
     }
+}
+
+/// What perftest prints when its clock calibration failed.
+const NO_REPORT: &str = "Can't produce a report";
+
+/// Both programs exited 0; otherwise a panic with what both printed (the side that
+/// failed first is often not the one that timed out).
+fn assert_both(s: &Output, c: &Output) {
+    if s.success() && c.success() {
+        return;
+    }
+    let show = |o: &Output| {
+        format!(
+            "`{}`: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            o.argv,
+            o.status.map_or("timed out".into(), |st| st.to_string()),
+            o.stdout,
+            o.stderr
+        )
+    };
+    panic!("client {}\n\nserver {}", show(c), show(s));
 }
 
 fn rping(two_hosts: bool) {
@@ -187,7 +230,7 @@ fn perftest_all_sizes(two_hosts: bool, program: &str) {
     ];
     let mut client = server.clone();
     client.push(&addr);
-    let (_, c) = setup.pair(&server, &client, 18515);
+    let (_, c) = setup.perftest_pair(&server, &client, 18515);
     let rows = c
         .stdout
         .lines()
@@ -212,7 +255,7 @@ fn perftest(two_hosts: bool, program: &str) {
     let server = vec![program, "-R", "-d", "siw0", "-p", "18515", "-n", "200"];
     let mut client = server.clone();
     client.push(&addr);
-    let (_, c) = setup.pair(&server, &client, 18515);
+    let (_, c) = setup.perftest_pair(&server, &client, 18515);
     assert!(
         c.stdout.contains("#bytes"),
         "`{}` printed no results:\n{}",
@@ -252,26 +295,13 @@ both! {
     ib_read_lat_r_siw_one_host, ib_read_lat_r_siw_two_hosts => |t| perftest(t, "ib_read_lat");
 }
 
-/// The same with `-a`: all pass by hand and in most runs, but in one CI run
-/// `ib_send_bw -R -d siw0 -a` across two namespaces stalled mid-transfer until the 120 s
-/// limit (issue 7, not explained yet), so they stay out of the default run:
-/// `cargo test -p rdma-emu-tests --test rdmacm_siw -- --ignored`.
-macro_rules! ignored_both {
-    ($($one:ident, $two:ident => $body:expr;)*) => {$(
-        #[test]
-        #[ignore = "siw -a transfer stalled once in CI (issue 7)"]
-        fn $one() {
-            $body(false)
-        }
-        #[test]
-        #[ignore = "siw -a transfer stalled once in CI (issue 7)"]
-        fn $two() {
-            $body(true)
-        }
-    )*};
-}
-
-ignored_both! {
+// The same with `-a`. These once stalled until the limit (issue 7): perftest posts its
+// receives, then tells the client to start over its second connection; the daemon takes
+// receive WRs from the ring 64 per pass, so the client's Sends could arrive before the
+// last receives reached the device, which terminated the connection for "no buffer".
+// A Send now waits for its receive (`emu_core::iwarp::RECV_WAIT`,
+// emulator/tests/siw_stall.rs).
+both! {
     ib_send_bw_r_a_siw_one_host, ib_send_bw_r_a_siw_two_hosts =>
         |t| perftest_all_sizes(t, "ib_send_bw");
     ib_write_bw_r_a_siw_one_host, ib_write_bw_r_a_siw_two_hosts =>

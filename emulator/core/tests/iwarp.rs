@@ -2,13 +2,15 @@
 
 mod iwarp_common;
 
-use emu_core::iwarp::{IwarpConfig, IwarpEvent, RtrKind, RtrOffer};
+use emu_core::iwarp::{IwarpConfig, IwarpEvent, RtrKind, RtrOffer, RECV_WAIT, RX_STALL_TIMEOUT};
 use emu_core::{
     AccessFlags, AtomicInfo, Lkey, RdmaInfo, Rkey, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
     WcStatus, WrId, WrOpcode,
 };
 use iwarp_common::*;
 use proptest::prelude::*;
+use std::time::Duration;
+use wire::iwarp::deframer::{Deframed, Deframer};
 use wire::iwarp::fpdu::{self, FpduConfig};
 use wire::iwarp::mpa::{IrdOrd, MpaFrameKind, MpaRepr, MpaRevision};
 use wire::iwarp::rdmap::{RdmapMessage, ReadRequest};
@@ -375,6 +377,25 @@ type Seen = Option<(TerminateError, bool)>;
 type Case = (&'static str, Box<dyn FnOnce(&mut Pair)>, TerminateError);
 
 /// Runs `prep` on a fresh connection; returns (b's Terminate, a's, a's WC statuses).
+/// Steps time to each deadline of either end (a Send waiting for a receive WR, a stalled
+/// FPDU) until none is left.
+fn settle(p: &mut Pair) {
+    for _ in 0..16 {
+        let next = [p.a.conn.poll_timeout(), p.b.conn.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(t) = next else {
+            return;
+        };
+        p.now = p.now.max(t);
+        p.a.conn.handle_timeout(p.now);
+        p.b.conn.handle_timeout(p.now);
+        p.run();
+    }
+    panic!("deadlines keep coming");
+}
+
 fn terminate_case(prep: impl FnOnce(&mut Pair)) -> (Seen, Seen, Vec<WcStatus>) {
     let mut p = connected(IwarpConfig::default(), IwarpConfig::default(), 9);
     p.b.keys.register(
@@ -403,6 +424,7 @@ fn terminate_case(prep: impl FnOnce(&mut Pair)) -> (Seen, Seen, Vec<WcStatus>) {
     );
     prep(&mut p);
     p.run();
+    settle(&mut p);
     assert!(p.a.conn.is_closed() && p.b.conn.is_closed());
     assert!(p.a.guards_intact(MEM) && p.b.guards_intact(MEM));
     (
@@ -1270,4 +1292,195 @@ fn engine_throughput() {
             (n << 20) as f64 / s / 1e9
         );
     }
+}
+
+/// The Terminate errors in what `from` sent since its last transmit, parsed from the wire.
+fn sent_terminates(from: &mut Node) -> (Vec<u8>, Vec<TerminateError>) {
+    let mut out = Vec::new();
+    from.conn
+        .poll_stream_transmit(&mut out, &mut from.keys, &mut from.mem);
+    let mut d = Deframer::in_full_operation(FpduConfig::default());
+    d.read(&out);
+    let mut errors = Vec::new();
+    while let Some(Ok(Deframed::Fpdu { ulpdu, .. })) = d.pop() {
+        if let Ok(RdmapMessage::Terminate { terminate, .. }) = RdmapMessage::parse(ulpdu) {
+            errors.push(terminate.error);
+        }
+    }
+    (out, errors)
+}
+
+fn recv_wcs(n: &Node) -> Vec<(u64, WcStatus, u32)> {
+    n.wcs
+        .iter()
+        .filter(|c| c.wc.opcode == WcOpcode::Recv)
+        .map(|c| (c.wc.wr_id.0, c.wc.status, c.wc.byte_len))
+        .collect()
+}
+
+#[test]
+fn send_waits_for_a_receive_posted_after_it_arrived() {
+    // A driver that takes receive WRs from a ring may hand them over after the peer's
+    // Send arrived (perftest posts its receives, then tells the peer to start).
+    let mut p = connected(IwarpConfig::default(), IwarpConfig::default(), 21);
+    let d1 = fill(&mut p.a, BASE, 3000, 7);
+    let d2 = fill(&mut p.a, BASE + 4096, 100, 8);
+    p.a.conn
+        .post_send(send_wr(1, WrOpcode::Send, BASE, 3000))
+        .unwrap();
+    p.a.conn
+        .post_send(send_wr(2, WrOpcode::Send, BASE + 4096, 100))
+        .unwrap();
+    p.run();
+    assert!(p.b.conn.is_waiting_for_recv());
+    assert_eq!(p.b.conn.poll_timeout(), Some(p.now + RECV_WAIT));
+    assert_eq!(p.b.terminated(), None);
+    assert!(recv_wcs(&p.b).is_empty());
+    // Half the wait later the receives arrive; the held Send and the one behind it land.
+    p.now += RECV_WAIT / 2;
+    p.b.conn.handle_timeout(p.now);
+    p.b.post_recv(10, BASE + MEM / 2, 4096);
+    p.b.post_recv(11, BASE + MEM / 2 + 4096, 4096);
+    p.b.conn
+        .handle_stream(p.now, &[], &mut p.b.keys, &mut p.b.mem);
+    p.run();
+    assert!(!p.b.conn.is_waiting_for_recv());
+    assert_eq!(p.b.conn.poll_timeout(), None);
+    assert_eq!(p.b.terminated(), None);
+    assert_eq!(
+        recv_wcs(&p.b),
+        vec![(10, WcStatus::Success, 3000), (11, WcStatus::Success, 100)]
+    );
+    assert_eq!(p.b.mem.slice(SPACE, BASE + MEM / 2, 3000), &d1[..]);
+    assert_eq!(p.b.mem.slice(SPACE, BASE + MEM / 2 + 4096, 100), &d2[..]);
+    assert!(p.a.conn.is_established() && p.b.conn.is_established());
+}
+
+#[test]
+fn send_without_a_receive_terminates_when_the_wait_ends() {
+    let mut p = connected(IwarpConfig::default(), IwarpConfig::default(), 22);
+    p.a.conn
+        .post_send(send_wr(1, WrOpcode::Send, BASE, 8))
+        .unwrap();
+    p.run();
+    let start = p.now;
+    p.b.conn
+        .handle_timeout(start + RECV_WAIT - Duration::from_millis(1));
+    assert!(p.b.conn.is_established() && p.b.conn.is_waiting_for_recv());
+    p.b.conn.handle_timeout(start + RECV_WAIT);
+    let (bytes, sent) = sent_terminates(&mut p.b);
+    assert_eq!(sent, vec![TerminateError::DdpUntaggedNoBuffer]);
+    assert!(p.b.conn.is_closed() && !p.b.conn.is_waiting_for_recv());
+    p.a.conn
+        .handle_stream(p.now, &bytes, &mut p.a.keys, &mut p.a.mem);
+    p.run();
+    assert_eq!(
+        p.a.terminated(),
+        Some((TerminateError::DdpUntaggedNoBuffer, false))
+    );
+}
+
+#[test]
+fn zero_recv_wait_terminates_a_send_without_a_receive_at_once() {
+    let mut p = connected(IwarpConfig::default(), IwarpConfig::default(), 23);
+    p.b.conn.set_recv_wait(Duration::ZERO);
+    p.a.conn
+        .post_send(send_wr(1, WrOpcode::Send, BASE, 8))
+        .unwrap();
+    p.run();
+    assert_eq!(
+        p.b.terminated(),
+        Some((TerminateError::DdpUntaggedNoBuffer, true))
+    );
+    assert_eq!(
+        p.a.terminated(),
+        Some((TerminateError::DdpUntaggedNoBuffer, false))
+    );
+}
+
+/// The first `cut` octets of an FPDU carrying a 100-octet Send, framed as negotiated.
+fn partial_send_fpdu(cut: usize) -> Vec<u8> {
+    let u = msg(RdmapMessage::Send {
+        last: true,
+        solicited: false,
+        invalidate: None,
+        msn: 1,
+        mo: 0,
+        payload: &[0x5a; 100],
+    });
+    let cfg = FpduConfig::default();
+    let mut b = vec![0u8; fpdu::wire_len(u.len(), cfg, 0)];
+    fpdu::emit(&u, cfg, 0, &mut b);
+    assert!(cut < b.len());
+    b.truncate(cut);
+    b
+}
+
+#[test]
+fn peer_stopping_mid_fpdu_gets_a_terminate_after_the_stall_timeout() {
+    let a = IwarpConfig {
+        peer_to_peer: false,
+        ..IwarpConfig::default()
+    };
+    let mut p = connected(a, IwarpConfig::default(), 24);
+    p.b.post_recv(10, BASE, 4096);
+    assert_eq!(p.b.conn.poll_timeout(), None);
+    let half = partial_send_fpdu(60);
+    let t0 = p.now;
+    p.b.conn
+        .handle_stream(t0, &half[..40], &mut p.b.keys, &mut p.b.mem);
+    assert_eq!(p.b.conn.poll_timeout(), Some(t0 + RX_STALL_TIMEOUT));
+    // Another octet restarts the clock; a call with no octets does not.
+    let t1 = t0 + RX_STALL_TIMEOUT / 2;
+    p.b.conn
+        .handle_stream(t1, &half[40..], &mut p.b.keys, &mut p.b.mem);
+    p.b.conn.handle_stream(
+        t1 + Duration::from_secs(1),
+        &[],
+        &mut p.b.keys,
+        &mut p.b.mem,
+    );
+    let deadline = t1 + RX_STALL_TIMEOUT;
+    assert_eq!(p.b.conn.poll_timeout(), Some(deadline));
+    p.b.conn.handle_timeout(deadline - Duration::from_millis(1));
+    assert!(p.b.conn.is_established());
+    p.b.conn.handle_timeout(deadline);
+    let (bytes, sent) = sent_terminates(&mut p.b);
+    // RFC 5044 §8: layer LLP, "TCP connection closed, terminated or lost".
+    assert_eq!(sent, vec![TerminateError::MpaTcpLost]);
+    p.run();
+    assert!(p.b.conn.is_closed() && p.b.conn.wants_close());
+    assert_eq!(p.b.conn.poll_timeout(), None);
+    assert_eq!(p.b.terminated(), Some((TerminateError::MpaTcpLost, true)));
+    assert_eq!(recv_wcs(&p.b), vec![(10, WcStatus::WrFlushErr, 0)]);
+    assert!(p.b.events.contains(&IwarpEvent::Closed));
+    p.a.conn
+        .handle_stream(p.now, &bytes, &mut p.a.keys, &mut p.a.mem);
+    p.run();
+    assert_eq!(p.a.terminated(), Some((TerminateError::MpaTcpLost, false)));
+}
+
+#[test]
+fn whole_fpdus_and_a_waiting_send_set_no_stall_timer() {
+    let a = IwarpConfig {
+        peer_to_peer: false,
+        ..IwarpConfig::default()
+    };
+    let mut p = connected(a, IwarpConfig::default(), 25);
+    p.b.post_recv(10, BASE + MEM / 2, 4096);
+    p.a.conn
+        .post_send(send_wr(1, WrOpcode::Send, BASE, 3000))
+        .unwrap();
+    p.run();
+    assert_eq!(p.b.conn.poll_timeout(), None);
+    assert_eq!(recv_wcs(&p.b), vec![(10, WcStatus::Success, 3000)]);
+    // Input held for a receive WR is our doing, not the peer's: only the wait is timed.
+    p.b.conn
+        .set_rx_stall_timeout(Some(Duration::from_millis(10)));
+    p.a.conn
+        .post_send(send_wr(2, WrOpcode::Send, BASE, 3000))
+        .unwrap();
+    p.run();
+    assert!(p.b.conn.is_waiting_for_recv());
+    assert_eq!(p.b.conn.poll_timeout(), Some(p.now + RECV_WAIT));
 }

@@ -1,7 +1,7 @@
 //! The connection object: MPA negotiation (RFC 5044 §7, RFC 6581), verbs, pollers.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wire::iwarp::deframer::{Deframed, Deframer};
 use wire::iwarp::fpdu::{self, FpduConfig};
@@ -21,6 +21,15 @@ pub const ENHANCED_FLAG: u8 = 0x10;
 /// The largest IRD a responder offers to match the initiator's ORD (rxe's and this
 /// device's `max_qp_rd_atom`).
 const MAX_IRD: u16 = 128;
+/// How long a partial FPDU may wait for its next octet before the stream is declared
+/// lost ([`Connection::set_rx_stall_timeout`]). Longer than TCP's first five
+/// retransmissions (0.2 + 0.4 + 0.8 + 1.6 + 3.2 s), so a lossy path is not mistaken for
+/// a peer that stopped mid-FPDU.
+pub const RX_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a Send that found no receive WR waits for one before the connection is
+/// terminated for it ([`Connection::set_recv_wait`]): the wait of a NIC that fetches
+/// receive WRs from a queue in host memory (a ring) after the application posted them.
+pub const RECV_WAIT: Duration = Duration::from_secs(1);
 use super::Stags;
 use crate::attr::{RecvWr, SendWr, WorkCompletion};
 use crate::memory::Memory;
@@ -124,6 +133,13 @@ pub struct Connection {
     pub(super) events: VecDeque<IwarpEvent>,
     pub(super) close_wanted: bool,
     pub(super) counters: IwarpCounters,
+    /// A ULPDU (the first segment of an untagged queue 0 message) that found no receive
+    /// WR, and until when it may wait for one; input stops meanwhile.
+    pub(super) held: Option<(Vec<u8>, Instant)>,
+    pub(super) recv_wait: Duration,
+    /// When the deframer holds part of an FPDU: when its stream stalls.
+    pub(super) rx_stall: Option<Instant>,
+    pub(super) rx_stall_timeout: Option<Duration>,
 }
 
 impl Connection {
@@ -169,6 +185,10 @@ impl Connection {
             events: VecDeque::new(),
             close_wanted: false,
             counters: IwarpCounters::default(),
+            held: None,
+            recv_wait: RECV_WAIT,
+            rx_stall: None,
+            rx_stall_timeout: Some(RX_STALL_TIMEOUT),
             cfg,
         }
     }
@@ -237,6 +257,27 @@ impl Connection {
     /// Counters.
     pub fn counters(&self) -> IwarpCounters {
         self.counters
+    }
+
+    /// How long a partial FPDU may wait for its next octet in full operation before the
+    /// connection sends a Terminate (LLP: TCP connection lost) and closes; `None` waits
+    /// forever. Default [`RX_STALL_TIMEOUT`].
+    pub fn set_rx_stall_timeout(&mut self, timeout: Option<Duration>) {
+        self.rx_stall_timeout = timeout;
+    }
+
+    /// How long a Send that found the receive queue empty waits for a receive WR
+    /// before the connection terminates for it (DDP: no buffer). Zero terminates at once,
+    /// as a NIC does whose receive WRs are in place when `ibv_post_recv` returns.
+    /// Default [`RECV_WAIT`].
+    pub fn set_recv_wait(&mut self, wait: Duration) {
+        self.recv_wait = wait;
+    }
+
+    /// Whether input stopped because a Send waits for a receive WR: the driver stops
+    /// reading the stream, and after `post_recv` calls `handle_stream` with no bytes.
+    pub fn is_waiting_for_recv(&self) -> bool {
+        self.held.is_some()
     }
 
     /// The driver should close the TCP stream: the connection is over and every byte
@@ -478,7 +519,7 @@ impl Connection {
     /// after `accept` to process bytes that arrived before it.
     pub fn handle_stream<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
-        _now: Instant,
+        now: Instant,
         bytes: &[u8],
         keys: &mut K,
         mem: &mut M,
@@ -489,7 +530,23 @@ impl Connection {
         if self.phase != Phase::Closed {
             d.read(bytes);
         }
-        while self.phase != Phase::Closed && self.phase != Phase::RequestPending {
+        if !bytes.is_empty() {
+            self.rx_stall = None;
+        }
+        if let Some((u, until)) = self.held.take() {
+            if self.rq.is_empty() {
+                self.held = Some((u, until));
+            } else {
+                // A receive WR arrived: the stream's clock restarts with it.
+                self.rx_stall = None;
+                self.counters.rx_fpdus += 1;
+                self.on_ulpdu(&u, keys, mem);
+            }
+        }
+        while self.held.is_none()
+            && self.phase != Phase::Closed
+            && self.phase != Phase::RequestPending
+        {
             match d.pop() {
                 None => break,
                 Some(Ok(Deframed::Mpa(repr))) => {
@@ -519,12 +576,24 @@ impl Connection {
                     }
                 }
                 Some(Ok(Deframed::Fpdu { ulpdu, .. })) => {
+                    if self.needs_recv(ulpdu) && self.rq.is_empty() && !self.recv_wait.is_zero() {
+                        self.held = Some((ulpdu.to_vec(), now + self.recv_wait));
+                        break;
+                    }
                     self.counters.rx_fpdus += 1;
                     self.on_ulpdu(ulpdu, keys, mem);
                 }
                 Some(Err(e)) => self.on_stream_error(e),
             }
         }
+        // MPA keeps no timer of its own: a peer that stopped in the middle of an FPDU is
+        // timed here (not while input is held for a receive WR: that wait is ours).
+        let partial = self.phase == Phase::Rts && self.held.is_none() && d.buffered() > 0;
+        self.rx_stall = match (partial, self.rx_stall, self.rx_stall_timeout) {
+            (true, Some(t), _) => Some(t),
+            (true, None, Some(timeout)) => Some(now + timeout),
+            _ => None,
+        };
         self.deframer = Some(d);
     }
 
@@ -565,13 +634,45 @@ impl Connection {
         self.events.push_back(IwarpEvent::Closed);
     }
 
-    /// The next deadline (the MPA negotiation timeout), if any.
+    /// The next deadline, if any: the MPA negotiation timeout, the wait of a Send for a
+    /// receive WR, a partial FPDU's stall timeout.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
+        [
+            self.deadline,
+            self.held.as_ref().map(|h| h.1),
+            self.rx_stall,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Time passed; fails the MPA exchange if its deadline is reached.
+    /// Time passed: fails the MPA exchange if its deadline is reached; terminates for a
+    /// Send still without a receive WR (RFC 5041 §7.2: untagged buffer, no buffer
+    /// available) or for a stream that stopped mid-FPDU (RFC 5044 §8, layer LLP: TCP
+    /// connection closed, terminated or lost).
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.held.as_ref().is_some_and(|h| now >= h.1) {
+            if let Some((u, _)) = self.held.take() {
+                tracing::debug!(qpn = self.cfg.qpn.0, "iwarp: no receive WR for a Send");
+                let off = super::rx::Offender {
+                    ulpdu: &u,
+                    rdmap: false,
+                };
+                self.send_terminate(TerminateError::DdpUntaggedNoBuffer, Some(off));
+            }
+        }
+        if self.rx_stall.is_some_and(|t| now >= t) {
+            self.rx_stall = None;
+            if self.phase == Phase::Rts {
+                tracing::debug!(
+                    qpn = self.cfg.qpn.0,
+                    buffered = self.deframer.as_ref().map_or(0, Deframer::buffered),
+                    "iwarp: stream stalled in the middle of an FPDU"
+                );
+                self.send_terminate(TerminateError::MpaTcpLost, None);
+            }
+        }
         if self.deadline.is_some_and(|d| now >= d) {
             self.deadline = None;
             if matches!(self.phase, Phase::AwaitReply | Phase::AwaitRequest) {
@@ -722,6 +823,8 @@ impl Connection {
 
     /// Completes every outstanding WR with WR_FLUSH_ERR (the QP is in error).
     pub(super) fn flush_all(&mut self) {
+        self.held = None;
+        self.rx_stall = None;
         for e in self.sq.iter_mut() {
             if e.status.is_none() {
                 e.status = Some(WcStatus::WrFlushErr);

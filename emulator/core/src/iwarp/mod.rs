@@ -34,7 +34,7 @@ pub use config::{
     Completion, IwarpConfig, IwarpCounters, IwarpEvent, MpaOffer, Negotiated, Role, RtrKind,
     RtrOffer,
 };
-pub use conn::Connection;
+pub use conn::{Connection, RECV_WAIT, RX_STALL_TIMEOUT};
 pub use stags::{MrEntry, MrTable, StagError, Stags};
 
 /// The largest MULPDU (Maximum ULPDU) for an effective MSS of `emss` octets

@@ -231,6 +231,35 @@ impl Connection {
         self.emit_fpdu(&u);
     }
 
+    /// Whether ULPDU `u` starts a well-formed message on untagged queue 0 (a Send of any
+    /// kind, Send with Immediate, Immediate Data) that takes a receive WR (RFC 5041
+    /// §5.3: the MSN names the next message; not the RFC 6581 zero-length Send RTR).
+    pub(super) fn needs_recv(&self, u: &[u8]) -> bool {
+        use super::ext::{OP_IMMEDIATE, OP_IMMEDIATE_SE, OP_SEND_IMM, OP_SEND_SE_IMM};
+        if self.phase != Phase::Rts || self.rx_send.is_some() || u.len() < UNTAGGED_HEADER_LEN {
+            return false;
+        }
+        let be32 = |r: std::ops::Range<usize>| {
+            u.get(r)
+                .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                .map(u32::from_be_bytes)
+        };
+        // DDP control: untagged, version 1; RDMAP control: version 1.
+        if u[0] & 0x80 != 0 || u[0] & 0x03 != 1 || u[1] >> 6 != 1 {
+            return false;
+        }
+        let opcode = u[1] & 0x0f;
+        let takes_recv = match opcode {
+            3..=6 => true,
+            OP_IMMEDIATE | OP_IMMEDIATE_SE | OP_SEND_IMM | OP_SEND_SE_IMM => self.ext,
+            _ => false,
+        };
+        let rtr = self.role == Role::Responder
+            && !self.got_first
+            && self.expect_rtr == Some(RtrKind::Send);
+        takes_recv && !rtr && be32(6..10) == Some(0) && be32(10..14) == Some(self.rx_msn[0])
+    }
+
     /// One FPDU's ULPDU (a DDP segment) in full operation.
     pub(super) fn on_ulpdu<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,

@@ -8,6 +8,12 @@
 //! writing half is shut down (FIN after the last byte, a Terminate included) and the
 //! socket closed once the peer's FIN arrived or after [`LINGER`]. A FIN or RST from the
 //! peer is `handle_stream_closed`.
+//!
+//! While a connection's engine holds a Send for a receive WR the application posted but
+//! the daemon has not taken from its ring yet (`is_waiting_for_recv`), its socket is not
+//! read (TCP's window holds the peer back); each pass retries it after the rings were
+//! drained. The engines' deadlines (MPA exchange, that wait, a partial FPDU's stall
+//! timeout) are part of `poll_timeout` and served by `stream_timeouts`.
 
 use super::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 use super::nic::SiwNic;
@@ -270,8 +276,10 @@ impl Streams {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
         };
-        let want = match c.phase {
+        let want = match &c.phase {
             ConnPhase::Connecting { .. } => (false, true),
+            // A Send waiting for a receive WR stops input: TCP's window holds the rest.
+            ConnPhase::Running(e) if e.is_waiting_for_recv() => (false, c.want_out && !c.dead),
             _ => (!c.eof && !c.dead, c.want_out && !c.dead),
         };
         if want != c.interest {
@@ -316,7 +324,8 @@ impl Streams {
         Ok(())
     }
 
-    /// The earliest deadline: MPA timeouts, lingering closes, lingering listeners.
+    /// The earliest deadline: the engines' (MPA timeouts, a Send waiting for a receive WR,
+    /// a partial FPDU's stall timeout), lingering closes, lingering listeners.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let listeners = self.lingering.iter().map(|(until, _)| *until).min();
         let conns = self
@@ -401,6 +410,7 @@ impl SiwNic {
         }
         let ids: Vec<ConnId> = self.io.conns.keys().copied().collect();
         for id in ids {
+            worked |= self.resume_input(now, id, mem);
             worked |= self.flush(now, id, mem);
             worked |= self.pump(id);
         }
@@ -408,7 +418,27 @@ impl SiwNic {
         worked
     }
 
-    /// MPA timeouts and lingering closes (`Nic::handle_timeout`).
+    /// A connection whose input waits for a receive WR (`is_waiting_for_recv`) goes on
+    /// once one was posted: the held Send and the octets buffered behind it are
+    /// processed and the socket is read again. Whether it went on.
+    fn resume_input(&mut self, now: Instant, id: ConnId, mem: &mut dyn AppMemory) -> bool {
+        let SiwNic { io, dev, .. } = self;
+        let Some(ConnPhase::Running(engine)) = io.conns.get_mut(&id).map(|c| &mut c.phase) else {
+            return false;
+        };
+        if !engine.is_waiting_for_recv() {
+            return false;
+        }
+        engine.handle_stream(now, &[], dev, &mut Bridge(mem));
+        let resumed = !engine.is_waiting_for_recv();
+        if resumed {
+            tracing::debug!(conn = id.0, "siw: receive WR posted, input resumed");
+            io.set_interest(id);
+        }
+        resumed
+    }
+
+    /// The engines' timeouts and lingering closes (`Nic::handle_timeout`).
     pub(super) fn stream_timeouts(&mut self, now: Instant, mem: &mut dyn AppMemory) {
         let ids: Vec<ConnId> = self.io.conns.keys().copied().collect();
         for id in ids {
@@ -553,8 +583,10 @@ impl SiwNic {
         };
         let mut budget = IO_BUDGET;
         while !conn.eof && !conn.dead && budget > 0 {
-            if let ConnPhase::Connecting { .. } = conn.phase {
-                break;
+            match &conn.phase {
+                ConnPhase::Connecting { .. } => break,
+                ConnPhase::Running(e) if e.is_waiting_for_recv() => break,
+                _ => {}
             }
             let n = match (&conn.sock).read(rx_buf) {
                 Ok(n) => n,
