@@ -355,9 +355,14 @@ impl Engine {
     pub(super) fn drain_rings(&mut self, now: Instant) -> bool {
         let handles: Vec<Handle> = self.rings.iter().copied().collect();
         let mut worked = false;
+        // Receives first and whole: a process that posts a receive and then a send
+        // expects, as on a NIC, the receive to be in place before anything the send
+        // provokes can arrive (a peer's answer, or an iWARP Send with no buffer).
+        for &h in &handles {
+            worked |= self.drain_rq(h);
+        }
         for h in handles {
             worked |= self.drain_sq(now, h);
-            worked |= self.drain_rq(h);
         }
         worked
     }
@@ -529,7 +534,8 @@ impl Engine {
             };
             let size = (ring.layout.slot_size as usize).min(MAX_SLOT);
             let mut cons = Consumer::with_index(view, ring.index.get());
-            for _ in 0..RING_BATCH {
+            // Posting a receive only queues it: the whole ring, at most once round.
+            for _ in 0..ring.layout.entries {
                 match cons.peek(&mut slot[..size]) {
                     Ok(true) => {}
                     Ok(false) => break,
