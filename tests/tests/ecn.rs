@@ -6,6 +6,12 @@
 //! receives every one. tcpdump on the veth: every data packet ECT(0) or CE, every CNP
 //! shaped as a ConnectX CNP (opcode 0x81, P_Key 0xffff, BECN, PSN 0, 16 zero octets, 74
 //! octets on the wire) with a valid ICRC (`rdma-emu decode`), nothing malformed (tshark).
+//!
+//! Then the reaction point: two `ib_write_bw` senders share a link shaped by tc's token
+//! bucket (`tbf`), and an nftables meter marks CE whatever exceeds a rate below the
+//! link's (a virtual queue standing in for a switch's marking threshold). With DCQCN on
+//! the senders handle the CNPs and cut their rates, and share the link; with it off the
+//! CNPs are ignored and the token bucket's queue overflows into retransmissions.
 use rdma_emu_tests::*;
 use std::time::Duration;
 
@@ -108,7 +114,7 @@ fn congestion_experienced_packets_are_answered_with_cnps() {
     dump.stop();
     let marked = da.counter(Some(&net.a), "rxe0", "np_ecn_marked_roce_packets");
     let sent = da.counter(Some(&net.a), "rxe0", "np_cnp_sent");
-    let received = db.counter(Some(&net.b), "rxe0", "rp_cnp_ignored");
+    let received = db.counter(Some(&net.b), "rxe0", "rp_cnp_handled");
     assert!(marked > 0 && sent > 0, "marked {marked}, CNPs sent {sent}");
     assert!(sent <= marked);
     assert_eq!(received, sent, "every CNP reaches the sender over veth");
@@ -167,4 +173,154 @@ fn congestion_experienced_packets_are_answered_with_cnps() {
         .lines()
         .filter(|l| l.contains("RoCEv2"))
         .all(|l| l.ends_with("ICRC ok")));
+}
+
+/// ib_write_bw's average bandwidth in MB/s (its report's `BW average[MB/sec]` column).
+fn average_mb_s(out: &Output) -> f64 {
+    let mut lines = out.stdout.lines();
+    lines
+        .by_ref()
+        .find(|l| l.contains("BW average[MB/sec]"))
+        .unwrap_or_else(|| panic!("no report in:\n{}", out.stdout));
+    lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no average in:\n{}", out.stdout))
+}
+
+/// What one two-sender run gave: each sender's MB/s and the counters.
+#[derive(Debug)]
+struct Incast {
+    mb_s: [f64; 2],
+    cnp_sent: u64,
+    handled: u64,
+    ignored: u64,
+    cuts: u64,
+    retransmitted: u64,
+    sent: u64,
+}
+
+/// Two `ib_write_bw` pairs at once from `b` (the senders) to `a`, for 4 s.
+fn two_senders(net: &TwoHosts, args: &[&str]) -> Incast {
+    let da = Daemon::start_with(Some(&net.a), args);
+    let db = Daemon::start_with(Some(&net.b), args);
+    let (gid_a, gid_b) = (
+        da.ipv4_gid_index(Some(&net.a)),
+        db.ipv4_gid_index(Some(&net.b)),
+    );
+    let ports = ["18620", "18621"];
+    let bw = |gid: &str, port: &str| -> Vec<String> {
+        [
+            "ib_write_bw",
+            "-d",
+            "rxe0",
+            "-x",
+            gid,
+            "-F",
+            "-s",
+            "65536",
+            "-D",
+            "4",
+            "-p",
+            port,
+        ]
+        .map(str::to_string)
+        .to_vec()
+    };
+    let servers: Vec<Program> = ports
+        .iter()
+        .map(|p| {
+            let argv = bw(&gid_a, p);
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            da.program(Some(&net.a), &argv)
+        })
+        .collect();
+    for p in ports {
+        assert!(
+            wait_listening(Some(&net.a), p.parse().unwrap(), Duration::from_secs(20)),
+            "ib_write_bw listens on {p}"
+        );
+    }
+    let clients: Vec<Program> = ports
+        .iter()
+        .map(|p| {
+            let mut argv = bw(&gid_b, p);
+            argv.push(net.addr_a.clone());
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            db.program(Some(&net.b), &argv)
+        })
+        .collect();
+    let clients: Vec<Output> = clients.into_iter().map(|c| c.wait(LIMIT)).collect();
+    for s in servers {
+        s.wait(LIMIT).assert_success();
+    }
+    for c in &clients {
+        c.assert_success();
+    }
+    Incast {
+        mb_s: [average_mb_s(&clients[0]), average_mb_s(&clients[1])],
+        cnp_sent: da.counter(Some(&net.a), "rxe0", "np_cnp_sent"),
+        handled: db.counter(Some(&net.b), "rxe0", "rp_cnp_handled"),
+        ignored: db.counter(Some(&net.b), "rxe0", "rp_cnp_ignored"),
+        cuts: db.counter(Some(&net.b), "rxe0", "rp_rate_cuts"),
+        retransmitted: db.counter(Some(&net.b), "rxe0", "retransmitted_pkts"),
+        sent: db.counter(Some(&net.b), "rxe0", "sent_pkts"),
+    }
+}
+
+#[test]
+fn dcqcn_slows_two_senders_down_and_off_they_overflow_the_link() {
+    let _s = serial();
+    if missing(&["ib_write_bw", "nft", "tc"]) {
+        return;
+    }
+    let Some(net) = two_hosts() else { return };
+    // The senders' link: 200 Mbit/s with 256 KB of queue (less than the two QPs' windows);
+    // CE on whatever RoCE traffic exceeds 12 MB/s (about half the link), as a switch marks
+    // above its threshold, and on 0.2% of the rest, so the run without DCQCN (which
+    // collapses to less after its drops) still gets CNPs to ignore.
+    let shape = format!(
+        "set -e
+         ip netns exec {b} tc qdisc add dev {i} root tbf rate 200mbit burst 32kb limit 256kb
+         ip netns exec {b} nft add table ip rdmaemu_dcqcn
+         ip netns exec {b} nft add chain ip rdmaemu_dcqcn post '{{ type filter hook postrouting priority 0 ; }}'
+         ip netns exec {b} nft add rule ip rdmaemu_dcqcn post udp dport 4791 limit rate over 12 mbytes/second burst 64 kbytes ip ecn set ce
+         ip netns exec {b} nft add rule ip rdmaemu_dcqcn post udp dport 4791 numgen random mod 1000 lt 2 ip ecn set ce",
+        b = net.b.name,
+        i = net.iface,
+    );
+    if let Err(e) = sh(&shape) {
+        let _ = cannot_run(&format!("cannot shape the link (tc tbf, nftables): {e}"));
+        return;
+    }
+    let on = two_senders(&net, &["--netdev", net.iface]);
+    let dir = TempDir::new("dcqcn");
+    let off_config = dir.path().join("off.toml");
+    std::fs::write(
+        &off_config,
+        format!(
+            "[[device]]\nname = \"rxe0\"\nnetdev = \"{}\"\n[device.dcqcn]\nenabled = false\n",
+            net.iface
+        ),
+    )
+    .unwrap();
+    let off = two_senders(&net, &["--config", off_config.to_str().unwrap()]);
+    eprintln!("DCQCN on: {on:?}\nDCQCN off: {off:?}");
+    // On: every CNP handled, rates cut, the link shared.
+    assert!(on.cnp_sent > 0 && on.cuts > 0, "{on:?}");
+    assert!(
+        on.handled <= on.cnp_sent && on.handled * 10 >= on.cnp_sent * 9,
+        "{on:?}"
+    );
+    assert_eq!(on.ignored, 0, "{on:?}");
+    let (lo, hi) = (on.mb_s[0].min(on.mb_s[1]), on.mb_s[0].max(on.mb_s[1]));
+    assert!(lo > 0.0 && lo * 2.0 >= hi, "senders share the link: {on:?}");
+    // Retransmissions near zero: the burst before the first CNPs arrive overflows the
+    // token bucket (there is no PFC), then DCQCN keeps it from overflowing.
+    assert!(on.retransmitted * 100 < on.sent, "{on:?}");
+    // Off: the CNPs ignored, the token bucket overflows, packets are retransmitted.
+    assert!(off.cnp_sent > 0 && off.ignored > 0, "{off:?}");
+    assert_eq!((off.handled, off.cuts), (0, 0), "{off:?}");
+    assert!(off.retransmitted > 0, "{off:?}");
 }

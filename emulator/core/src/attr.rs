@@ -471,6 +471,12 @@ pub struct Counters {
     pub np_ecn_marked: u64,
     /// Notification point: CNPs sent (at most one per QP per CNP interval).
     pub np_cnp_sent: u64,
-    /// Reaction point: CNPs received and not acted on (no rate control yet).
+    /// Reaction point: CNPs received and not acted on (DCQCN off).
     pub rp_cnp_ignored: u64,
+    /// Reaction point: CNPs received and handed to DCQCN (DCQCN on).
+    pub rp_cnp_handled: u64,
+    /// Reaction point: rate cuts (at most one per rate-reduce monitor period).
+    pub rp_rate_cuts: u64,
+    /// Reaction point: times a paced QP's next packet was held until it was due.
+    pub rp_paced_holds: u64,
 }

@@ -79,6 +79,7 @@ impl Device {
             return;
         }
         qp.state = QpState::Err;
+        qp.rp = None;
         self.o.timers.cancel_qp(qpn.0);
         if qp.init.srq.is_some() {
             self.o
@@ -151,6 +152,9 @@ impl Device {
                     self.go_back(now, qpn);
                 }
                 TimerKind::Retransmit => self.ack_timeout(now, qpn),
+                TimerKind::DcqcnAlpha | TimerKind::DcqcnRate | TimerKind::Pace => {
+                    self.dcqcn_timer(now, qpn, kind)
+                }
             }
         }
     }

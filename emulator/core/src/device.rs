@@ -125,6 +125,8 @@ pub struct Device {
     pub(crate) cnp_out: VecDeque<(Path, Qpn)>,
     /// At most one CNP per QP per this interval.
     pub(crate) cnp_interval: Duration,
+    /// The reaction point's parameters.
+    pub(crate) dcqcn: crate::dcqcn::DcqcnParams,
 }
 
 /// The notification point's default CNP interval per QP, as ConnectX's `min_time_between_cnps`.
@@ -187,6 +189,7 @@ impl Device {
             forced: None,
             cnp_out: VecDeque::new(),
             cnp_interval: CNP_INTERVAL,
+            dcqcn: crate::dcqcn::DcqcnParams::default(),
         }
     }
 

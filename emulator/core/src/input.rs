@@ -91,9 +91,7 @@ impl Device {
             return;
         };
         if matches!(repr.body, Body::Cnp) && qp.qp_type != QpType::Ud {
-            // Reaction point: no rate control yet; counted like a NIC with DCQCN off.
-            self.o.counters.rp_cnp_ignored += 1;
-            qp.counters.rp_cnp_ignored += 1;
+            self.handle_cnp(now, qpn);
             return;
         }
         let type_ok = matches!(

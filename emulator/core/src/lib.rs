@@ -11,6 +11,8 @@
 //!   rdma-core returns them.
 //! - Multicast (UD): [`Device::attach_mcast`], [`Device::detach_mcast`]; the driver joins
 //!   the IP groups [`Device::mcast_groups`] lists on its sockets.
+//! - Congestion control: [`Device::congestion_experienced`] (notification point),
+//!   [`Device::set_dcqcn`] (the DCQCN reaction point and its pacing, [`DcqcnParams`]).
 //! - Input: [`Device::handle_datagram`] (a RoCE v2 UDP payload), [`Device::handle_timeout`].
 //! - Output: [`Device::poll_transmit`], [`Device::poll_timeout`],
 //!   [`Device::poll_completion`], [`Device::poll_event`].
@@ -39,6 +41,7 @@
 pub mod attr;
 pub mod cm;
 mod completer;
+mod dcqcn;
 mod device;
 mod dma;
 mod execute;
@@ -58,7 +61,8 @@ mod timers;
 pub mod types;
 
 pub use attr::*;
-pub use device::{Device, ForcedResponse, QpStatus};
+pub use dcqcn::DcqcnParams;
+pub use device::{Device, ForcedResponse, QpStatus, CNP_INTERVAL};
 pub use memory::{Memory, MemoryFault, VecMemory};
 pub use types::*;
 pub use wire::roce::{Lkey, Psn, Qkey, Qpn, Rkey};

@@ -161,6 +161,10 @@ pub(crate) struct Qp {
     pub scheduled: bool,
     /// When this QP last sent a CNP (notification point rate limit).
     pub last_cnp: Option<std::time::Instant>,
+    /// The DCQCN reaction point, from the first CNP until the rate recovered.
+    pub rp: Option<Box<crate::dcqcn::ReactionPoint>>,
+    /// How fast the requester sent lately (the first cut's start without a line rate).
+    pub tx_meter: crate::dcqcn::TxMeter,
 }
 
 impl Qp {

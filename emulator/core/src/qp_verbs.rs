@@ -87,6 +87,8 @@ impl Device {
                 counters: Counters::default(),
                 scheduled: false,
                 last_cnp: None,
+                rp: None,
+                tx_meter: Default::default(),
             },
         );
         Ok((qpn, cap))
@@ -173,6 +175,8 @@ impl Device {
                     ..QpAttr::default()
                 };
                 qp.state = QpState::Reset;
+                qp.rp = None;
+                qp.tx_meter = Default::default();
                 self.o.timers.cancel_qp(qpn.0);
                 return Ok(());
             }

@@ -37,6 +37,9 @@ impl Device {
                 continue;
             };
             qp.scheduled = false;
+            if self.paced_out(now, qpn) {
+                continue;
+            }
             let t = self.transmit_one(now, qpn, mem, buf);
             if let Some(t) = t {
                 if let Some(qp) = self.qps.get_mut(&qpn) {
@@ -362,6 +365,7 @@ impl Device {
                 }
             }
         }
+        self.request_sent(now, qpn, total);
         Some(Transmit {
             src: path.src,
             dst: path.dst,

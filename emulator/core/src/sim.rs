@@ -2,15 +2,17 @@
 //! event. Tests drive real `Device`s through it; a failing run prints its seed.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use crate::attr::*;
 use crate::memory::VecMemory;
 use crate::types::*;
-use crate::Device;
+use crate::{DcqcnParams, Device};
 use wire::roce::{Psn, Qkey, Qpn};
+
+pub mod incast;
 
 /// A small deterministic generator (splitmix64).
 #[derive(Debug, Clone)]
@@ -83,6 +85,61 @@ impl Default for LinkModel {
     }
 }
 
+/// A switch egress port in front of one node: every packet to that node (from another
+/// node) waits here, leaves at the port's rate, is dropped when the queue is full
+/// (drop-tail) and is marked Congestion Experienced by RED-style ECN marking, as the DCQCN
+/// paper's switches do: never below `kmin` bytes queued, with a probability rising
+/// linearly from 0 to `pmax` between `kmin` and `kmax`, always above `kmax`. Marked packets
+/// reach the node's [`Device::congestion_experienced`] after [`Device::handle_datagram`].
+#[derive(Debug, Clone, Copy)]
+pub struct MarkingQueue {
+    /// The node behind the port.
+    pub to: usize,
+    /// Bytes per second the port sends.
+    pub rate: u64,
+    /// Bytes the queue holds.
+    pub capacity: usize,
+    /// Queue depth (bytes) where marking starts.
+    pub kmin: usize,
+    /// Queue depth (bytes) from which every packet is marked.
+    pub kmax: usize,
+    /// Marking probability at `kmax`.
+    pub pmax: f64,
+}
+
+/// What a [`MarkingQueue`] saw.
+#[derive(Debug, Clone, Default)]
+pub struct QueueStats {
+    /// Packets that arrived.
+    pub arrived: u64,
+    /// Packets dropped because the queue was full.
+    pub dropped: u64,
+    /// Packets marked CE.
+    pub marked: u64,
+    /// The deepest the queue was, in bytes (seen by arriving packets).
+    pub max_depth: usize,
+    /// Sum of the depths arriving packets saw (for the mean).
+    pub depth_sum: u64,
+    /// Bytes let into the queue (they leave in order at the port rate), by sending node.
+    pub sent_by: BTreeMap<usize, u64>,
+}
+
+impl QueueStats {
+    /// The mean depth arriving packets saw, in bytes.
+    pub fn mean_depth(&self) -> u64 {
+        self.depth_sum.checked_div(self.arrived).unwrap_or(0)
+    }
+}
+
+/// Where a packet on the wire goes next.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Clone, Copy)]
+enum Hop {
+    /// To the [`MarkingQueue`], from node `from`.
+    Switch { from: usize },
+    /// To the node; `ce`: marked Congestion Experienced on the way.
+    Host { ce: bool },
+}
+
 /// One simulated host: a device and its memory.
 #[derive(Debug)]
 pub struct Node {
@@ -101,6 +158,7 @@ struct InFlight {
     to: usize,
     src: SocketAddr,
     dst: SocketAddr,
+    hop: Hop,
     bytes: Vec<u8>,
 }
 
@@ -124,6 +182,19 @@ pub struct Fabric {
     buf: Vec<u8>,
     /// Packets delivered.
     pub delivered: u64,
+    /// A marking switch queue in front of one node (`None`: none).
+    pub queue: Option<MarkingQueue>,
+    /// What the queue saw.
+    pub queue_stats: QueueStats,
+    /// Departure times and sizes of the packets in the queue.
+    queued: VecDeque<(Instant, usize)>,
+    /// Bytes per second each node's NIC sends (`None`: unlimited). Unlike
+    /// [`LinkModel::bandwidth`], which queues whatever a device hands over behind the link,
+    /// the fabric takes the next packet from a device only when its NIC has finished the
+    /// previous one, so packets wait in the device (where DCQCN paces them), as on a NIC.
+    pub nic_rate: Option<u64>,
+    /// When each node's NIC is free again (with `nic_rate`).
+    nic_free: Vec<Instant>,
 }
 
 /// The device configuration the simulator uses for node `i`.
@@ -170,6 +241,11 @@ impl Fabric {
             busy_until: HashMap::new(),
             buf: Vec::with_capacity(9000),
             delivered: 0,
+            queue: None,
+            queue_stats: QueueStats::default(),
+            queued: VecDeque::new(),
+            nic_rate: None,
+            nic_free: Vec::new(),
         }
     }
 
@@ -219,6 +295,10 @@ impl Fabric {
             if self.rng.chance(self.link.reorder) {
                 at += self.link.delay * (1 + self.rng.below(4) as u32);
             }
+            let hop = match (self.queue, self.by_ip.get(&src.ip())) {
+                (Some(q), Some(&from)) if q.to == to && from != to => Hop::Switch { from },
+                _ => Hop::Host { ce: false },
+            };
             self.seq += 1;
             self.flying.push(Reverse(InFlight {
                 at,
@@ -226,21 +306,71 @@ impl Fabric {
                 to,
                 src,
                 dst,
+                hop,
                 bytes: b,
             }));
         }
     }
 
+    /// A packet from node `from` reached the marking queue: dropped when it does not fit,
+    /// else marked or not and sent on when the packets before it have left.
+    fn enqueue(&mut self, from: usize, mut pkt: InFlight) {
+        let Some(q) = self.queue else {
+            return;
+        };
+        let now = self.now;
+        while self.queued.front().is_some_and(|&(t, _)| t <= now) {
+            self.queued.pop_front();
+        }
+        let depth: usize = self.queued.iter().map(|&(_, b)| b).sum();
+        let len = pkt.bytes.len();
+        let st = &mut self.queue_stats;
+        st.arrived += 1;
+        st.depth_sum += depth as u64;
+        st.max_depth = st.max_depth.max(depth);
+        if depth + len > q.capacity {
+            st.dropped += 1;
+            return;
+        }
+        let p = if depth <= q.kmin {
+            0.0
+        } else if depth >= q.kmax {
+            1.0
+        } else {
+            q.pmax * (depth - q.kmin) as f64 / (q.kmax - q.kmin).max(1) as f64
+        };
+        let ce = p > 0.0 && self.rng.chance(p);
+        let st = &mut self.queue_stats;
+        st.marked += u64::from(ce);
+        *st.sent_by.entry(from).or_default() += len as u64;
+        let start = self.queued.back().map_or(now, |&(t, _)| t.max(now));
+        let depart = start + Duration::from_nanos(len as u64 * 1_000_000_000 / q.rate.max(1));
+        self.queued.push_back((depart, len));
+        self.seq += 1;
+        pkt.seq = self.seq;
+        pkt.at = depart + self.link.delay;
+        pkt.hop = Hop::Host { ce };
+        self.flying.push(Reverse(pkt));
+    }
+
     /// Moves every packet the nodes want to send onto the wire.
     pub fn pump(&mut self) {
+        self.nic_free.resize(self.nodes.len(), self.now);
         for i in 0..self.nodes.len() {
             loop {
                 let now = self.now;
+                if self.nic_rate.is_some() && self.nic_free[i] > now {
+                    break;
+                }
                 let mut buf = std::mem::take(&mut self.buf);
                 let n = &mut self.nodes[i];
                 let t = n.dev.poll_transmit(now, &mut n.mem, &mut buf);
                 match t {
                     Some(t) => {
+                        if let Some(rate) = self.nic_rate {
+                            self.nic_free[i] = now
+                                + Duration::from_nanos(t.len as u64 * 1_000_000_000 / rate.max(1));
+                        }
                         self.send(t.src, t.dst, &buf[..t.len]);
                         self.buf = buf;
                     }
@@ -259,13 +389,29 @@ impl Fabric {
         self.pump();
         let next_pkt = self.flying.peek().map(|Reverse(p)| p.at);
         let next_timer = self.nodes.iter().filter_map(|n| n.dev.poll_timeout()).min();
+        // A NIC that finishes a packet may take the next one from its device.
+        let now = self.now;
+        let next_nic = self.nic_free.iter().copied().filter(|&t| t > now).min();
+        if let Some(free) = next_nic {
+            if next_pkt.is_none_or(|p| free < p) && next_timer.is_none_or(|t| free < t) {
+                self.now = free;
+                return true;
+            }
+        }
         match (next_pkt, next_timer) {
             (None, None) => false,
             (Some(p), t) if t.is_none_or(|t| p <= t) => {
-                let Some(Reverse(pkt)) = self.flying.pop() else {
+                let Some(Reverse(mut pkt)) = self.flying.pop() else {
                     return false;
                 };
                 self.now = self.now.max(pkt.at);
+                let ce = match pkt.hop {
+                    Hop::Switch { from } => {
+                        self.enqueue(from, pkt);
+                        return true;
+                    }
+                    Hop::Host { ce } => ce,
+                };
                 let n = &mut self.nodes[pkt.to];
                 let d = Datagram {
                     src: pkt.src,
@@ -273,6 +419,10 @@ impl Fabric {
                     payload: &pkt.bytes,
                 };
                 n.dev.handle_datagram(self.now, &d, &mut n.mem);
+                if ce {
+                    n.dev.congestion_experienced(self.now, &d);
+                }
+                pkt.bytes.clear();
                 self.delivered += 1;
                 true
             }
@@ -490,10 +640,31 @@ pub fn bring_up(f: &mut Fabric, e: &End, remote: Option<(&End, u32)>, o: &ConnOp
     d.modify_qp(now, e.qpn, &a, mask).expect("RTS");
 }
 
+/// An RDMA WRITE of `len` bytes from the start of `from`'s buffer to the start of `to`'s.
+pub fn write_wr(wr_id: u64, from: &End, to: &End, len: u32) -> SendWr {
+    let mut wr = SendWr::new(WrId(wr_id), WrOpcode::RdmaWrite);
+    wr.sg_list = vec![Sge {
+        addr: from.base,
+        length: len,
+        lkey: from.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: to.base,
+        rkey: to.mr.rkey,
+    };
+    wr
+}
+
 /// Two connected ends on nodes 0 and 1.
 pub fn connect(f: &mut Fabric, o: &ConnOpts) -> (End, End) {
-    let a = make_end(f, 0, o);
-    let b = make_end(f, 1, o);
+    connect_nodes(f, 0, 1, o)
+}
+
+/// Two connected ends on nodes `a` and `b` (a node may hold several ends: each has its own
+/// QP, CQs and MR over the node's buffer).
+pub fn connect_nodes(f: &mut Fabric, a: usize, b: usize, o: &ConnOpts) -> (End, End) {
+    let a = make_end(f, a, o);
+    let b = make_end(f, b, o);
     let (pa, pb) = (o.psn & Psn::MASK, o.psn.wrapping_add(1000) & Psn::MASK);
     if o.qp_type == QpType::Ud {
         bring_up(f, &a, None, o, pa);

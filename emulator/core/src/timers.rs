@@ -11,6 +11,12 @@ pub(crate) enum TimerKind {
     Retransmit,
     /// End of the RNR wait the responder asked for (IBA 9.7.5.2.8).
     RnrWait,
+    /// DCQCN: the end of an α update period.
+    DcqcnAlpha,
+    /// DCQCN: the rate-increase timer.
+    DcqcnRate,
+    /// DCQCN: the paced requester's next packet is due.
+    Pace,
 }
 
 /// Deadlines by (QPN, kind), with an ordered index for the earliest.
@@ -45,6 +51,14 @@ impl Timers {
     pub fn cancel_qp(&mut self, qpn: u32) {
         self.cancel(qpn, TimerKind::Retransmit);
         self.cancel(qpn, TimerKind::RnrWait);
+        self.cancel_dcqcn(qpn);
+    }
+
+    /// Disarms a QP's reaction point timers.
+    pub fn cancel_dcqcn(&mut self, qpn: u32) {
+        self.cancel(qpn, TimerKind::DcqcnAlpha);
+        self.cancel(qpn, TimerKind::DcqcnRate);
+        self.cancel(qpn, TimerKind::Pace);
     }
 
     /// The earliest deadline.

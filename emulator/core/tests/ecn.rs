@@ -1,7 +1,8 @@
 //! The notification point (RoCE v2 Annex A17.9.3): a packet that arrived marked
 //! Congestion Experienced makes the receiving QP send a CNP to its peer QP, at most one per
 //! QP per CNP interval; the CNP is BTH opcode 0x81 with BECN set, PSN 0, 16 zero octets and
-//! a valid ICRC, sent on the QP's own path. The peer counts it (no rate control yet).
+//! a valid ICRC, sent on the QP's own path. The peer's reaction point takes it (DCQCN,
+//! tested in `dcqcn.rs`).
 use std::time::Duration;
 
 use emu_core::sim::*;
@@ -65,7 +66,7 @@ fn a_marked_packet_sends_one_cnp_per_interval_to_the_peer_qp() {
     assert!(n.dev.poll_transmit(t0, &mut n.mem, &mut buf).is_some());
     let c = counters(&f, 1);
     assert_eq!((c.np_ecn_marked, c.np_cnp_sent), (3, 2));
-    // The sender takes the CNP (a valid ICRC, its own QP) and counts it.
+    // The sender takes the CNP (a valid ICRC, its own QP) and hands it to DCQCN.
     let n0 = &mut f.nodes[0];
     n0.dev.handle_datagram(
         t0,
@@ -77,7 +78,15 @@ fn a_marked_packet_sends_one_cnp_per_interval_to_the_peer_qp() {
         &mut n0.mem,
     );
     let c = counters(&f, 0);
-    assert_eq!((c.rp_cnp_ignored, c.icrc_errors, c.unknown_qp), (1, 0, 0));
+    assert_eq!(
+        (
+            c.rp_cnp_handled,
+            c.rp_cnp_ignored,
+            c.icrc_errors,
+            c.unknown_qp
+        ),
+        (1, 0, 0, 0)
+    );
 }
 
 #[test]

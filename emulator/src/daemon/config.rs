@@ -21,7 +21,15 @@
 //! netdev = "lo"
 //! mpa_crc = true             # siw only: ask for MPA CRCs (default false, as Linux siw)
 //! mpa_markers = false        # siw only: ask for MPA markers toward this device
+//!
+//! [device.dcqcn]             # rxe only: congestion control (docs/congestion.md)
+//! enabled = true             # the DCQCN reaction point (default on; off: CNPs ignored)
+//! max_rate_mbps = 0          # line rate; 0: start from the rate measured at the first CNP
+//! cnp_interval_us = 50       # notification point: at most one CNP per QP per interval
 //! ```
+//!
+//! Every DCQCN parameter of [`emu_core::DcqcnParams`] can be set in `[device.dcqcn]` under
+//! its field name; unset ones keep their defaults.
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -98,6 +106,60 @@ pub struct DeviceSpec {
     /// [`MpaOptions::markers`].
     #[serde(default)]
     pub mpa_markers: Option<bool>,
+    /// rxe only: congestion control (`[device.dcqcn]`); unset: DCQCN on with its defaults.
+    #[serde(default)]
+    pub dcqcn: Option<DcqcnSpec>,
+}
+
+/// `[device.dcqcn]`: the notification point's CNP interval and the reaction point's
+/// parameters, each unset one at its default ([`emu_core::DcqcnParams::default`],
+/// [`emu_core::CNP_INTERVAL`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DcqcnSpec {
+    pub enabled: Option<bool>,
+    pub cnp_interval_us: Option<u32>,
+    pub max_rate_mbps: Option<u32>,
+    pub min_rate_mbps: Option<u32>,
+    pub ai_rate_mbps: Option<u32>,
+    pub hai_rate_mbps: Option<u32>,
+    pub time_reset_us: Option<u32>,
+    pub byte_reset: Option<u32>,
+    pub threshold: Option<u32>,
+    pub g: Option<u32>,
+    pub alpha_period_us: Option<u32>,
+    pub initial_alpha: Option<u32>,
+    pub rate_reduce_monitor_period_us: Option<u32>,
+}
+
+impl DcqcnSpec {
+    /// The reaction point's parameters: the defaults with what is set.
+    pub fn params(&self) -> emu_core::DcqcnParams {
+        let d = emu_core::DcqcnParams::default();
+        emu_core::DcqcnParams {
+            enabled: self.enabled.unwrap_or(d.enabled),
+            max_rate_mbps: self.max_rate_mbps.unwrap_or(d.max_rate_mbps),
+            min_rate_mbps: self.min_rate_mbps.unwrap_or(d.min_rate_mbps),
+            ai_rate_mbps: self.ai_rate_mbps.unwrap_or(d.ai_rate_mbps),
+            hai_rate_mbps: self.hai_rate_mbps.unwrap_or(d.hai_rate_mbps),
+            time_reset_us: self.time_reset_us.unwrap_or(d.time_reset_us),
+            byte_reset: self.byte_reset.unwrap_or(d.byte_reset),
+            threshold: self.threshold.unwrap_or(d.threshold),
+            g: self.g.unwrap_or(d.g),
+            alpha_period_us: self.alpha_period_us.unwrap_or(d.alpha_period_us),
+            initial_alpha: self.initial_alpha.unwrap_or(d.initial_alpha),
+            rate_reduce_monitor_period_us: self
+                .rate_reduce_monitor_period_us
+                .unwrap_or(d.rate_reduce_monitor_period_us),
+        }
+    }
+
+    /// The notification point's minimum time between two CNPs of one QP.
+    pub fn cnp_interval(&self) -> Duration {
+        self.cnp_interval_us.map_or(emu_core::CNP_INTERVAL, |us| {
+            Duration::from_micros(u64::from(us))
+        })
+    }
 }
 
 impl DeviceSpec {
@@ -111,7 +173,15 @@ impl DeviceSpec {
             addrs: None,
             mpa_crc: None,
             mpa_markers: None,
+            dcqcn: None,
         }
+    }
+
+    /// Congestion control of an rxe device: the reaction point's parameters and the
+    /// notification point's CNP interval (the defaults where unset).
+    pub fn congestion(&self) -> (emu_core::DcqcnParams, Duration) {
+        let spec = self.dcqcn.unwrap_or_default();
+        (spec.params(), spec.cnp_interval())
     }
 
     /// The MPA options of a siw device (off where unset).
@@ -126,13 +196,22 @@ impl DeviceSpec {
     pub fn validate(&self) -> Result<(), String> {
         validate_device_name(&self.name)?;
         match self.link_type.as_str() {
+            "siw" if self.dcqcn.is_some() => Err(format!(
+                "device {}: dcqcn is RoCE congestion control; a siw device has none \
+                 (TCP's applies)",
+                self.name
+            )),
             "siw" => Ok(()),
             "rxe" if self.mpa_crc.is_some() || self.mpa_markers.is_some() => Err(format!(
                 "device {}: mpa_crc and mpa_markers are iWARP (MPA) options; \
                  an rxe device has none",
                 self.name
             )),
-            "rxe" => Ok(()),
+            "rxe" => self
+                .congestion()
+                .0
+                .validate()
+                .map_err(|e| format!("device {}: dcqcn: {e}", self.name)),
             other => Err(format!(
                 "device {}: unknown type {other:?} (expected rxe or siw)",
                 self.name
@@ -434,6 +513,62 @@ mod tests {
             e.contains("unknown field `crc`"),
             "a misspelt key is an error: {e}"
         );
+    }
+
+    #[test]
+    fn dcqcn_is_on_by_default_and_set_per_rxe_device() {
+        let defaults = Config::default();
+        let rxe0 = &defaults.devices[0];
+        assert_eq!(
+            rxe0.congestion(),
+            (emu_core::DcqcnParams::default(), emu_core::CNP_INTERVAL)
+        );
+        assert!(rxe0.congestion().0.enabled);
+        let cfg = Config::from_toml(
+            "[[device]]\nname = \"rxe0\"\nnetdev = \"lo\"\n\
+             [device.dcqcn]\nenabled = false\ncnp_interval_us = 4\nmax_rate_mbps = 1000\n\
+             [[device]]\nname = \"rxe1\"\nnetdev = \"lo\"\n\
+             [device.dcqcn]\nai_rate_mbps = 40\nthreshold = 5\n",
+        )
+        .unwrap();
+        let (p0, i0) = cfg.devices[0].congestion();
+        assert_eq!(
+            (p0.enabled, p0.max_rate_mbps, i0),
+            (false, 1000, Duration::from_micros(4))
+        );
+        assert_eq!(
+            p0.ai_rate_mbps,
+            emu_core::DcqcnParams::default().ai_rate_mbps
+        );
+        let (p1, i1) = cfg.devices[1].congestion();
+        assert_eq!(
+            (p1.enabled, p1.ai_rate_mbps, p1.threshold, i1),
+            (true, 40, 5, emu_core::CNP_INTERVAL)
+        );
+    }
+
+    #[test]
+    fn bad_dcqcn_settings_are_refused_by_name() {
+        for (table, wanted) in [
+            ("g = 0", "rxe0: dcqcn: g 0"),
+            (
+                "min_rate_mbps = 10\nmax_rate_mbps = 5",
+                "rxe0: dcqcn: max_rate_mbps 5",
+            ),
+            ("rate = 5", "unknown field `rate`"),
+        ] {
+            let e = Config::from_toml(&format!(
+                "[[device]]\nname = \"rxe0\"\nnetdev = \"lo\"\n[device.dcqcn]\n{table}\n"
+            ))
+            .unwrap_err();
+            assert!(e.contains(wanted), "{table}: {e}");
+        }
+        let e = Config::from_toml(
+            "[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\n\
+             [device.dcqcn]\nenabled = true\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("siw0: dcqcn is RoCE"), "{e}");
     }
 
     #[test]

@@ -324,6 +324,9 @@ fn named(c: &core::Counters) -> Vec<(String, u64)> {
         ("np_ecn_marked_roce_packets", c.np_ecn_marked),
         ("np_cnp_sent", c.np_cnp_sent),
         ("rp_cnp_ignored", c.rp_cnp_ignored),
+        ("rp_cnp_handled", c.rp_cnp_handled),
+        ("rp_rate_cuts", c.rp_rate_cuts),
+        ("rp_paced_holds", c.rp_paced_holds),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -522,6 +525,13 @@ impl Nic for CoreNic {
     ) {
         self.dev
             .congestion_experienced(now, &core::Datagram { src, dst, payload });
+    }
+    fn set_congestion(&mut self, dcqcn: core::DcqcnParams, cnp_interval: std::time::Duration) {
+        if let Err(e) = self.dev.set_dcqcn(dcqcn) {
+            // The configuration was validated; keep the defaults rather than fail.
+            tracing::warn!(device = %self.dev.config().name, "dcqcn parameters refused: {e}");
+        }
+        self.dev.set_cnp_interval(cnp_interval);
     }
     fn force_next_response(&mut self, qpn: u32, response: core::ForcedResponse) {
         self.dev.force_next_response(Qpn(qpn), response);

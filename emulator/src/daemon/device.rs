@@ -149,7 +149,7 @@ impl Device {
             active_mtu,
             seed ^ node_guid ^ started,
         ));
-        let nic = factory(
+        let mut nic = factory(
             &spec.name,
             &gids.addrs(),
             mtu,
@@ -157,6 +157,8 @@ impl Device {
             Limits::default(),
             seed,
         );
+        let (dcqcn, cnp_interval) = spec.congestion();
+        nic.set_congestion(dcqcn, cnp_interval);
         Ok(Device {
             spec: spec.clone(),
             node_guid,

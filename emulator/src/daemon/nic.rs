@@ -158,6 +158,14 @@ pub trait Nic {
         _payload: &[u8],
     ) {
     }
+    /// Congestion control of the device: the DCQCN reaction point's parameters and the
+    /// notification point's CNP interval. RoCE only.
+    fn set_congestion(
+        &mut self,
+        _dcqcn: emu_core::DcqcnParams,
+        _cnp_interval: std::time::Duration,
+    ) {
+    }
     /// Fault injection: the next in-order request of `qpn` that can take `response` gets
     /// it instead of being executed (until `clear_forced_response`). RoCE only.
     fn force_next_response(&mut self, _qpn: u32, _response: emu_core::ForcedResponse) {}
