@@ -467,6 +467,45 @@ fn connect_without_listener_is_rejected_and_reject_carries_private_data() {
 }
 
 #[test]
+fn connect_before_the_server_listens_again_waits_for_its_listener() {
+    let _s = serial();
+    let Some(ns) = netns("l") else { return };
+    let daemon = Daemon::start_with(Some(&ns), &SHORT_TIMERS);
+    let mut cm = Cm::connect(&daemon);
+    let mut ch = cm.channel();
+
+    // perftest -R: the client's second REQ comes before the server listens again. The
+    // passive side holds it 200 ms, then REJ 8; the active side sends it again for up to
+    // a second (cm/rerequest.rs), and the listener 600 ms later gets it.
+    let active = cm.id(&ch, ps::TCP);
+    cm.resolve(&mut ch, active, localhost(7473));
+    cm.ok(CmRequest::Connect {
+        id: active,
+        param: rc_param(0x12, b"again"),
+    });
+    std::thread::sleep(Duration::from_millis(600));
+    let listener = cm.listen(&ch, ps::TCP, 7473);
+    let req = cm.wait(&mut ch, Duration::from_secs(5), "CONNECT_REQUEST", |e| {
+        e.event == event::CONNECT_REQUEST
+    });
+    assert_eq!(req.listen_id, Some(listener));
+    assert_eq!(&conn_of(&req).private_data[..5], b"again");
+    cm.ok(CmRequest::Accept {
+        id: req.id,
+        param: rc_param(0x13, b""),
+    });
+    let rep = cm.wait(&mut ch, Duration::from_secs(5), "CONNECT_RESPONSE", |e| {
+        e.id == active
+    });
+    assert_eq!(
+        (rep.event, rep.status),
+        (event::CONNECT_RESPONSE, 0),
+        "{rep:?}"
+    );
+    assert_eq!(conn_of(&rep).qp_num, 0x13);
+}
+
+#[test]
 fn connect_to_a_peer_that_never_answers_is_unreachable() {
     let _s = serial();
     let Some(ns) = netns("c") else { return };

@@ -28,11 +28,13 @@
 //! needs rdma-emu to ask ([`EMU_ASKS_FOR_CRC`]).
 //!
 //! `RDMA_EMU_SKIP_INTEROP=1` skips the suite; `RDMA_EMU_INTEROP_ONLY=ib_read_bw,siw0,...`
-//! runs only the pairs of those programs or devices (for debugging). Without root (or when
-//! the host packages or the image cannot be had) it says why and returns, except under CI
-//! where that fails. Every run leaves its outputs, the captures and the guest's console in
-//! `$RDMA_EMU_INTEROP_DIR/runs/<time>/` (the last five runs are kept), with a `results.md`
-//! table like the one in docs/interop.md.
+//! runs only the pairs of those programs or devices, `ib_write_bw -R@rxe0` one pair over
+//! one device, and `RDMA_EMU_INTEROP_REPEAT=N` runs each chosen pair N times in one boot
+//! (for debugging a race). Without root (or when the host packages or the image cannot be
+//! had) it says why and returns, except under CI where that fails. Every run leaves its
+//! outputs, the captures and the guest's console in `$RDMA_EMU_INTEROP_DIR/runs/<time>/`
+//! (the last five runs are kept), with a `results.md` table like the one in
+//! docs/interop.md.
 //!
 //! RDMA CM pairs over rxe0 (rping, `ib_write_bw -R`) wait for the server's LISTEN cm_id
 //! (`rdma res show cm_id` in the guest, `rdma-emu res cm_id` on the host) instead of a TCP
@@ -162,8 +164,6 @@ struct Pair {
     addr_flag: Option<&'static str>,
     /// The server listens through RDMA CM (no TCP port: wait for its CM id instead).
     cm: bool,
-    /// Whether the pair also runs with the server in the guest (see `ib_write_bw -R`).
-    kernel_serves: bool,
     /// What the client prints when the transfer completed.
     done: Done,
 }
@@ -188,7 +188,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
-        kernel_serves: true,
         done: Done::Pingpong,
     },
     Pair {
@@ -201,7 +200,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
-        kernel_serves: true,
         done: Done::Pingpong,
     },
     Pair {
@@ -215,7 +213,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
-        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -235,7 +232,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
-        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -247,7 +243,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
-        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -259,7 +254,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: false,
-        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -272,15 +266,15 @@ const PAIRS: &[Pair] = &[
         client_args: &["-c", "-V"],
         addr_flag: Some("-a"),
         cm: true,
-        kernel_serves: true,
         done: Done::Rping(100),
     },
     Pair {
-        // Only with rdma-emu serving: perftest's -R client connects a second time right
-        // after its first connection, while the server closes its listener and listens
-        // anew; the guest's perftest under TCG re-listens later than rdma-emu's REQ
-        // arrives, and the kernel's CM rejects it (REJ 8, no listener), as it must
-        // (docs/interop.md, "Findings"). rping covers that direction.
+        // perftest's -R client connects a second time right after its first connection,
+        // while the server closes its listener and listens anew; the guest's perftest
+        // under TCG may listen later than rdma-emu's REQ arrives, and the kernel's CM then
+        // rejects it (REJ 8, invalid service ID), as it must. rdma-emu sends the REQ
+        // again for up to a second (emulator/src/daemon/cm/rerequest.rs;
+        // docs/interop.md, "Findings").
         name: "ib_write_bw -R",
         transport: Transport::Roce,
         program: "ib_write_bw",
@@ -289,7 +283,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: true,
-        kernel_serves: false,
         done: Done::Perftest,
     },
     // iWARP: rdma-emu's siw0 against the kernel's siw0, through RDMA CM (MPA over TCP).
@@ -302,7 +295,6 @@ const PAIRS: &[Pair] = &[
         client_args: &["-c", "-V"],
         addr_flag: Some("-a"),
         cm: true,
-        kernel_serves: true,
         done: Done::Rping(100),
     },
     Pair {
@@ -314,7 +306,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: true,
-        kernel_serves: true,
         done: Done::Perftest,
     },
     Pair {
@@ -326,7 +317,6 @@ const PAIRS: &[Pair] = &[
         client_args: &[],
         addr_flag: None,
         cm: true,
-        kernel_serves: true,
         done: Done::Perftest,
     },
 ];
@@ -472,6 +462,8 @@ struct Run<'p> {
     dir: Direction,
     crc: Option<Crc>,
     port: u16,
+    /// Which run of the pair this is, from 0 (`RDMA_EMU_INTEROP_REPEAT`).
+    round: usize,
     /// Why it is listed without running, not counted as a failure.
     pending: Option<&'static str>,
     /// Why it could not run (a failure): the guest has no siw0, its kernel hit a bug, or
@@ -491,6 +483,9 @@ impl Run<'_> {
         );
         if let Some(c) = self.crc {
             n = format!("{n}-{}", c.tag());
+        }
+        if self.round > 0 {
+            n = format!("{n}-{}", self.round + 1);
         }
         n
     }
@@ -928,12 +923,21 @@ fn rdma_emu_and_kernel_rxe_and_siw_interoperate_both_ways() {
 
     // 6. Every pair, both directions: RoCE; iWARP with the MPA CRC off, then on.
     let only = std::env::var("RDMA_EMU_INTEROP_ONLY").unwrap_or_default();
+    // `ib_read_bw,siw0`: those programs' pairs and that device's; `ib_write_bw -R@rxe0`:
+    // that pair over that device only.
     let chosen = |p: &Pair| {
         only.is_empty()
-            || only
-                .split(',')
-                .any(|o| o == p.program || o == p.transport.device())
+            || only.split(',').any(|o| {
+                o.split('@')
+                    .all(|t| t == p.program || t == p.name || t == p.transport.device())
+            })
     };
+    // Debugging a race: every chosen pair runs this many times in a row, in one boot.
+    let rounds: usize = std::env::var("RDMA_EMU_INTEROP_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1)
+        .clamp(1, 50);
     let mut runs: Vec<Run> = Vec::new();
     let mut port = 18600;
     let crc_settings: [&[Option<Crc>]; 2] = [&[None], &[Some(Crc::Off), Some(Crc::On)]];
@@ -946,10 +950,10 @@ fn rdma_emu_and_kernel_rxe_and_siw_interoperate_both_ways() {
                 .iter()
                 .filter(|p| p.transport == transport && chosen(p))
             {
-                for dir in [Direction::KernelServes, Direction::EmuServes] {
-                    if dir == Direction::KernelServes && !pair.kernel_serves {
-                        continue;
-                    }
+                for (dir, round) in [Direction::KernelServes, Direction::EmuServes]
+                    .into_iter()
+                    .flat_map(|d| (0..rounds).map(move |r| (d, r)))
+                {
                     port += 1;
                     let pending = (crc == Some(Crc::On)
                         && dir == Direction::KernelServes
@@ -962,6 +966,7 @@ fn rdma_emu_and_kernel_rxe_and_siw_interoperate_both_ways() {
                         dir,
                         crc,
                         port,
+                        round,
                         pending,
                         blocked: None,
                         outcome: None,
@@ -1210,6 +1215,7 @@ mod tests {
                         dir,
                         crc,
                         port: 0,
+                        round: 0,
                         pending: None,
                         blocked: None,
                         outcome: None,

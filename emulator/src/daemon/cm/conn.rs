@@ -1,6 +1,7 @@
 //! The verbs of an id: options, listening, connecting, accepting, and
 //! `rdma_init_qp_attr`.
 
+use super::rerequest::ReRequest;
 use super::{addr, option, port_space, IdState, MAX_BACKLOG};
 use crate::daemon::engine::Engine;
 use crate::daemon::objects::SessionId;
@@ -170,6 +171,7 @@ impl Engine {
         };
         let qp_type = id.qp_type;
         let owner = ClientId(h.0);
+        let mut rerequest = None;
         let conn = if qp_type == QpType::Ud {
             self.with_agent(dev, |a| a.resolve_sidr(now, owner, route, &p.private_data))?
         } else {
@@ -194,12 +196,14 @@ impl Engine {
                 flow_control: p.flow_control != 0,
                 private_data: p.private_data,
             };
+            rerequest = Some(ReRequest::new(params.clone(), route, now));
             self.with_agent(dev, |a| a.connect(now, owner, params, route))?
         };
         self.cm.conns.insert((dev, conn), h);
         if let Some(id) = self.cm.ids.get_mut(&h) {
             id.conn = Some(conn);
             id.state = IdState::Connect;
+            id.rerequest = rerequest;
         }
         tracing::debug!(id = h.0, comm_id = conn.0, %src, %dst, "cm connect");
         Ok(())

@@ -54,7 +54,7 @@ impl Engine {
         let mut worked = false;
         let mut events = Vec::new();
         for _ in 0..ROUNDS {
-            let mut sent = false;
+            let mut sent = self.cm_send_rerequests(now);
             for (i, slot) in self.devices.iter_mut().enumerate() {
                 let Some(d) = slot.as_mut() else {
                     continue;
@@ -109,6 +109,15 @@ impl Engine {
                 .map_or(IpAddr::from([0u8; 4]), |a| a.ip());
             (peer, info.sgid_index, info.path)
         };
+        if let CmEvent::Rejected { reason, .. } = ev {
+            if self.cm_rerequest_later(now, h, reason) {
+                return;
+            }
+        }
+        if let Some(id) = self.cm.ids.get_mut(&h) {
+            // The attempt was answered: no more REQs of its own.
+            id.rerequest = None;
+        }
         let (ev_type, status, param) = match ev {
             CmEvent::ConnectRequest { .. } | CmEvent::SidrRequest { .. } => return,
             // librdmacm moves the QP to RTR/RTS, sends Establish (the RTU) and reports
@@ -181,6 +190,103 @@ impl Engine {
             param,
         });
         self.cm_sync_conn(h);
+    }
+
+    /// A REJ with `reason` answered the REQ of active id `h`: whether a new REQ goes out
+    /// later instead of REJECTED now (`rerequest.rs`; the rejected connection is then
+    /// forgotten here, as `cm_event` does after reporting it).
+    fn cm_rerequest_later(&mut self, now: Instant, h: Handle, reason: u16) -> bool {
+        let Some(id) = self.cm.ids.get_mut(&h) else {
+            return false;
+        };
+        if id.state != IdState::Connect {
+            return false;
+        }
+        let Some(r) = id.rerequest.as_mut() else {
+            return false;
+        };
+        let Some(at) = r.rejected(now, reason) else {
+            return false;
+        };
+        let (repeats, in_ms) = (r.repeats(), at.saturating_duration_since(now).as_millis());
+        self.cm_sync_conn(h);
+        let Some(id) = self.cm.ids.get_mut(&h) else {
+            return false;
+        };
+        if id.conn.is_some() {
+            // The agent still holds the rejected connection: no second one beside it.
+            id.rerequest = None;
+            return false;
+        }
+        tracing::debug!(
+            id = h.0,
+            repeats,
+            in_ms = in_ms as u64,
+            "cm REJ: nobody listens yet, REQ again"
+        );
+        true
+    }
+
+    /// Sends the REQs that are due again (`rerequest.rs`), each as a new connection of
+    /// the agent. One that cannot go out (the device is gone) ends in the REJECTED the
+    /// application was spared. Whether any went.
+    fn cm_send_rerequests(&mut self, now: Instant) -> bool {
+        let due: Vec<Handle> = self
+            .cm
+            .ids
+            .iter()
+            .filter(|(_, id)| {
+                id.conn.is_none()
+                    && id
+                        .rerequest
+                        .as_ref()
+                        .and_then(|r| r.due())
+                        .is_some_and(|t| t <= now)
+            })
+            .map(|(&h, _)| h)
+            .collect();
+        let mut sent = false;
+        for h in due {
+            let Some(id) = self.cm.ids.get_mut(&h) else {
+                continue;
+            };
+            let Some(dev) = id.dev else {
+                // The device went (DEVICE_REMOVAL was reported).
+                id.rerequest = None;
+                continue;
+            };
+            let Some(r) = id.rerequest.as_mut() else {
+                continue;
+            };
+            r.sent();
+            let (params, route, repeats) = (r.params.clone(), r.route, r.repeats());
+            let owner = emu_core::ClientId(h.0);
+            match self.with_agent(dev, |a| a.connect(now, owner, params, route)) {
+                Ok(conn) => {
+                    self.cm.conns.insert((dev, conn), h);
+                    if let Some(id) = self.cm.ids.get_mut(&h) {
+                        id.conn = Some(conn);
+                    }
+                    tracing::debug!(id = h.0, comm_id = conn.0, repeats, "cm connect again");
+                    sent = true;
+                }
+                Err(errno) => {
+                    tracing::debug!(id = h.0, errno, "cm connect again failed");
+                    if let Some(id) = self.cm.ids.get_mut(&h) {
+                        id.rerequest = None;
+                    }
+                    self.cm.push_event(CmEventRecord {
+                        id: h,
+                        listen_id: None,
+                        event: event::REJECTED,
+                        status: i32::from(reason::INVALID_SERVICE_ID),
+                        new_id: None,
+                        param: CmEventParam::Conn(CmConnParam::default()),
+                    });
+                }
+            }
+        }
+        sent
     }
 
     /// The listener a request for `(ps, port)` to `local` belongs to: one bound to that

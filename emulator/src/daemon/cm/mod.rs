@@ -29,6 +29,7 @@ mod events;
 pub(in crate::daemon) mod gsi;
 mod iwarp;
 mod mcast;
+mod rerequest;
 
 use super::control::{ok, Answer};
 use super::engine::Engine;
@@ -183,6 +184,9 @@ pub(super) struct CmId {
     siw_listeners: Vec<(usize, crate::daemon::siw::ListenerId)>,
     /// The resolved route (`num_paths` 1).
     path: Option<CmPath>,
+    /// An active RC/UC id's connection attempt, while a REJ "invalid service ID" may
+    /// still repeat its REQ (`rerequest.rs`).
+    rerequest: Option<rerequest::ReRequest>,
     /// Listener: most requests waiting to be fetched, and how many wait.
     backlog: usize,
     pending: usize,
@@ -209,6 +213,7 @@ impl CmId {
             siw_request: None,
             siw_listeners: Vec::new(),
             path: None,
+            rerequest: None,
             backlog: 0,
             pending: 0,
             tos: None,
@@ -251,10 +256,15 @@ impl CmTables {
         }
     }
 
-    /// Whether the engine must come back soon: tokens owed to full pipes, or iWARP
-    /// requests waiting for a listener.
+    /// Whether the engine must come back soon: tokens owed to full pipes, iWARP
+    /// requests waiting for a listener, or REQs to send again (`rerequest.rs`).
     pub(super) fn tokens_owed(&self) -> bool {
-        self.tokens_owed || !self.siw_parked.is_empty()
+        self.tokens_owed
+            || !self.siw_parked.is_empty()
+            || self
+                .ids
+                .values()
+                .any(|id| id.rerequest.as_ref().is_some_and(|r| r.due().is_some()))
     }
 
     /// Writes tokens owed to pipes that were full.
