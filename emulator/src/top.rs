@@ -196,6 +196,7 @@ mod tests {
                 gids: Vec::new(),
                 mpa_crc: None,
                 mpa_markers: None,
+                backend: "udp".into(),
             }],
             stats: vec![CounterSet {
                 device: "rxe0".into(),

@@ -254,11 +254,23 @@ impl Daemon {
 
     /// Starts a daemon inside `netns` (if any) with extra arguments and environment.
     pub fn start_env(netns: Option<&Netns>, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_under(netns, &[], args, env)
+    }
+
+    /// Starts a daemon inside `netns` (if any) through `wrapper` (a command that runs the
+    /// rest of its arguments, such as `setpriv --bounding-set -net_raw`).
+    pub fn start_under(
+        netns: Option<&Netns>,
+        wrapper: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         require_build();
         let dir = TempDir::new("daemon");
         let socket = dir.path().join("rdma-emud.sock");
         let log = dir.path().join("rdma-emud.log");
         let mut argv: Vec<String> = netns.map(Netns::exec_prefix).unwrap_or_default();
+        argv.extend(wrapper.iter().map(|s| s.to_string()));
         argv.push(bin_dir().join("rdma-emud").display().to_string());
         argv.push("--socket".into());
         argv.push(socket.display().to_string());

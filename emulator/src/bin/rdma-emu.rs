@@ -1,6 +1,7 @@
 //! `rdma-emu`: run programs on the emulated devices, manage devices, read counters.
 
 use clap::{Parser, Subcommand};
+use emulator::daemon::backend::Backend;
 use emulator::daemon::client::{CallError, Client};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -146,17 +147,20 @@ fn gid_text(gid: &[u8; 16]) -> String {
     }
 }
 
-const LINK_ADD_USAGE: &str =
-    "usage: rdma-emu link add NAME type rxe|siw netdev IFACE [crc on|off] [markers on|off]";
+const LINK_ADD_USAGE: &str = "usage: rdma-emu link add NAME type rxe|siw netdev IFACE \
+     [backend udp|packet (rxe), tcp (siw)] [crc on|off] [markers on|off]";
 
 /// The `LinkAdd` request for `link add NAME WORDS...`, where WORDS are key/value pairs as
-/// iproute2 takes them: `type` and `netdev` (required), and for siw devices `crc` and
-/// `markers` (`on`|`off`). Errors say what is wrong, then the usage.
+/// iproute2 takes them: `type` and `netdev` (required), `backend` (`udp`, the default,
+/// or `packet` for rxe; `tcp` for siw; `xdp` and `smoltcp` are refused as not built), and
+/// for siw devices `crc` and `markers` (`on`|`off`). Errors say what is wrong, then the
+/// usage.
 fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String> {
     let mut link_type = None;
     let mut netdev = None;
     let mut mpa_crc = None;
     let mut mpa_markers = None;
+    let mut backend = None;
     for pair in words.chunks(2) {
         let [key, value] = pair else {
             return Err(format!("{:?} has no value\n{LINK_ADD_USAGE}", pair[0]));
@@ -173,6 +177,7 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
             "netdev" => (netdev.replace(value.clone()).is_some(), "netdev"),
             "crc" => (mpa_crc.replace(on_off(value)?).is_some(), "crc"),
             "markers" => (mpa_markers.replace(on_off(value)?).is_some(), "markers"),
+            "backend" => (backend.replace(value.clone()).is_some(), "backend"),
             other => return Err(format!("unknown key {other:?}\n{LINK_ADD_USAGE}")),
         };
         if slot_taken {
@@ -187,12 +192,16 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
             "crc and markers are MPA (iWARP) options of siw devices; {link_type} devices have none"
         ));
     }
+    if matches!(link_type.as_str(), "rxe" | "siw") {
+        Backend::choose(&link_type, backend.as_deref()).map_err(|e| e.to_string())?;
+    }
     Ok(RequestBody::LinkAdd {
         name: name.to_string(),
         link_type,
         netdev,
         mpa_crc,
         mpa_markers,
+        backend,
     })
 }
 
@@ -221,7 +230,7 @@ fn print_links(links: &[LinkInfo]) {
         if let Some(markers) = l.mpa_markers {
             mpa += &format!(" markers {}", on_off(markers));
         }
-        println!("link {}/1 state {state} physical_state {phys} netdev {} type {} mtu {mtu} netdev_mtu {}{mpa}", l.name, l.netdev, l.link_type, l.netdev_mtu);
+        println!("link {}/1 state {state} physical_state {phys} netdev {} type {} backend {} mtu {mtu} netdev_mtu {}{mpa}", l.name, l.netdev, l.link_type, l.backend, l.netdev_mtu);
         for g in &l.gids {
             let kind = match g.gid_type {
                 wire::client::verbs::gid_type::ROCE_V2 => " RoCE v2",
@@ -412,9 +421,20 @@ fn main() -> ExitCode {
                 }
                 other => Err(format!("unexpected reply {other:?}")),
             }),
-            LinkAction::Add { name, rest } => {
-                link_add_request(name, rest).and_then(|body| call(&cli, body).map(|_| ()))
-            }
+            LinkAction::Add { name, rest } => link_add_request(name, rest).and_then(|body| {
+                let packet =
+                    matches!(&body, RequestBody::LinkAdd { backend: Some(b), .. } if b == "packet");
+                call(&cli, body).map(|_| ()).map_err(|e| {
+                    if packet && e == std::io::Error::from_raw_os_error(libc::EPERM).to_string() {
+                        format!(
+                            "{e}: backend packet needs CAP_NET_RAW in rdma-emud (root, or \
+                                 setcap cap_net_raw+ep); backend udp needs none"
+                        )
+                    } else {
+                        e
+                    }
+                })
+            }),
             LinkAction::Del { name } => {
                 call(&cli, RequestBody::LinkDel { name: name.clone() }).map(|_| ())
             }
@@ -704,6 +724,7 @@ mod tests {
                 netdev: "eth0".into(),
                 mpa_crc: None,
                 mpa_markers: None,
+                backend: None,
             })
         );
         assert_eq!(
@@ -714,8 +735,32 @@ mod tests {
                 netdev: "lo".into(),
                 mpa_crc: Some(true),
                 mpa_markers: Some(false),
+                backend: None,
             })
         );
+    }
+
+    #[test]
+    fn link_add_takes_a_backend_and_refuses_what_is_not_built() {
+        let add = |s: &str| link_add_request("rxe1", &words(s));
+        match add("type rxe netdev eth0 backend packet") {
+            Ok(RequestBody::LinkAdd { backend, .. }) => {
+                assert_eq!(backend.as_deref(), Some("packet"))
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = add("type rxe netdev eth0 backend xdp").unwrap_err();
+        assert!(
+            e.contains("not built") && e.contains("udp or packet"),
+            "{e}"
+        );
+        let e = add("type siw netdev eth0 backend smoltcp").unwrap_err();
+        assert!(e.contains("not built") && e.contains("tcp"), "{e}");
+        let e = add("type siw netdev eth0 backend packet").unwrap_err();
+        assert!(e.contains("use backend tcp"), "{e}");
+        assert!(add("type rxe netdev lo backend udp backend packet")
+            .unwrap_err()
+            .contains("twice"));
     }
 
     #[test]

@@ -398,7 +398,13 @@ impl Engine {
                 netdev,
                 mpa_crc,
                 mpa_markers,
+                backend,
             } => {
+                let backend = super::backend::Backend::choose(&link_type, backend.as_deref())
+                    .map_err(|e| {
+                        tracing::info!(error = %e, "link add refused");
+                        e.errno()
+                    })?;
                 let spec = config::DeviceSpec {
                     mpa_crc,
                     mpa_markers,
@@ -416,12 +422,19 @@ impl Engine {
                 if self.device_index(&name).is_some() {
                     return Err(libc::EEXIST);
                 }
-                let dev = Device::open(&spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
-                    .map_err(|e| {
+                let dev = Device::open_on(
+                    &spec,
+                    backend,
+                    self.factory,
+                    self.cfg.seed,
+                    self.cfg.udp_src_port,
+                )
+                .map_err(|e| {
                     tracing::info!(error = %e, "link add refused");
                     e.raw_os_error().unwrap_or(match e.kind() {
                         std::io::ErrorKind::NotFound => libc::ENODEV,
                         std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+                        std::io::ErrorKind::PermissionDenied => libc::EPERM,
                         std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
                         _ => libc::EINVAL,
                     })

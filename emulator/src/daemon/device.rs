@@ -1,10 +1,12 @@
 //! One served device: its interface, GID table, UDP sockets, transport engine, and what
 //! `ibv_query_device` / `ibv_query_port` / `rdma link show` report about it.
 
+use super::backend::Backend;
 use super::config::DeviceSpec;
 use super::gid_table::{GidTable, GID_TBL_LEN};
 use super::netdev::{self, Netdev};
 use super::nic::{Limits, Nic};
+use super::packet::PacketLink;
 use super::udp::{BoundSocket, UdpBackend, ROCE_V2_PORT};
 use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
@@ -107,6 +109,20 @@ impl Device {
         seed: u64,
         udp_src_port: Option<u16>,
     ) -> io::Result<Device> {
+        let backend = Backend::default_for(&spec.link_type);
+        Device::open_on(spec, backend, factory, seed, udp_src_port)
+    }
+
+    /// [`Device::open`] on a chosen backend (`link add … backend B`; one that fits the
+    /// device type, see [`Backend::choose`]). The packet backend fails, saying why and
+    /// what to use instead, without CAP_NET_RAW.
+    pub fn open_on(
+        spec: &DeviceSpec,
+        backend: Backend,
+        factory: NicFactory,
+        seed: u64,
+        udp_src_port: Option<u16>,
+    ) -> io::Result<Device> {
         if spec.link_type == "siw" {
             return super::siw::open_device(spec, seed); // siw hook
         }
@@ -128,7 +144,15 @@ impl Device {
                 format!("interface {} has no IP address", spec.netdev),
             ));
         }
-        let udp = UdpBackend::bind(&gids, ROCE_V2_PORT, netdev.index)?;
+        // The capability first: that is what a packet device most likely lacks.
+        let link = match backend {
+            Backend::Packet => Some(PacketLink::open(&netdev)?),
+            _ => None,
+        };
+        let mut udp = UdpBackend::bind(&gids, ROCE_V2_PORT, netdev.index)?;
+        if let Some(link) = link {
+            udp.use_packet(link)?;
+        }
         // The GID table holds the addresses actually served, at their sockets' indices.
         let gids = GidTable::new(&udp.bound().map(|(_, s)| s.local.ip()).collect::<Vec<_>>());
         debug_assert!(udp.bound().all(|(i, s)| gids.get(i) == Some(s.local.ip())));
@@ -406,6 +430,12 @@ impl Device {
             gids: self.gid_entries(),
             mpa_crc: super::siw::is_siw(self).then(|| self.spec.mpa().crc),
             mpa_markers: super::siw::is_siw(self).then(|| self.spec.mpa().markers),
+            backend: if super::siw::is_siw(self) {
+                Backend::Tcp
+            } else {
+                self.udp.backend()
+            }
+            .to_string(),
         }
     }
 }

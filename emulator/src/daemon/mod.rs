@@ -6,6 +6,7 @@
 //! its timers, and writes what it produces back: packets to the network, completions into
 //! CQ rings, events into pipes. See `docs/daemon.md`.
 
+pub mod backend;
 pub mod capture;
 pub mod client;
 mod cm;
@@ -20,9 +21,11 @@ pub mod gid_table;
 mod mcast;
 pub mod memory;
 pub mod mmsg;
+pub mod neigh;
 pub mod netdev;
 pub mod nic;
 mod objects;
+pub mod packet;
 mod queues;
 mod reload;
 pub mod siw;

@@ -294,6 +294,14 @@ impl Engine {
                     counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
                     counters.push(("udp_tx_errors".into(), d.tx_errors));
                     counters.push(("udp_rx_truncated".into(), d.rx_truncated));
+                    if let Some((p, (resolved, unresolved))) = d.udp.packet_counters() {
+                        counters.push(("packet_rx_icrc_errors".into(), p.rx_icrc_errors));
+                        counters.push(("packet_rx_malformed".into(), p.rx_malformed));
+                        counters.push(("packet_rx_queue_drops".into(), p.rx_queue_drops));
+                        counters.push(("packet_tx_no_neighbour".into(), p.tx_no_neighbour));
+                        counters.push(("packet_neigh_resolved".into(), resolved));
+                        counters.push(("packet_neigh_unresolved".into(), unresolved));
+                    }
                     counters.push(("bad_client_requests".into(), self.counters.bad_requests));
                     counters.push(("bad_wqes".into(), self.counters.bad_wqes));
                     counters.push(("broken_rings".into(), self.counters.broken_rings));

@@ -122,10 +122,10 @@ impl Engine {
                 self.epoll.remove(s.socket.as_raw_fd());
             }
             for &slot in &change.opened {
-                let Some(s) = d.udp.socket(slot) else {
+                let Some(fd) = d.udp.fd(slot) else {
                     continue;
                 };
-                if let Err(e) = self.epoll.add(s.socket.as_raw_fd(), udp_token(index, slot)) {
+                if let Err(e) = self.epoll.add(fd, udp_token(index, slot)) {
                     tracing::error!(device = d.name(), "epoll: {e}");
                 }
             }

@@ -15,6 +15,7 @@
 //! epoll token, and the table's indices are stable, so an address coming or going opens or
 //! closes its own socket and touches no other.
 
+use super::packet::{self, PacketCounters, PacketLink};
 use super::{mmsg, sys};
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -45,6 +46,9 @@ pub struct UdpBackend {
     /// Sockets bound to the IP multicast groups the device joined (socket indices from
     /// [`super::mcast::MCAST_BASE`] on).
     pub mcast: super::mcast::McastSockets,
+    /// With `backend packet`: the AF_PACKET link that sends and receives instead of the
+    /// 4791 sockets, which then only hold the port (`packet.rs`).
+    packet: Option<PacketLink>,
 }
 
 /// Which socket of a device a batch of packets leaves from.
@@ -54,6 +58,8 @@ pub enum Sock {
     Slot(usize),
     /// A send-only socket on a hashed source port.
     Sender(usize),
+    /// The AF_PACKET socket at this GID index, sending from this UDP port.
+    Packet(usize, u16),
 }
 
 /// `ip:port`, scoped to `ifindex` when `ip` is IPv6 link-local.
@@ -142,13 +148,49 @@ impl UdpBackend {
             senders: Vec::new(),
             ifindex,
             mcast: Default::default(),
+            packet: None,
         })
+    }
+
+    /// Moves the device to the AF_PACKET `link` (`backend packet`): every bound address
+    /// gets its packet socket, and its 4791 socket stops receiving (it keeps the port, so
+    /// the kernel does not answer RoCE packets with ICMP port unreachable).
+    pub fn use_packet(&mut self, mut link: PacketLink) -> io::Result<()> {
+        for (slot, s) in self.sockets.iter().enumerate() {
+            if let Some(s) = s {
+                packet::drop_everything(s.socket.as_raw_fd())?;
+                link.open_slot(slot, s.local.ip())?;
+            }
+        }
+        self.packet = Some(link);
+        Ok(())
+    }
+
+    /// The backend's name (`link show`).
+    pub fn backend(&self) -> super::backend::Backend {
+        if self.packet.is_some() {
+            super::backend::Backend::Packet
+        } else {
+            super::backend::Backend::Udp
+        }
+    }
+
+    /// The AF_PACKET backend's counters (`None` on the UDP backend), with the next hops
+    /// resolved by asking the kernel and those it could not resolve.
+    pub fn packet_counters(&self) -> Option<(PacketCounters, (u64, u64))> {
+        self.packet
+            .as_ref()
+            .map(|p| (p.counters(), p.neighbour_counters()))
     }
 
     /// Binds `ip` on 4791 at GID index `slot` (which must be free).
     pub fn open_slot(&mut self, slot: usize, ip: IpAddr) -> io::Result<()> {
         debug_assert!(self.socket(slot).is_none(), "slot {slot} is taken");
         let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex), self.ifindex)?;
+        if let Some(link) = &mut self.packet {
+            packet::drop_everything(s.socket.as_raw_fd())?;
+            link.open_slot(slot, ip)?;
+        }
         if self.sockets.len() <= slot {
             self.sockets.resize_with(slot + 1, || None);
         }
@@ -162,6 +204,9 @@ impl UdpBackend {
         let Some(s) = self.sockets.get_mut(slot).and_then(Option::take) else {
             return Vec::new();
         };
+        if let Some(link) = &mut self.packet {
+            link.close_slot(slot);
+        }
         while matches!(self.sockets.last(), Some(None)) {
             self.sockets.pop();
         }
@@ -188,9 +233,19 @@ impl UdpBackend {
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
     }
 
-    /// The 4791 sockets' descriptors with their GID indices (the epoll set).
+    /// The descriptors the engine watches with their GID indices (the epoll set): the
+    /// 4791 sockets, or with `backend packet` the AF_PACKET sockets.
     pub fn fds(&self) -> impl Iterator<Item = (usize, RawFd)> + '_ {
-        self.bound().map(|(i, s)| (i, s.socket.as_raw_fd()))
+        self.bound()
+            .filter_map(|(i, _)| self.fd(i).map(|fd| (i, fd)))
+    }
+
+    /// The descriptor the engine watches for GID index `slot`.
+    pub fn fd(&self, slot: usize) -> Option<RawFd> {
+        match &self.packet {
+            Some(link) => link.fd(slot),
+            None => self.socket(slot).map(|s| s.socket.as_raw_fd()),
+        }
     }
 
     /// Send-only sockets bound so far.
@@ -231,7 +286,12 @@ impl UdpBackend {
         let Some(s) = self.socket(i).or_else(|| self.mcast.get(i)) else {
             return Ok((0, SocketAddr::from(([0, 0, 0, 0], 0))));
         };
-        Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local))
+        match &self.packet {
+            Some(link) if i < super::mcast::MCAST_BASE => {
+                Ok((link.recv_batch(i, s.local.ip(), batch)?, s.local))
+            }
+            _ => Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local)),
+        }
     }
 
     /// Makes sure a socket bound to `src` (address and port) exists when the port is a
@@ -240,6 +300,7 @@ impl UdpBackend {
     pub fn ensure_sender(&mut self, src: SocketAddr) {
         let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
         if src.port() == ROCE_V2_PORT
+            || self.packet.is_some()
             || self.bound().any(|(_, s)| same(s))
             || self.senders.iter().any(same)
             || !self.bound().any(|(_, s)| s.local.ip() == src.ip())
@@ -265,7 +326,7 @@ impl UdpBackend {
 
     fn get(&self, i: Sock) -> Option<&BoundSocket> {
         match i {
-            Sock::Slot(i) => self.socket(i),
+            Sock::Slot(i) | Sock::Packet(i, _) => self.socket(i),
             Sock::Sender(i) => self.senders.get(i),
         }
     }
@@ -275,6 +336,13 @@ impl UdpBackend {
     /// not served (any more): a packet sent from another address would fail its ICRC at the
     /// peer, so it is not sent at all.
     pub fn socket_for(&self, src: SocketAddr) -> Option<Sock> {
+        if self.packet.is_some() {
+            // Any source port: the frame's UDP header is written here.
+            return self
+                .bound()
+                .find(|(_, s)| s.local.ip() == src.ip())
+                .map(|(i, _)| Sock::Packet(i, src.port()));
+        }
         let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
         self.bound()
             .find(|(_, s)| same(s))
@@ -307,11 +375,10 @@ impl UdpBackend {
                 format!("no socket for {src}"),
             )
         })?;
-        self.get(i)
-            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?
-            .socket
-            .send_to(payload, self.scoped(i, dst))
-            .map(|_| ())
+        match self.send_batch(i, &mut [(dst, payload)])? {
+            1 => Ok(()),
+            _ => Err(io::Error::from(io::ErrorKind::WouldBlock)),
+        }
     }
 
     /// Sends datagrams from socket `i` with sendmmsg; returns how many went out.
@@ -319,6 +386,9 @@ impl UdpBackend {
         let Some(s) = self.get(i) else {
             return Ok(0);
         };
+        if let (Sock::Packet(slot, port), Some(link)) = (i, &self.packet) {
+            return link.send_batch(slot, SocketAddr::new(s.local.ip(), port), msgs);
+        }
         for m in msgs.iter_mut() {
             m.0 = self.scoped(i, m.0);
         }

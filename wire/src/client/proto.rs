@@ -157,13 +157,16 @@ pub enum RequestBody {
     },
     LinkShow,
     /// `rdma-emu link add`. `mpa_crc` / `mpa_markers`: what a siw device asks for in
-    /// MPA (unset: off); EINVAL when set for an rxe device.
+    /// MPA (unset: off); EINVAL when set for an rxe device. `backend`: how the device
+    /// reaches the network (rxe: `udp`, the default, or `packet`; siw: `tcp`); a backend
+    /// this daemon does not build is EOPNOTSUPP, one of the other device type EINVAL.
     LinkAdd {
         name: String,
         link_type: String,
         netdev: String,
         mpa_crc: Option<bool>,
         mpa_markers: Option<bool>,
+        backend: Option<String>,
     },
     LinkDel {
         name: String,
@@ -510,6 +513,8 @@ pub struct LinkInfo {
     pub mpa_crc: Option<bool>,
     /// siw: whether the device asks for MPA markers (M bit); `None` for rxe.
     pub mpa_markers: Option<bool>,
+    /// How the device reaches the network: `udp`, `packet` (rxe) or `tcp` (siw).
+    pub backend: String,
 }
 
 impl Request {

@@ -65,6 +65,7 @@ fn sample_requests() -> Vec<Request> {
             netdev: "eth0".into(),
             mpa_crc: None,
             mpa_markers: None,
+            backend: Some("packet".into()),
         },
         RequestBody::LinkAdd {
             name: "siw1".into(),
@@ -72,6 +73,7 @@ fn sample_requests() -> Vec<Request> {
             netdev: "eth0".into(),
             mpa_crc: Some(true),
             mpa_markers: Some(false),
+            backend: None,
         },
         RequestBody::AttachMcast {
             qp: Handle(5),

@@ -247,6 +247,15 @@ const fn id_contribution(id: u16) -> u32 {
     s
 }
 
+/// What an IPv4 identification of `id` instead of 0 changes in the ICRC of an IB packet of
+/// `ib_len` octets (BTH through pad, the ICRC excluded): XOR it into an ICRC computed with
+/// ID 0 ([`for_udp4`]) to get the ICRC of the same packet sent with ID `id`. A raw backend
+/// that writes its own IP header sends any ID without computing the CRC again.
+pub fn ipv4_id_delta(id: u16, ib_len: usize) -> u32 {
+    let rest = (LRH_LEN + 20 + 8 + ib_len - IPV4_ID_OFFSET - 2) as u64;
+    mul_mod(id_contribution(id), x8n(rest))
+}
+
 /// Checks the ICRC of `packet` (BTH through ICRC, as a UDP socket delivers it) received
 /// over IPv4 from `src` to `dst` when the sender's IP ID is unknown (DF assumed set).
 pub fn verify_udp4_any_id(

@@ -233,6 +233,19 @@ proptest! {
     }
 
     #[test]
+    fn ip_id_delta_turns_the_id_0_icrc_into_the_icrc_with_that_id(id: u16, sport: u16, payload in proptest::collection::vec(any::<u8>(), 0..300), a: [u8;4], b: [u8;4]) {
+        let repr = PacketRepr { header: Header::new(Qpn(17), Psn::new(5)), body: Body::RcRequest(Request::Send(SendSeg::Only)), payload: &payload };
+        let mut buf = vec![0; repr.buffer_len()];
+        repr.emit(&mut Packet::new_unchecked(&mut buf[..]));
+        let p = Packet::new_unchecked(&buf[..]);
+        let (src, dst) = (Ipv4Addr::from(a), Ipv4Addr::from(b));
+        let ib = p.icrc_covered();
+        let with_id = icrc::compute_ipv4(&icrc::udp4_ip_header(src, dst, id, ib.len()), &icrc::udp_header(sport, 4791, ib.len()), ib);
+        let with_0 = icrc::for_udp4(src, dst, sport, 4791, ib);
+        prop_assert_eq!(with_0 ^ icrc::ipv4_id_delta(id, ib.len()), with_id);
+    }
+
+    #[test]
     fn ipv6_icrc_round_trips(sport: u16, payload in proptest::collection::vec(any::<u8>(), 0..64), a: [u8;16], b: [u8;16]) {
         let repr = PacketRepr { header: Header::new(Qpn(3), Psn::new(9)), body: Body::RcRequest(Request::Send(SendSeg::Only)), payload: &payload };
         let mut buf = vec![0; repr.buffer_len()];

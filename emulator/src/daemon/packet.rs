@@ -1,0 +1,761 @@
+//! The AF_PACKET backend for RoCE v2 (`link add … backend packet`): the daemon writes
+//! the Ethernet, IP and UDP headers of every packet itself and reads whole frames, the
+//! way a NIC sees them (packet(7)).
+//!
+//! - One AF_PACKET socket per served address (GID slot), bound to the interface and to
+//!   IPv4 or IPv6, with a classic BPF filter that passes only UDP to port 4791 of that
+//!   address (IPv4: not a later fragment; IPv6: UDP as the first next header). A socket
+//!   bound to one protocol sees what arrives, not what the host sends.
+//! - Sent frames carry: the interface's MAC; the next hop's MAC from the kernel's
+//!   neighbour table (`neigh.rs`); IPv4 with DF set, an IP ID counting up per device, TTL
+//!   64, DSCP 0 and ECN ECT(0), UDP checksum 0 (IBA Annex A17.2.1 allows it over IPv4);
+//!   IPv6 with traffic class ECT(0), flow label 0, hop limit 64 and the UDP checksum IPv6
+//!   requires (RFC 8200 8.1). The core computes each ICRC for IP ID 0; as CRC-32 is
+//!   affine, the ID's share is XORed in (`icrc::ipv4_id_delta`) instead of computing the
+//!   CRC again.
+//! - Received frames have their ICRC verified over their real IP and UDP headers; those
+//!   failing are dropped here and counted (the core verifies again over the header it
+//!   reconstructs, which also passes). Their IP ECN field is reported like `IP_RECVTOS`.
+//! - The kernel sees the same frames: the device keeps its UDP socket on 4791 of each
+//!   address (`udp.rs`), which answers for the port (no ICMP port unreachable) and drops
+//!   everything with a socket filter that accepts nothing.
+//!
+//! Needs CAP_NET_RAW. On `lo` the frames carry all-zero MACs and no neighbour is asked.
+
+use super::mmsg::RecvBatch;
+use super::neigh::Neighbours;
+use super::netdev::Netdev;
+use super::sys;
+use smoltcp::phy::ChecksumCapabilities;
+use smoltcp::wire::{
+    EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
+    Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, UdpPacket,
+};
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::net::{IpAddr, SocketAddr, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Instant;
+use wire::frame::{self, IpHeader, Transport, ETHERNET_HEADER_LEN, UDP_HEADER_LEN};
+use wire::roce::{icrc, ICRC_LEN, ROCE_V2_UDP_PORT};
+
+/// IP TTL / IPv6 hop limit of sent packets.
+const HOP_LIMIT: u8 = 64;
+/// The snap length the socket filter accepts (whole frames).
+const ACCEPT: u32 = 0x0004_0000;
+
+/// What the backend drops or cannot send, beyond the engine's counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PacketCounters {
+    /// Frames whose ICRC does not verify over their real headers.
+    pub rx_icrc_errors: u64,
+    /// Frames the filter passed that are not a RoCE v2 datagram to the slot's address.
+    pub rx_malformed: u64,
+    /// Packets not sent because the next hop's MAC is unknown.
+    pub tx_no_neighbour: u64,
+    /// Frames the kernel dropped because a packet socket's receive queue was full
+    /// (`PACKET_STATISTICS`).
+    pub rx_queue_drops: u64,
+}
+
+/// `PACKET_STATISTICS` (linux/if_packet.h) and its `struct tpacket_stats`.
+const PACKET_STATISTICS: libc::c_int = 6;
+#[repr(C)]
+#[derive(Default)]
+struct TpacketStats {
+    packets: u32,
+    drops: u32,
+}
+
+/// The frames the kernel dropped on `fd` since the last call (reading resets them).
+fn queue_drops(fd: RawFd) -> u64 {
+    let mut st = TpacketStats::default();
+    let mut len = std::mem::size_of::<TpacketStats>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into the live `st`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            PACKET_STATISTICS,
+            (&mut st as *mut TpacketStats).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        0
+    } else {
+        u64::from(st.drops)
+    }
+}
+
+/// The AF_PACKET side of one device.
+#[derive(Debug)]
+pub struct PacketLink {
+    /// The interface's name (for messages) and index.
+    netdev: String,
+    ifindex: u32,
+    mac: [u8; 6],
+    loopback: bool,
+    /// One socket per GID slot (`None`: an empty slot).
+    slots: Vec<Option<OwnedFd>>,
+    next_id: Cell<u16>,
+    neigh: RefCell<Neighbours>,
+    /// Frames being sent (reused).
+    frames: RefCell<Vec<Vec<u8>>>,
+    counters: Cell<PacketCounters>,
+}
+
+/// Why an AF_PACKET socket could not be opened, and what to do instead.
+fn open_error(e: io::Error, netdev: &str) -> io::Error {
+    match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "backend packet on {netdev}: AF_PACKET needs CAP_NET_RAW (run rdma-emud as \
+                 root or give it the capability: setcap cap_net_raw+ep rdma-emud); \
+                 backend udp needs none"
+            ),
+        ),
+        Some(libc::EAFNOSUPPORT) => io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("backend packet on {netdev}: this kernel has no AF_PACKET; use backend udp"),
+        ),
+        _ => io::Error::new(e.kind(), format!("backend packet on {netdev}: {e}")),
+    }
+}
+
+/// A classic BPF instruction (`struct sock_filter`).
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+// Classic BPF opcodes (linux/filter.h).
+const LDH_ABS: u16 = 0x28;
+const LDW_ABS: u16 = 0x20;
+const LDB_ABS: u16 = 0x30;
+const LDH_IND: u16 = 0x48;
+const LDXB_MSH: u16 = 0xb1;
+const JEQ_K: u16 = 0x15;
+const JSET_K: u16 = 0x45;
+const RET_K: u16 = 0x06;
+
+/// The filter passing Ethernet frames with a UDP datagram to `addr`:4791 and nothing else.
+fn roce_filter(addr: IpAddr) -> Vec<libc::sock_filter> {
+    // Each check: load, then "equal: next instruction; else: the final `ret 0`". Offsets
+    // count from the Ethernet header.
+    let mut checks: Vec<(u16, u32, u16, u32)> = Vec::new(); // (load, offset, test, value)
+    match addr {
+        IpAddr::V4(v4) => {
+            checks.push((LDH_ABS, 12, JEQ_K, 0x0800));
+            checks.push((LDW_ABS, 30, JEQ_K, u32::from(v4)));
+            checks.push((LDB_ABS, 23, JEQ_K, 17));
+            // Not a later fragment (offset 0), then the UDP destination port after the
+            // header's real length.
+            checks.push((LDH_ABS, 20, JSET_K, 0x1fff));
+            checks.push((LDXB_MSH, 14, 0, 0));
+            checks.push((LDH_IND, 16, JEQ_K, u32::from(ROCE_V2_UDP_PORT)));
+        }
+        IpAddr::V6(v6) => {
+            checks.push((LDH_ABS, 12, JEQ_K, 0x86dd));
+            checks.push((LDB_ABS, 20, JEQ_K, 17));
+            for (i, word) in v6.octets().chunks_exact(4).enumerate() {
+                let w = u32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+                checks.push((LDW_ABS, 38 + 4 * i as u32, JEQ_K, w));
+            }
+            checks.push((LDH_ABS, 56, JEQ_K, u32::from(ROCE_V2_UDP_PORT)));
+        }
+    }
+    let len = checks
+        .iter()
+        .map(|c| if c.2 == 0 { 1 } else { 2 })
+        .sum::<usize>()
+        + 2;
+    let drop_at = len - 1;
+    let mut prog = Vec::with_capacity(len);
+    for (load, offset, test, value) in checks {
+        prog.push(insn(load, 0, 0, offset));
+        if test == 0 {
+            continue;
+        }
+        let to_drop = (drop_at - prog.len() - 1) as u8;
+        prog.push(match test {
+            // JSET: bits set (a later fragment) drops.
+            JSET_K => insn(test, to_drop, 0, value),
+            _ => insn(test, 0, to_drop, value),
+        });
+    }
+    prog.push(insn(RET_K, 0, 0, ACCEPT));
+    prog.push(insn(RET_K, 0, 0, 0));
+    prog
+}
+
+/// Attaches a classic BPF program to a socket.
+fn attach_filter(fd: RawFd, prog: &mut [libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: `fprog` points at `prog`, live for the call; the kernel copies the program.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes a socket receive nothing (the kernel UDP socket that only holds port 4791).
+pub fn drop_everything(fd: RawFd) -> io::Result<()> {
+    attach_filter(fd, &mut [insn(RET_K, 0, 0, 0)])
+}
+
+/// An AF_PACKET socket on `ifindex` receiving the RoCE v2 frames to `addr`.
+fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
+    // Protocol 0: nothing is queued before the filter is in place and the bind below.
+    // SAFETY: plain syscall; the descriptor is owned at once.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    attach_filter(fd.as_raw_fd(), &mut roce_filter(addr))?;
+    let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+    let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    let proto = match addr {
+        IpAddr::V4(_) => libc::ETH_P_IP,
+        IpAddr::V6(_) => libc::ETH_P_IPV6,
+    } as u16;
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is valid.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto.to_be();
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: passes a live sockaddr_ll and its size.
+    let r = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Whether the interface is a loopback (`IFF_LOOPBACK` in its flags).
+fn is_loopback(name: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/flags"))
+        .ok()
+        .and_then(|f| u32::from_str_radix(f.trim().trim_start_matches("0x"), 16).ok())
+        .is_some_and(|f| f & libc::IFF_LOOPBACK as u32 != 0)
+}
+
+/// Where a received frame's RoCE datagram is and what came with it.
+struct Received {
+    at: usize,
+    len: usize,
+    src: SocketAddr,
+    tos: u8,
+}
+
+/// Why a received frame was dropped.
+enum Refused {
+    Malformed,
+    Icrc,
+}
+
+/// Checks one received frame for the slot's `local` address.
+fn accept(buf: &[u8], local: IpAddr, ifindex: u32) -> Result<Received, Refused> {
+    let f = frame::parse(buf).map_err(|_| Refused::Malformed)?;
+    let Transport::Udp {
+        src_port,
+        dst_port,
+        payload,
+        ..
+    } = f.transport
+    else {
+        return Err(Refused::Malformed);
+    };
+    if dst_port != ROCE_V2_UDP_PORT || f.ip.dst() != local {
+        return Err(Refused::Malformed);
+    }
+    if f.verify_icrc() != Some(true) {
+        return Err(Refused::Icrc);
+    }
+    let (src_ip, tos) = match f.ip {
+        IpHeader::V4 { repr, tos, .. } => (IpAddr::V4(repr.src_addr), tos),
+        IpHeader::V6 {
+            repr,
+            traffic_class,
+            ..
+        } => (IpAddr::V6(repr.src_addr), traffic_class),
+    };
+    let src = match src_ip {
+        // As a kernel socket reports it: link-local peers scoped to the interface.
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => {
+            SocketAddr::V6(SocketAddrV6::new(v6, src_port, 0, ifindex))
+        }
+        ip => SocketAddr::new(ip, src_port),
+    };
+    let at = payload.as_ptr() as usize - buf.as_ptr() as usize;
+    Ok(Received {
+        at,
+        len: payload.len(),
+        src,
+        tos,
+    })
+}
+
+impl PacketLink {
+    /// Opens the link on `netdev` (no slot yet): fails, saying why and what to use
+    /// instead, when AF_PACKET sockets cannot be had.
+    pub fn open(netdev: &Netdev) -> io::Result<PacketLink> {
+        // SAFETY: plain syscall; a probe for the capability, closed at once.
+        let probe =
+            unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if probe < 0 {
+            return Err(open_error(io::Error::last_os_error(), &netdev.name));
+        }
+        // SAFETY: `probe` is ours and closed once.
+        drop(unsafe { OwnedFd::from_raw_fd(probe) });
+        Ok(PacketLink {
+            netdev: netdev.name.clone(),
+            ifindex: netdev.index,
+            mac: netdev.mac,
+            loopback: is_loopback(&netdev.name),
+            slots: Vec::new(),
+            next_id: Cell::new(1),
+            neigh: RefCell::new(Neighbours::new(netdev.index)),
+            frames: RefCell::new(Vec::new()),
+            counters: Cell::new(PacketCounters::default()),
+        })
+    }
+
+    /// Opens the socket of GID slot `slot`, serving `addr`.
+    pub fn open_slot(&mut self, slot: usize, addr: IpAddr) -> io::Result<()> {
+        let fd = open_socket(self.ifindex, addr).map_err(|e| open_error(e, &self.netdev))?;
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, || None);
+        }
+        self.slots[slot] = Some(fd);
+        Ok(())
+    }
+
+    /// Closes the socket of GID slot `slot` (its address went away).
+    pub fn close_slot(&mut self, slot: usize) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = None;
+        }
+    }
+
+    /// The socket of GID slot `slot`.
+    pub fn fd(&self, slot: usize) -> Option<RawFd> {
+        self.slots.get(slot)?.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    pub fn counters(&self) -> PacketCounters {
+        let drops: u64 = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|fd| queue_drops(fd.as_raw_fd()))
+            .sum();
+        self.count(|c| c.rx_queue_drops += drops);
+        self.counters.get()
+    }
+
+    /// Next hops resolved by asking the kernel, and destinations it could not resolve.
+    pub fn neighbour_counters(&self) -> (u64, u64) {
+        let n = self.neigh.borrow();
+        (n.resolved, n.unresolved)
+    }
+
+    fn count(&self, f: impl FnOnce(&mut PacketCounters)) {
+        let mut c = self.counters.get();
+        f(&mut c);
+        self.counters.set(c);
+    }
+
+    /// Receives a batch of frames on slot `slot` (serving `local`) and leaves in `batch`,
+    /// at its front, the RoCE datagrams (BTH through ICRC) that verify, with their
+    /// sources and TOS octets, as the UDP backend would; returns how many.
+    pub fn recv_batch(
+        &self,
+        slot: usize,
+        local: IpAddr,
+        batch: &mut RecvBatch,
+    ) -> io::Result<usize> {
+        let Some(fd) = self.fd(slot) else {
+            return Ok(0);
+        };
+        let n = super::mmsg::recv_batch(fd, batch)?;
+        let mut kept = 0;
+        for i in 0..n {
+            let Some(len) = batch.lens[i] else {
+                // Larger than a receive buffer: the engine counts it as truncated.
+                batch.bufs.swap(i, kept);
+                batch.lens.swap(i, kept);
+                batch.srcs[kept] = None;
+                kept += 1;
+                continue;
+            };
+            match accept(&batch.bufs[i][..len], local, self.ifindex) {
+                Ok(r) => {
+                    batch.bufs[i].copy_within(r.at..r.at + r.len, 0);
+                    batch.bufs.swap(i, kept);
+                    batch.lens[kept] = Some(r.len);
+                    batch.srcs[kept] = Some(r.src);
+                    batch.tos[kept] = Some(r.tos);
+                    kept += 1;
+                }
+                Err(Refused::Icrc) => self.count(|c| c.rx_icrc_errors += 1),
+                Err(Refused::Malformed) => self.count(|c| c.rx_malformed += 1),
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Writes the frame carrying `payload` (BTH through ICRC, the ICRC computed for IP
+    /// ID 0) from `src` to `dst` into `buf`; false (nothing written) when the two
+    /// addresses are of different families.
+    fn emit(
+        &self,
+        buf: &mut Vec<u8>,
+        eth_dst: [u8; 6],
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+    ) -> bool {
+        if src.is_ipv4() != dst.is_ipv4() {
+            return false;
+        }
+        let ip_len = if src.is_ipv4() { 20 } else { 40 };
+        let udp_at = ETHERNET_HEADER_LEN + ip_len;
+        let udp_len = UDP_HEADER_LEN + payload.len();
+        buf.clear();
+        buf.resize(udp_at + udp_len, 0);
+        let ethertype = if src.is_ipv4() {
+            EthernetProtocol::Ipv4
+        } else {
+            EthernetProtocol::Ipv6
+        };
+        EthernetRepr {
+            src_addr: EthernetAddress(self.mac),
+            dst_addr: EthernetAddress(eth_dst),
+            ethertype,
+        }
+        .emit(&mut EthernetFrame::new_unchecked(&mut buf[..]));
+        let l3 = &mut buf[ETHERNET_HEADER_LEN..];
+        let (s, d) = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut p = Ipv4Packet::new_unchecked(&mut l3[..]);
+                Ipv4Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    next_header: IpProtocol::Udp,
+                    payload_len: udp_len,
+                    hop_limit: HOP_LIMIT,
+                }
+                .emit(&mut p, &ChecksumCapabilities::ignored());
+                let id = self.next_id.get();
+                self.next_id.set(id.wrapping_add(1));
+                p.set_ident(id);
+                p.set_dont_frag(true);
+                p.set_dscp(0);
+                p.set_ecn(super::udp::ECN_ECT0);
+                p.fill_checksum();
+                (IpAddress::Ipv4(s), IpAddress::Ipv4(d))
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let mut p = Ipv6Packet::new_unchecked(&mut l3[..]);
+                Ipv6Repr {
+                    src_addr: s,
+                    dst_addr: d,
+                    next_header: IpProtocol::Udp,
+                    payload_len: udp_len,
+                    hop_limit: HOP_LIMIT,
+                }
+                .emit(&mut p);
+                p.set_traffic_class(super::udp::ECN_ECT0);
+                (IpAddress::Ipv6(s), IpAddress::Ipv6(d))
+            }
+            _ => return false,
+        };
+        let mut u = UdpPacket::new_unchecked(&mut buf[udp_at..]);
+        u.set_src_port(src.port());
+        u.set_dst_port(dst.port());
+        u.set_len(udp_len as u16);
+        u.set_checksum(0);
+        u.payload_mut().copy_from_slice(payload);
+        if let IpAddress::Ipv6(_) = s {
+            u.fill_checksum(&s, &d);
+        } else if payload.len() >= ICRC_LEN {
+            // The ICRC covers the IP ID (Annex A17.4.1): move it from ID 0 to this one.
+            let id = Ipv4Packet::new_unchecked(&buf[ETHERNET_HEADER_LEN..]).ident();
+            let end = buf.len();
+            let c = &mut buf[end - ICRC_LEN..];
+            let stored = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            let fixed = stored ^ icrc::ipv4_id_delta(id, payload.len() - ICRC_LEN);
+            c.copy_from_slice(&fixed.to_le_bytes());
+        }
+        true
+    }
+
+    /// Sends datagrams from `src` (address and port) through slot `slot`'s socket, as
+    /// frames; returns how many went out. Sending stops at the first destination whose
+    /// next hop cannot be resolved (that packet and the rest are lost on the wire).
+    pub fn send_batch(
+        &self,
+        slot: usize,
+        src: SocketAddr,
+        msgs: &[(SocketAddr, &[u8])],
+    ) -> io::Result<usize> {
+        let Some(fd) = self.fd(slot) else {
+            return Ok(0);
+        };
+        let now = Instant::now();
+        let mut frames = self.frames.borrow_mut();
+        if frames.len() < msgs.len() {
+            frames.resize_with(msgs.len(), || Vec::with_capacity(4400));
+        }
+        let mut ready = 0;
+        for (i, (dst, payload)) in msgs.iter().enumerate() {
+            let mac = if self.loopback {
+                [0; 6]
+            } else {
+                match self.neigh.borrow_mut().mac_for(dst.ip(), now) {
+                    Some(m) => m,
+                    None => {
+                        self.count(|c| c.tx_no_neighbour += 1);
+                        break;
+                    }
+                }
+            };
+            if !self.emit(&mut frames[i], mac, src, *dst, payload) {
+                break;
+            }
+            ready += 1;
+        }
+        send_frames(fd, &frames[..ready])
+    }
+}
+
+/// Sends whole frames with sendmmsg(2) on a bound packet socket; returns how many went.
+fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
+    let mut iovs: Vec<libc::iovec> = frames
+        .iter()
+        .map(|f| libc::iovec {
+            iov_base: f.as_ptr() as *mut libc::c_void,
+            iov_len: f.len(),
+        })
+        .collect();
+    let mut hdrs: Vec<libc::mmsghdr> = iovs
+        .iter_mut()
+        .map(|iov| {
+            // SAFETY: mmsghdr is plain old data; all zeroes is valid.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = iov;
+            h.msg_hdr.msg_iovlen = 1;
+            h
+        })
+        .collect();
+    let mut sent = 0;
+    while sent < hdrs.len() {
+        // SAFETY: the headers point at live frames for the call only; no names (the
+        // socket is bound to its interface and protocol).
+        let n = unsafe {
+            libc::sendmmsg(
+                fd,
+                hdrs[sent..].as_mut_ptr(),
+                (hdrs.len() - sent) as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return if sent > 0 { Ok(sent) } else { Err(e) };
+        }
+        if n == 0 {
+            break;
+        }
+        sent += n as usize;
+    }
+    Ok(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wire::roce::{Body, Header, Packet, PacketRepr, Psn, Qpn, Request, SendSeg};
+
+    fn link() -> PacketLink {
+        PacketLink {
+            netdev: "veth0".into(),
+            ifindex: 1,
+            mac: [0x02, 1, 2, 3, 4, 5],
+            loopback: false,
+            slots: Vec::new(),
+            next_id: Cell::new(0x1234),
+            neigh: RefCell::new(Neighbours::new(1)),
+            frames: RefCell::new(Vec::new()),
+            counters: Cell::new(PacketCounters::default()),
+        }
+    }
+
+    /// A RoCE packet from `src` to `dst` with its ICRC computed for IP ID 0, as the core
+    /// hands it out.
+    fn core_packet(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
+        let payload = [7u8; 40];
+        let repr = PacketRepr {
+            header: Header::new(Qpn(17), Psn::new(5)),
+            body: Body::RcRequest(Request::Send(SendSeg::Only)),
+            payload: &payload,
+        };
+        let mut buf = vec![0; repr.buffer_len()];
+        repr.emit(&mut Packet::new_unchecked(&mut buf[..]));
+        let mut p = Packet::new_unchecked(&mut buf[..]);
+        let c = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                icrc::for_udp4(s, d, src.port(), dst.port(), p.icrc_covered())
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                icrc::for_udp6(s, d, src.port(), dst.port(), p.icrc_covered())
+            }
+            _ => unreachable!(),
+        };
+        p.set_icrc(c);
+        buf
+    }
+
+    #[test]
+    fn ipv4_frames_carry_the_promised_header_and_a_valid_icrc() {
+        let l = link();
+        let src: SocketAddr = "10.1.0.1:49153".parse().unwrap();
+        let dst: SocketAddr = "10.1.0.2:4791".parse().unwrap();
+        let pkt = core_packet(src, dst);
+        let mut buf = Vec::new();
+        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, &pkt));
+        let f = frame::parse(&buf).expect("frame parses");
+        assert_eq!(f.ethernet.src_addr.0, [0x02, 1, 2, 3, 4, 5]);
+        assert_eq!(f.ethernet.dst_addr.0, [0x02, 9, 9, 9, 9, 9]);
+        let IpHeader::V4 {
+            header, ident, tos, ..
+        } = f.ip
+        else {
+            panic!("not IPv4")
+        };
+        assert_eq!(ident, 0x1234);
+        assert_eq!(tos, 0b10, "DSCP 0, ECT(0)");
+        assert_eq!(header[6] & 0x40, 0x40, "DF");
+        assert_eq!(header[8], 64, "TTL");
+        assert!(Ipv4Packet::new_unchecked(header).verify_checksum());
+        let Transport::Udp {
+            checksum,
+            src_port,
+            payload,
+            ..
+        } = f.transport
+        else {
+            panic!("not UDP")
+        };
+        assert_eq!((checksum, src_port), (0, 49153));
+        assert_eq!(payload.len(), pkt.len());
+        assert_eq!(f.verify_icrc(), Some(true));
+        // The next frame takes the next ID and still verifies.
+        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, &pkt));
+        let f = frame::parse(&buf).unwrap();
+        assert!(matches!(f.ip, IpHeader::V4 { ident: 0x1235, .. }));
+        assert_eq!(f.verify_icrc(), Some(true));
+        let r = accept(&buf, dst.ip(), 1).ok().expect("accepted");
+        assert_eq!(&buf[r.at..r.at + r.len], &buf[buf.len() - pkt.len()..]);
+        assert_eq!((r.src, r.tos), (src, 0b10));
+    }
+
+    #[test]
+    fn ipv6_frames_carry_a_udp_checksum_and_a_valid_icrc() {
+        let l = link();
+        let src: SocketAddr = "[fd00::1]:50000".parse().unwrap();
+        let dst: SocketAddr = "[fd00::2]:4791".parse().unwrap();
+        let pkt = core_packet(src, dst);
+        let mut buf = Vec::new();
+        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, &pkt));
+        let f = frame::parse(&buf).expect("frame parses");
+        let IpHeader::V6 {
+            traffic_class,
+            header,
+            ..
+        } = f.ip
+        else {
+            panic!("not IPv6")
+        };
+        assert_eq!(traffic_class, 0b10);
+        assert_eq!(header[7], 64);
+        let udp = UdpPacket::new_unchecked(&buf[54..]);
+        assert_ne!(udp.checksum(), 0);
+        let v6 = |a: &str| IpAddress::Ipv6(a.parse().unwrap());
+        let (s, d) = (v6("fd00::1"), v6("fd00::2"));
+        assert!(udp.verify_checksum(&s, &d));
+        assert_eq!(f.verify_icrc(), Some(true));
+    }
+
+    #[test]
+    fn corrupted_or_misaddressed_frames_are_refused() {
+        let l = link();
+        let src: SocketAddr = "10.1.0.1:49153".parse().unwrap();
+        let dst: SocketAddr = "10.1.0.2:4791".parse().unwrap();
+        let mut buf = Vec::new();
+        assert!(l.emit(
+            &mut buf,
+            [0x02, 9, 9, 9, 9, 9],
+            src,
+            dst,
+            &core_packet(src, dst)
+        ));
+        assert!(matches!(
+            accept(&buf, "10.1.0.3".parse().unwrap(), 1),
+            Err(Refused::Malformed)
+        ));
+        let n = buf.len();
+        buf[n - 10] ^= 0x01;
+        assert!(matches!(accept(&buf, dst.ip(), 1), Err(Refused::Icrc)));
+        assert!(matches!(
+            accept(&buf[..20], dst.ip(), 1),
+            Err(Refused::Malformed)
+        ));
+    }
+
+    #[test]
+    fn the_filters_end_in_accept_then_drop_and_jump_inside() {
+        for addr in ["10.1.0.2", "fe80::1"] {
+            let prog = roce_filter(addr.parse().unwrap());
+            let n = prog.len();
+            assert_eq!((prog[n - 2].code, prog[n - 2].k), (RET_K, ACCEPT));
+            assert_eq!((prog[n - 1].code, prog[n - 1].k), (RET_K, 0));
+            for (i, ins) in prog.iter().enumerate() {
+                if ins.code == JEQ_K || ins.code == JSET_K {
+                    let far = i + 1 + usize::from(ins.jt.max(ins.jf));
+                    assert_eq!(far, n - 1, "instruction {i} jumps to the drop");
+                }
+            }
+        }
+    }
+}
