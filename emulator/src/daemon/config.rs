@@ -14,6 +14,7 @@
 //! name = "rxe0"
 //! type = "rxe"
 //! netdev = "lo"
+//! backend = "udp"            # udp (default) | packet (AF_PACKET, CAP_NET_RAW; docs/backends.md)
 //!
 //! [[device]]
 //! name = "siw0"
@@ -31,6 +32,7 @@
 //! Every DCQCN parameter of [`emu_core::DcqcnParams`] can be set in `[device.dcqcn]` under
 //! its field name; unset ones keep their defaults.
 
+use super::backend::Backend;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -109,6 +111,10 @@ pub struct DeviceSpec {
     /// rxe only: congestion control (`[device.dcqcn]`); unset: DCQCN on with its defaults.
     #[serde(default)]
     pub dcqcn: Option<DcqcnSpec>,
+    /// The backend the device reaches the network through (`udp` or `packet` for rxe,
+    /// `tcp` for siw); unset: the type's default. See [`Backend::choose`].
+    #[serde(default)]
+    pub backend: Option<String>,
 }
 
 /// `[device.dcqcn]`: the notification point's CNP interval and the reaction point's
@@ -174,6 +180,7 @@ impl DeviceSpec {
             mpa_crc: None,
             mpa_markers: None,
             dcqcn: None,
+            backend: None,
         }
     }
 
@@ -192,9 +199,19 @@ impl DeviceSpec {
         }
     }
 
-    /// Checks the name, the type, and that MPA options are set on siw devices only.
+    /// The backend the spec names, or its type's default.
+    pub fn backend(&self) -> Result<Backend, String> {
+        Backend::choose(&self.link_type, self.backend.as_deref())
+            .map_err(|e| format!("device {}: {e}", self.name))
+    }
+
+    /// Checks the name, the type, the backend, and that MPA options are set on siw
+    /// devices only.
     pub fn validate(&self) -> Result<(), String> {
         validate_device_name(&self.name)?;
+        if matches!(self.link_type.as_str(), "rxe" | "siw") {
+            self.backend()?;
+        }
         match self.link_type.as_str() {
             "siw" if self.dcqcn.is_some() => Err(format!(
                 "device {}: dcqcn is RoCE congestion control; a siw device has none \
@@ -513,6 +530,28 @@ mod tests {
             e.contains("unknown field `crc`"),
             "a misspelt key is an error: {e}"
         );
+    }
+
+    #[test]
+    fn backend_is_chosen_per_device_and_checked_against_its_type() {
+        let cfg = Config::from_toml(
+            "[[device]]\nname = \"rxe0\"\nnetdev = \"lo\"\nbackend = \"packet\"\n\
+             [[device]]\nname = \"rxe1\"\nnetdev = \"lo\"\n\
+             [[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\nbackend = \"tcp\"\n",
+        )
+        .unwrap();
+        let chosen: Vec<_> = cfg.devices.iter().map(|d| d.backend().unwrap()).collect();
+        assert_eq!(chosen, [Backend::Packet, Backend::Udp, Backend::Tcp]);
+        for (dev, wanted) in [
+            ("name = \"rxe0\"\nbackend = \"tcp\"", "rxe0"),
+            ("name = \"siw0\"\ntype = \"siw\"\nbackend = \"packet\"", "siw0"),
+            ("name = \"rxe0\"\nbackend = \"xdp\"", "not built"),
+            ("name = \"rxe0\"\nbackend = \"dpdk\"", "dpdk"),
+        ] {
+            let err = Config::from_toml(&format!("[[device]]\n{dev}\nnetdev = \"lo\"\n"))
+                .unwrap_err();
+            assert!(err.contains(wanted), "{dev}: {err}");
+        }
     }
 
     #[test]

@@ -109,7 +109,9 @@ impl Device {
         seed: u64,
         udp_src_port: Option<u16>,
     ) -> io::Result<Device> {
-        let backend = Backend::default_for(&spec.link_type);
+        let backend = spec
+            .backend()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Device::open_on(spec, backend, factory, seed, udp_src_port)
     }
 
