@@ -544,12 +544,15 @@ mod tests {
         assert_eq!(chosen, [Backend::Packet, Backend::Udp, Backend::Tcp]);
         for (dev, wanted) in [
             ("name = \"rxe0\"\nbackend = \"tcp\"", "rxe0"),
-            ("name = \"siw0\"\ntype = \"siw\"\nbackend = \"packet\"", "siw0"),
+            (
+                "name = \"siw0\"\ntype = \"siw\"\nbackend = \"packet\"",
+                "siw0",
+            ),
             ("name = \"rxe0\"\nbackend = \"xdp\"", "not built"),
             ("name = \"rxe0\"\nbackend = \"dpdk\"", "dpdk"),
         ] {
-            let err = Config::from_toml(&format!("[[device]]\n{dev}\nnetdev = \"lo\"\n"))
-                .unwrap_err();
+            let err =
+                Config::from_toml(&format!("[[device]]\n{dev}\nnetdev = \"lo\"\n")).unwrap_err();
             assert!(err.contains(wanted), "{dev}: {err}");
         }
     }
