@@ -402,7 +402,9 @@ fn congestion_experienced_frames_are_answered_with_cnps_on_the_packet_backend() 
     perftest(&net, &da, &db, "ib_write_bw", &["-s", "65536", "-n", "300"]);
     let marked = da.counter(Some(&net.a), "rxe0", "np_ecn_marked_roce_packets");
     let sent = da.counter(Some(&net.a), "rxe0", "np_cnp_sent");
-    let received = db.counter(Some(&net.b), "rxe0", "rp_cnp_ignored");
+    // DCQCN is on by default: the sender acts on every CNP (none ignored).
+    let received = db.counter(Some(&net.b), "rxe0", "rp_cnp_handled");
+    assert_eq!(db.counter(Some(&net.b), "rxe0", "rp_cnp_ignored"), 0);
     assert!(marked > 0 && sent > 0, "marked {marked}, CNPs sent {sent}");
     assert!(sent <= marked);
     assert_eq!(received, sent, "every CNP reaches the sender");
