@@ -26,6 +26,7 @@ mod objects;
 mod queues;
 mod reload;
 pub mod siw;
+mod slice;
 pub mod stub_nic;
 pub mod sys;
 pub mod udp;
