@@ -133,3 +133,62 @@ fn classic_read_bw_all_sizes_as_typed() {
     c.assert_success();
     assert!(c.stdout.contains("8388608"), "no 8 MiB row:\n{}", c.stdout);
 }
+
+/// More QP pairs between two daemons than the device once bound send sockets for (256):
+/// every pair hashes to its own UDP source port, and a packet from a port that was not
+/// bound left from 4791 and failed its ICRC at the peer (which covers the source port), so
+/// `ib_write_bw -q 1000` ended in retry-exceeded completions. perftest makes one CQ of
+/// `-t` × `-q` entries, hence `-t 64` (within `max_cqe`, 32767). `-u 20` (a 4 s ACK
+/// timeout) keeps this about the ports: 300 QPs × 64 writes queue more than perftest's
+/// default 67 ms between the daemons, and the core has no congestion control to drain
+/// that queue before the timer fires (docs/performance.md).
+#[test]
+fn write_bw_300_qps_two_hosts_every_source_port_bound() {
+    let _s = serial();
+    if missing(&["ib_write_bw"]) {
+        return;
+    }
+    let Some(net) = rdma_emu_tests::two_hosts() else {
+        return;
+    };
+    let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
+    let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
+    let port = PORT.to_string();
+    let server = [
+        "ib_write_bw",
+        "-d",
+        "rxe0",
+        "-p",
+        &port,
+        "-F",
+        "-q",
+        "300",
+        "-t",
+        "64",
+        "-s",
+        "4096",
+        "-n",
+        "16",
+        "-u",
+        "20",
+    ];
+    let mut client = server.to_vec();
+    client.push(&net.addr_a);
+    let (s, c) = run_pair(
+        &da,
+        Some(&net.a),
+        &server,
+        &db,
+        Some(&net.b),
+        &client,
+        PORT,
+        LIMIT,
+    );
+    s.assert_success();
+    c.assert_success();
+    assert!(c.stdout.contains(" 4096 "), "no 4096 B row:\n{}", c.stdout);
+    for (d, ns) in [(&da, &net.a), (&db, &net.b)] {
+        assert_eq!(d.counter(Some(ns), "rxe0", "icrc_errors"), 0);
+        assert_eq!(d.counter(Some(ns), "rxe0", "retry_exceeded_err"), 0);
+    }
+}

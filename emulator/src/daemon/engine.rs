@@ -244,6 +244,7 @@ impl Engine {
 
     /// Runs until shutdown is requested, then stops cleanly.
     pub fn run(mut self) -> io::Result<()> {
+        let mut slice = super::slice::SliceControl::new();
         let mut ready = Vec::new();
         let mut last_work = Instant::now();
         loop {
@@ -266,6 +267,7 @@ impl Engine {
                     // Spinning on nothing: let a client thread that polls its CQ (and
                     // waits for us) run first on a machine with fewer cores than spinners.
                     std::thread::yield_now();
+                    slice.after_yield(now.elapsed(), Instant::now());
                 }
                 self.epoll.wait(&mut ready, Some(Duration::ZERO))?;
                 continue;

@@ -29,6 +29,7 @@ pub mod packet;
 mod queues;
 mod reload;
 pub mod siw;
+mod slice;
 pub mod stub_nic;
 pub mod sys;
 pub mod udp;

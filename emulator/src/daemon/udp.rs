@@ -31,8 +31,11 @@ pub struct BoundSocket {
     pub local: SocketAddr,
 }
 
-/// Send-only sockets a device binds for hashed source ports, at most.
-pub const MAX_SENDERS: usize = 256;
+/// Send-only sockets a device binds for hashed source ports, at most: every port the
+/// core's hash yields (0xC000..=0xFFFF). A packet whose port could not be bound leaves
+/// from 4791 and fails its ICRC at the peer (which covers the UDP source port), so a
+/// smaller cap broke every QP pair past it (`ib_write_bw -q 1000`: retry exceeded).
+pub const MAX_SENDERS: usize = 0x4000;
 
 /// The sockets of one device.
 #[derive(Debug, Default)]

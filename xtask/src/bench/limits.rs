@@ -123,21 +123,33 @@ pub fn udp_busy_rtt_us(a: UdpSocket, b: UdpSocket) -> Result<f64, String> {
             }
         }
     });
+    // A round whose reply has not come after 100 ms is counted as lost and left out (a
+    // loaded machine can drop a datagram between namespaces: veth's backlog is finite);
+    // a reply that comes later is taken by the next round, which then reads short, once.
+    const LOST_AFTER: Duration = Duration::from_millis(100);
     let result = (|| {
         let mut samples = Vec::with_capacity(ROUNDS);
+        let mut lost = 0;
         let mut buf = [0u8; 16];
         for _ in 0..ROUNDS {
             let t = Instant::now();
             a.send(&[1, 2]).map_err(|e| e.to_string())?;
             loop {
                 if a.recv(&mut buf).is_ok() {
+                    samples.push(t.elapsed().as_secs_f64() * 1e6);
                     break;
                 }
-                if t.elapsed() > Duration::from_secs(1) {
-                    return Err("UDP ping-pong lost a datagram".to_string());
+                if t.elapsed() > LOST_AFTER {
+                    lost += 1;
+                    break;
                 }
             }
-            samples.push(t.elapsed().as_secs_f64() * 1e6);
+            if lost > ROUNDS / 100 {
+                return Err(format!("UDP ping-pong lost {lost} datagrams"));
+            }
+        }
+        if lost > 0 {
+            println!("UDP ping-pong: {lost} of {ROUNDS} rounds lost, left out");
         }
         samples.sort_by(f64::total_cmp);
         Ok(samples[samples.len() / 2])

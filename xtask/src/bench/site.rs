@@ -194,9 +194,13 @@ fn wait_limit(child: &mut Child, limit: Duration) -> bool {
 }
 
 /// A program started against a daemon, in its own process group; killed when dropped.
+/// Its stdout and stderr go to two files: perftest's stdout is block-buffered into a file
+/// and its stderr is not, so in one file the error (printed during the run) came before
+/// the table header (flushed at exit) and a failure's last lines showed only the header.
 pub struct Program {
     child: Child,
     pub out: PathBuf,
+    pub err: PathBuf,
 }
 
 impl Program {
@@ -209,6 +213,9 @@ impl Program {
         out: PathBuf,
     ) -> Result<Program, String> {
         let file = std::fs::File::create(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let err = out.with_extension("err");
+        let err_file =
+            std::fs::File::create(&err).map_err(|e| format!("{}: {e}", err.display()))?;
         let child = Command::new("ip")
             .args(["netns", "exec", &daemon.ns])
             .arg(bin.join("rdma-emu"))
@@ -218,12 +225,12 @@ impl Program {
             .env("RDMA_EMU_SOCKET", &daemon.socket)
             .env("RDMA_EMU_LIB_DIR", lib)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(file.try_clone().map_err(|e| e.to_string())?))
-            .stderr(Stdio::from(file))
+            .stdout(Stdio::from(file))
+            .stderr(Stdio::from(err_file))
             .process_group(0)
             .spawn()
             .map_err(|e| format!("{}: {e}", argv.join(" ")))?;
-        Ok(Program { child, out })
+        Ok(Program { child, out, err })
     }
 
     /// Waits at most `limit`; `Ok(true)` on exit status 0, `Ok(false)` on another status,
@@ -243,6 +250,11 @@ impl Program {
 
     pub fn output(&self) -> String {
         std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// What the program wrote to stderr.
+    pub fn errors(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
     }
 
     fn kill(&mut self) {
@@ -387,9 +399,20 @@ impl Site {
         )?;
         let client_ok = client.finish(limit);
         let server_ok = server.finish(Duration::from_secs(10));
+        // stderr's last lines (perftest's errors), else stdout's.
         let tail = |p: &Program| {
-            let out = p.output();
-            let lines: Vec<&str> = out.lines().rev().take(3).collect();
+            let err = p.errors();
+            let out = if err.trim().is_empty() {
+                p.output()
+            } else {
+                err
+            };
+            let lines: Vec<&str> = out
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .rev()
+                .take(3)
+                .collect();
             lines.into_iter().rev().collect::<Vec<_>>().join(" / ")
         };
         match (client_ok, server_ok) {
