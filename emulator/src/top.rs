@@ -197,6 +197,8 @@ mod tests {
                 mpa_crc: None,
                 mpa_markers: None,
                 backend: "udp".into(),
+                default_tos: Some(0),
+                cnp_dscp: Some(48),
             }],
             stats: vec![CounterSet {
                 device: "rxe0".into(),

@@ -6,6 +6,8 @@
 //! receives every one. tcpdump on the veth: every data packet ECT(0) or CE, every CNP
 //! shaped as a ConnectX CNP (opcode 0x81, P_Key 0xffff, BECN, PSN 0, 16 zero octets, 74
 //! octets on the wire) with a valid ICRC (`rdma-emu decode`), nothing malformed (tshark).
+//! The sender asks for traffic class 96 (`--tclass=96`): its data packets carry DSCP 24,
+//! the receiver's ACKs its own QP's DSCP 0, the CNPs DSCP 48 as ConnectX's.
 //!
 //! Then the reaction point: two `ib_write_bw` senders share a link shaped by tc's token
 //! bucket (`tbf`), and an nftables meter marks CE whatever exceeds a rate below the
@@ -96,6 +98,7 @@ fn congestion_experienced_packets_are_answered_with_cnps() {
         "300",
         "-p",
         "18610",
+        "--tclass=96",
     ];
     client.push(&net.addr_a);
     let (s, c) = run_pair(
@@ -133,6 +136,45 @@ fn congestion_experienced_packets_are_answered_with_cnps() {
     assert!(
         ce as u64 >= marked,
         "tshark saw {ce} CE packets, the daemon {marked}"
+    );
+    // DSCP: the sender's traffic class 96 on its requests; the receiver's ACKs carry the
+    // responder QP's own (0), its CNPs the device's CNP DSCP (48).
+    let dscp_of = |filter: String| {
+        let mut seen = tshark_fields(&pcap, &filter, &["ip.dsfield.dscp"]);
+        seen.sort();
+        seen.dedup();
+        seen
+    };
+    assert_eq!(
+        dscp_of(format!(
+            "infiniband.bth.opcode != 129 && ip.src == {}",
+            net.addr_b
+        )),
+        ["24"],
+        "requests"
+    );
+    assert_eq!(
+        dscp_of(format!(
+            "infiniband.bth.opcode != 129 && ip.src == {}",
+            net.addr_a
+        )),
+        ["0"],
+        "ACKs"
+    );
+    assert_eq!(
+        dscp_of("infiniband.bth.opcode == 129".into()),
+        ["48"],
+        "CNPs"
+    );
+    let cnp_ecn = tshark_fields(&pcap, "infiniband.bth.opcode == 129", &["ip.dsfield.ecn"]);
+    assert!(cnp_ecn.iter().all(|e| e == "2"), "CNPs leave ECT(0)");
+    let links = da.cli(Some(&net.a), &["link", "show"]);
+    assert!(
+        links.stdout.contains(
+            "tos default 0, DSCP = traffic class >> 2, ECN ECT(0), CNP DSCP 48, SL unmapped"
+        ),
+        "{}",
+        links.stdout
     );
     // Every CNP: the ConnectX shape, from the receiver to the sender's RoCE port.
     let cnps = tshark_fields(
@@ -173,6 +215,78 @@ fn congestion_experienced_packets_are_answered_with_cnps() {
         .lines()
         .filter(|l| l.contains("RoCEv2"))
         .all(|l| l.ends_with("ICRC ok")));
+}
+
+/// A device's `default_tos` is the traffic class of RDMA CM connections whose id set none
+/// (as mlx5's `default_roce_tos`): `ib_write_bw -R` between two daemons configured with
+/// `default_tos = 32` sends its data and ACKs with DSCP 8, the CM MADs (QP1) with DSCP 0,
+/// and `rdma-emu link show` says so.
+#[test]
+fn rdma_cm_connections_take_the_device_default_tos() {
+    let _s = serial();
+    if missing(&["ib_write_bw", "tcpdump", "tshark"]) {
+        return;
+    }
+    let Some(net) = two_hosts() else { return };
+    let dir = TempDir::new("default-tos");
+    let config = dir.path().join("tos.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[device]]\nname = \"rxe0\"\nnetdev = \"{}\"\ndefault_tos = 32\ncnp_dscp = 26\n",
+            net.iface
+        ),
+    )
+    .unwrap();
+    let args = ["--config", config.to_str().unwrap()];
+    let da = Daemon::start_with(Some(&net.a), &args);
+    let db = Daemon::start_with(Some(&net.b), &args);
+    let pcap = dir.path().join("tos.pcap");
+    let dump = Tcpdump::start(&net.a, net.iface, "udp port 4791", &pcap);
+    let server = [
+        "ib_write_bw",
+        "-R",
+        "-d",
+        "rxe0",
+        "-s",
+        "8192",
+        "-n",
+        "20",
+        "-p",
+        "18612",
+    ];
+    let mut client = server.to_vec();
+    client.push(&net.addr_a);
+    let (s, c) = run_pair_when(
+        da.program(Some(&net.a), &server),
+        || wait_cm_listening(&da, Some(&net.a), 18612, Duration::from_secs(20)),
+        "RDMA CM port 18612",
+        || db.program(Some(&net.b), &client),
+        LIMIT,
+    );
+    c.assert_success();
+    s.assert_success();
+    std::thread::sleep(Duration::from_millis(300));
+    dump.stop();
+    let dscp_of = |filter: &str| {
+        let mut seen = tshark_fields(&pcap, filter, &["ip.dsfield.dscp"]);
+        assert!(!seen.is_empty(), "no packets match {filter}");
+        seen.sort();
+        seen.dedup();
+        seen
+    };
+    assert_eq!(
+        dscp_of("infiniband.bth.destqp != 1"),
+        ["8"],
+        "data and ACKs"
+    );
+    assert_eq!(dscp_of("infiniband.bth.destqp == 1"), ["0"], "CM MADs");
+    let links = da.cli(Some(&net.a), &["link", "show"]);
+    assert!(
+        links.stdout.contains("tos default 32,") && links.stdout.contains("CNP DSCP 26,"),
+        "{}",
+        links.stdout
+    );
 }
 
 /// ib_write_bw's average bandwidth in MB/s (its report's `BW average[MB/sec]` column).

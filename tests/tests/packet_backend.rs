@@ -460,7 +460,14 @@ fn packet_backend_frames_on_the_veth_dissect_verify_and_carry_the_promised_heade
         "ibv_ud_pingpong",
         &["-n", "50", "-s", "512"],
     );
-    perftest(&net, &da, &db, "ib_write_bw", &["-n", "50", "-s", "8192"]);
+    // Traffic class 96 on both sides: every frame of this run carries DSCP 24.
+    perftest(
+        &net,
+        &da,
+        &db,
+        "ib_write_bw",
+        &["-n", "50", "-s", "8192", "--tclass=96"],
+    );
     perftest(&net, &da, &db, "ib_read_bw", &["-n", "50", "-s", "8192"]);
     perftest(&net, &da, &db, "ib_atomic_bw", &["-n", "50"]);
     std::thread::sleep(Duration::from_millis(300));
@@ -512,11 +519,13 @@ fn packet_backend_frames_on_the_veth_dissect_verify_and_carry_the_promised_heade
     assert!(rows.len() > 200, "only {} RoCE frames captured", rows.len());
     let mut last_id: std::collections::HashMap<String, u32> = Default::default();
     let mut increasing = 0;
+    let mut dscp_24 = 0;
     for r in &rows {
         let [src, dscp, ecn, df, ttl, id, csum, mac] = &r[..] else {
             panic!("unexpected tshark fields {r:?}");
         };
-        assert_eq!(dscp, "0", "DSCP in {r:?}");
+        assert!(dscp == "0" || dscp == "24", "DSCP in {r:?}");
+        dscp_24 += usize::from(dscp == "24");
         assert_eq!(ecn, "2", "ECN ECT(0) in {r:?}");
         assert!(df == "1" || df == "True", "DF in {r:?}");
         assert_eq!(ttl, "64", "TTL in {r:?}");
@@ -534,6 +543,10 @@ fn packet_backend_frames_on_the_veth_dissect_verify_and_carry_the_promised_heade
         increasing + last_id.len() >= rows.len() * 9 / 10,
         "IP IDs do not count up: {increasing} of {} frames",
         rows.len()
+    );
+    assert!(
+        dscp_24 >= 100,
+        "only {dscp_24} frames of ib_write_bw --tclass=96 with DSCP 24"
     );
     assert_clean_receive(&net, &da, &db);
 }

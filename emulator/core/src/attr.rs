@@ -423,7 +423,18 @@ pub struct Transmit {
     pub dst: SocketAddr,
     /// Bytes written into the buffer (BTH through ICRC).
     pub len: usize,
+    /// The IPv4 TOS / IPv6 traffic class byte without its ECN bits (DSCP << 2): the QP's
+    /// traffic class for requests and responses, the device's CNP DSCP for CNPs. The
+    /// backend adds the ECN codepoint; the ICRC masks the byte, so it is not covered.
+    pub traffic_class: u8,
 }
+
+/// The ECN bits of the IPv4 TOS / IPv6 traffic class byte (RFC 3168 section 5).
+pub const ECN_MASK: u8 = 0x03;
+
+/// The DSCP ConnectX sends CNPs with (its `cnp_dscp` default); 802.1p priority 6 goes with
+/// it on VLANs, which a UDP socket cannot set.
+pub const CNP_DSCP: u8 = 48;
 
 /// Counters, device-wide and per QP (like rxe's hw_counters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -125,6 +125,8 @@ pub struct Device {
     pub(crate) cnp_out: VecDeque<(Path, Qpn)>,
     /// At most one CNP per QP per this interval.
     pub(crate) cnp_interval: Duration,
+    /// The DSCP CNPs leave with, whatever the notified QP's traffic class.
+    pub(crate) cnp_dscp: u8,
     /// The reaction point's parameters.
     pub(crate) dcqcn: crate::dcqcn::DcqcnParams,
 }
@@ -189,8 +191,22 @@ impl Device {
             forced: None,
             cnp_out: VecDeque::new(),
             cnp_interval: CNP_INTERVAL,
+            cnp_dscp: crate::attr::CNP_DSCP,
             dcqcn: crate::dcqcn::DcqcnParams::default(),
         }
+    }
+
+    /// Sets the DSCP (0..=63) CNPs leave with; ConnectX's default is [`CNP_DSCP`]. Larger
+    /// values are cut to six bits.
+    ///
+    /// [`CNP_DSCP`]: crate::attr::CNP_DSCP
+    pub fn set_cnp_dscp(&mut self, dscp: u8) {
+        self.cnp_dscp = dscp & 0x3f;
+    }
+
+    /// The DSCP CNPs leave with.
+    pub fn cnp_dscp(&self) -> u8 {
+        self.cnp_dscp
     }
 
     /// Sets the notification point's minimum time between two CNPs of one QP.
@@ -249,6 +265,7 @@ impl Device {
             src: path.src,
             dst: path.dst,
             len: total,
+            traffic_class: self.cnp_dscp << 2,
         })
     }
 

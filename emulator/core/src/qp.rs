@@ -43,6 +43,8 @@ impl SendWqe {
 pub(crate) struct Path {
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    /// The AH's traffic class with the ECN bits cleared: the DSCP, shifted into place.
+    pub traffic_class: u8,
 }
 
 /// The requester (and completer) of a QP in RTS, SQD or SQE.

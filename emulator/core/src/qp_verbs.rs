@@ -289,6 +289,7 @@ impl Device {
         Ok(Path {
             src: SocketAddr::new(src_ip, self.src_port(qpn, dest)),
             dst: SocketAddr::new(ah.grh.dgid.to_ip(), ROCE_V2_UDP_PORT),
+            traffic_class: ah.grh.traffic_class & !ECN_MASK,
         })
     }
 

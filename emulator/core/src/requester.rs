@@ -370,6 +370,7 @@ impl Device {
             src: path.src,
             dst: path.dst,
             len: total,
+            traffic_class: path.traffic_class,
         })
     }
 }

@@ -502,6 +502,8 @@ pub struct ConnOpts {
     pub access: AccessFlags,
     /// Receive through a shared receive queue.
     pub use_srq: bool,
+    /// The traffic class of both sides' paths (`grh.traffic_class`).
+    pub traffic_class: u8,
 }
 
 impl Default for ConnOpts {
@@ -517,6 +519,7 @@ impl Default for ConnOpts {
             depth: 1024,
             rd_atomic: 16,
             use_srq: false,
+            traffic_class: 0,
             access: AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -610,6 +613,7 @@ pub fn bring_up(f: &mut Fabric, e: &End, remote: Option<(&End, u32)>, o: &ConnOp
             grh: GlobalRoute {
                 dgid,
                 hop_limit: 64,
+                traffic_class: o.traffic_class,
                 ..Default::default()
             },
             is_global: true,

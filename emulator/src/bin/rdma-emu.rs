@@ -148,19 +148,22 @@ fn gid_text(gid: &[u8; 16]) -> String {
 }
 
 const LINK_ADD_USAGE: &str = "usage: rdma-emu link add NAME type rxe|siw netdev IFACE \
-     [backend udp|packet (rxe), tcp (siw)] [crc on|off] [markers on|off]";
+     [backend udp|packet (rxe), tcp (siw)] [crc on|off] [markers on|off] \
+     [tos 0..=255, ECN bits 0 (rxe)] [cnp_dscp 0..=63 (rxe)]";
 
 /// The `LinkAdd` request for `link add NAME WORDS...`, where WORDS are key/value pairs as
 /// iproute2 takes them: `type` and `netdev` (required), `backend` (`udp`, the default,
 /// or `packet` for rxe; `tcp` for siw; `xdp` and `smoltcp` are refused as not built), and
-/// for siw devices `crc` and `markers` (`on`|`off`). Errors say what is wrong, then the
-/// usage.
+/// for siw devices `crc` and `markers` (`on`|`off`), for rxe devices `tos` (the RDMA CM
+/// default traffic class) and `cnp_dscp`. Errors say what is wrong, then the usage.
 fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String> {
     let mut link_type = None;
     let mut netdev = None;
     let mut mpa_crc = None;
     let mut mpa_markers = None;
     let mut backend = None;
+    let mut default_tos = None;
+    let mut cnp_dscp = None;
     for pair in words.chunks(2) {
         let [key, value] = pair else {
             return Err(format!("{:?} has no value\n{LINK_ADD_USAGE}", pair[0]));
@@ -172,12 +175,20 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
                 "{key} takes on or off, not {v:?}\n{LINK_ADD_USAGE}"
             )),
         };
+        let byte = |v: &str, max: u8| match v.parse::<u8>() {
+            Ok(b) if b <= max => Ok(b),
+            _ => Err(format!(
+                "{key} takes 0..={max}, not {v:?}\n{LINK_ADD_USAGE}"
+            )),
+        };
         let (slot_taken, what) = match key.as_str() {
             "type" => (link_type.replace(value.clone()).is_some(), "type"),
             "netdev" => (netdev.replace(value.clone()).is_some(), "netdev"),
             "crc" => (mpa_crc.replace(on_off(value)?).is_some(), "crc"),
             "markers" => (mpa_markers.replace(on_off(value)?).is_some(), "markers"),
             "backend" => (backend.replace(value.clone()).is_some(), "backend"),
+            "tos" => (default_tos.replace(byte(value, 255)?).is_some(), "tos"),
+            "cnp_dscp" => (cnp_dscp.replace(byte(value, 63)?).is_some(), "cnp_dscp"),
             other => return Err(format!("unknown key {other:?}\n{LINK_ADD_USAGE}")),
         };
         if slot_taken {
@@ -192,6 +203,16 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
             "crc and markers are MPA (iWARP) options of siw devices; {link_type} devices have none"
         ));
     }
+    if link_type == "siw" && (default_tos.is_some() || cnp_dscp.is_some()) {
+        return Err(
+            "tos and cnp_dscp are RoCE options of rxe devices; siw devices have none".into(),
+        );
+    }
+    if default_tos.is_some_and(|t| t & 0b11 != 0) {
+        return Err(format!(
+            "tos carries the DSCP (DSCP << 2); its ECN bits must be 0\n{LINK_ADD_USAGE}"
+        ));
+    }
     if matches!(link_type.as_str(), "rxe" | "siw") {
         Backend::choose(&link_type, backend.as_deref()).map_err(|e| e.to_string())?;
     }
@@ -202,6 +223,8 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
         mpa_crc,
         mpa_markers,
         backend,
+        default_tos,
+        cnp_dscp,
     })
 }
 
@@ -238,6 +261,13 @@ fn print_links(links: &[LinkInfo]) {
                 _ => "", // siw: the MAC as GID, no RoCE type
             };
             println!("    gid {} {}{kind}", g.index, gid_text(&g.gid));
+        }
+        if let (Some(tos), Some(cnp)) = (l.default_tos, l.cnp_dscp) {
+            // RoCE v2 has no SL on the wire: it would map to a VLAN's 802.1p priority,
+            // which a UDP socket cannot set (docs/congestion.md).
+            println!(
+                "    tos default {tos}, DSCP = traffic class >> 2, ECN ECT(0), CNP DSCP {cnp}, SL unmapped"
+            );
         }
     }
 }
@@ -725,6 +755,8 @@ mod tests {
                 mpa_crc: None,
                 mpa_markers: None,
                 backend: None,
+                default_tos: None,
+                cnp_dscp: None,
             })
         );
         assert_eq!(
@@ -736,8 +768,33 @@ mod tests {
                 mpa_crc: Some(true),
                 mpa_markers: Some(false),
                 backend: None,
+                default_tos: None,
+                cnp_dscp: None,
             })
         );
+    }
+
+    #[test]
+    fn link_add_takes_traffic_class_settings_for_rxe_devices_only() {
+        let add = |s: &str| link_add_request("rxe1", &words(s));
+        match add("type rxe netdev eth0 tos 96 cnp_dscp 26") {
+            Ok(RequestBody::LinkAdd {
+                default_tos,
+                cnp_dscp,
+                ..
+            }) => assert_eq!((default_tos, cnp_dscp), (Some(96), Some(26))),
+            other => panic!("{other:?}"),
+        }
+        for (line, wanted) in [
+            ("type rxe netdev eth0 tos 97", "ECN bits"),
+            ("type rxe netdev eth0 tos 256", "0..=255"),
+            ("type rxe netdev eth0 cnp_dscp 64", "0..=63"),
+            ("type rxe netdev eth0 tos 32 tos 32", "given twice"),
+            ("type siw netdev eth0 cnp_dscp 48", "RoCE options"),
+        ] {
+            let e = add(line).unwrap_err();
+            assert!(e.contains(wanted), "{line}: {e}");
+        }
     }
 
     #[test]

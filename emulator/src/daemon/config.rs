@@ -15,6 +15,8 @@
 //! type = "rxe"
 //! netdev = "lo"
 //! backend = "udp"            # udp (default) | packet (AF_PACKET, CAP_NET_RAW; docs/backends.md)
+//! default_tos = 0            # rxe only: RDMA CM traffic class where no RDMA_OPTION_ID_TOS
+//! cnp_dscp = 48              # rxe only: the DSCP CNPs leave with (ConnectX's default)
 //!
 //! [[device]]
 //! name = "siw0"
@@ -115,6 +117,13 @@ pub struct DeviceSpec {
     /// `tcp` for siw); unset: the type's default. See [`Backend::choose`].
     #[serde(default)]
     pub backend: Option<String>,
+    /// rxe only: the traffic class (IP TOS byte, ECN bits 0) RDMA CM gives an id that set
+    /// none with `RDMA_OPTION_ID_TOS`, as mlx5's `default_roce_tos`; unset: 0.
+    #[serde(default)]
+    pub default_tos: Option<u8>,
+    /// rxe only: the DSCP (0..=63) CNPs leave with; unset: [`emu_core::CNP_DSCP`] (48).
+    #[serde(default)]
+    pub cnp_dscp: Option<u8>,
 }
 
 /// `[device.dcqcn]`: the notification point's CNP interval and the reaction point's
@@ -181,7 +190,42 @@ impl DeviceSpec {
             mpa_markers: None,
             dcqcn: None,
             backend: None,
+            default_tos: None,
+            cnp_dscp: None,
         }
+    }
+
+    /// The traffic class RDMA CM ids get without `RDMA_OPTION_ID_TOS`.
+    pub fn default_tos(&self) -> u8 {
+        self.default_tos.unwrap_or(0)
+    }
+
+    /// The DSCP CNPs leave with.
+    pub fn cnp_dscp(&self) -> u8 {
+        self.cnp_dscp.unwrap_or(emu_core::CNP_DSCP)
+    }
+
+    /// Checks `default_tos` (ECN bits clear: ECN is the NIC's) and `cnp_dscp` (six bits).
+    fn validate_traffic_class(&self) -> Result<(), String> {
+        if self
+            .default_tos
+            .is_some_and(|t| t & emu_core::ECN_MASK != 0)
+        {
+            return Err(format!(
+                "device {}: default_tos {} has ECN bits set; give DSCP << 2 \
+                 (the NIC sends ECT(0) itself)",
+                self.name,
+                self.default_tos()
+            ));
+        }
+        if self.cnp_dscp.is_some_and(|d| d > 63) {
+            return Err(format!(
+                "device {}: cnp_dscp {} is out of range (0..=63)",
+                self.name,
+                self.cnp_dscp()
+            ));
+        }
+        Ok(())
     }
 
     /// Congestion control of an rxe device: the reaction point's parameters and the
@@ -213,6 +257,10 @@ impl DeviceSpec {
             self.backend()?;
         }
         match self.link_type.as_str() {
+            "siw" if self.default_tos.is_some() || self.cnp_dscp.is_some() => Err(format!(
+                "device {}: default_tos and cnp_dscp are RoCE options; a siw device has none",
+                self.name
+            )),
             "siw" if self.dcqcn.is_some() => Err(format!(
                 "device {}: dcqcn is RoCE congestion control; a siw device has none \
                  (TCP's applies)",
@@ -224,11 +272,13 @@ impl DeviceSpec {
                  an rxe device has none",
                 self.name
             )),
-            "rxe" => self
-                .congestion()
-                .0
-                .validate()
-                .map_err(|e| format!("device {}: dcqcn: {e}", self.name)),
+            "rxe" => {
+                self.validate_traffic_class()?;
+                self.congestion()
+                    .0
+                    .validate()
+                    .map_err(|e| format!("device {}: dcqcn: {e}", self.name))
+            }
             other => Err(format!(
                 "device {}: unknown type {other:?} (expected rxe or siw)",
                 self.name
@@ -587,6 +637,40 @@ mod tests {
             (p1.enabled, p1.ai_rate_mbps, p1.threshold, i1),
             (true, 40, 5, emu_core::CNP_INTERVAL)
         );
+    }
+
+    #[test]
+    fn traffic_class_settings_default_to_connectx_and_are_checked() {
+        let defaults = Config::default();
+        assert_eq!(
+            (
+                defaults.devices[0].default_tos(),
+                defaults.devices[0].cnp_dscp()
+            ),
+            (0, 48)
+        );
+        let cfg = Config::from_toml(
+            "[[device]]\nname = \"rxe0\"\nnetdev = \"lo\"\ndefault_tos = 96\ncnp_dscp = 26\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (cfg.devices[0].default_tos(), cfg.devices[0].cnp_dscp()),
+            (96, 26)
+        );
+        for (keys, wanted) in [
+            ("default_tos = 97", "ECN bits"),
+            ("cnp_dscp = 64", "out of range"),
+            ("default_tos = 256", "line 4"),
+            ("cnp_dscp = -1", "line 4"),
+            ("type = \"siw\"\ncnp_dscp = 48", "RoCE options"),
+            ("type = \"siw\"\ndefault_tos = 32", "RoCE options"),
+        ] {
+            let err = Config::from_toml(&format!(
+                "[[device]]\nname = \"rxe0\"\nnetdev = \"lo\"\n{keys}\n"
+            ))
+            .unwrap_err();
+            assert!(err.contains(wanted), "{keys}: {err}");
+        }
     }
 
     #[test]

@@ -399,6 +399,8 @@ impl Engine {
                 mpa_crc,
                 mpa_markers,
                 backend,
+                default_tos,
+                cnp_dscp,
             } => {
                 let backend = super::backend::Backend::choose(&link_type, backend.as_deref())
                     .map_err(|e| {
@@ -408,6 +410,8 @@ impl Engine {
                 let spec = config::DeviceSpec {
                     mpa_crc,
                     mpa_markers,
+                    default_tos,
+                    cnp_dscp,
                     ..config::DeviceSpec::new(&name, &link_type, &netdev)
                 };
                 spec.validate().map_err(|e| {

@@ -1,7 +1,7 @@
 //! [`Nic`] over the sans-IO core (`emu_core::Device`): the one place where the protocol's
 //! attribute structs and slot reprs become the core's types, and back.
 
-use super::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
+use super::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate, TxMeta};
 use emu_core as core;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -533,6 +533,9 @@ impl Nic for CoreNic {
         }
         self.dev.set_cnp_interval(cnp_interval);
     }
+    fn set_cnp_dscp(&mut self, dscp: u8) {
+        self.dev.set_cnp_dscp(dscp);
+    }
     fn force_next_response(&mut self, qpn: u32, response: core::ForcedResponse) {
         self.dev.force_next_response(Qpn(qpn), response);
     }
@@ -561,10 +564,14 @@ impl Nic for CoreNic {
         now: Instant,
         mem: &mut dyn AppMemory,
         buf: &mut Vec<u8>,
-    ) -> Option<(SocketAddr, SocketAddr)> {
+    ) -> Option<TxMeta> {
         let t = self.dev.poll_transmit(now, &mut Bridge(mem), buf)?;
         buf.truncate(t.len);
-        Some((t.src, t.dst))
+        Some(TxMeta {
+            src: t.src,
+            dst: t.dst,
+            traffic_class: t.traffic_class,
+        })
     }
     fn set_gids(&mut self, gids: &[Option<IpAddr>]) {
         self.dev.set_gids(

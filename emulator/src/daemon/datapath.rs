@@ -4,7 +4,8 @@
 use super::device::Device;
 use super::engine::Engine;
 use super::fault::{self, PacketView};
-use super::nic::EventElement;
+use super::mmsg::Outgoing;
+use super::nic::{EventElement, TxMeta};
 use super::objects::{Kind, Object, Qp, Ring};
 use super::sys::{self, Mapping};
 use std::collections::BTreeMap;
@@ -41,7 +42,7 @@ fn is_local(d: &Device, dst: SocketAddr) -> bool {
 pub(super) fn transmit(
     d: &mut Device,
     bufs: &[Vec<u8>],
-    meta: &[(SocketAddr, SocketAddr)],
+    meta: &[TxMeta],
     local: bool,
     now: Instant,
     mem: &mut super::memory::ProcMem,
@@ -51,8 +52,8 @@ pub(super) fn transmit(
     }
     let mut out_bufs = Vec::with_capacity(bufs.len());
     let mut out_meta = Vec::with_capacity(meta.len());
-    for (buf, &(src, dst)) in bufs.iter().zip(meta) {
-        let view = PacketView::new(Direction::Tx, src, dst, buf);
+    for (buf, &m) in bufs.iter().zip(meta) {
+        let view = PacketView::new(Direction::Tx, m.src, m.dst, buf);
         let nic = &d.nic;
         let fate = d
             .faults
@@ -65,7 +66,7 @@ pub(super) fn transmit(
             fault::corrupt(&mut bytes);
         }
         if fate.hold_until.is_some() || fate.reorder {
-            match d.faults.hold(now, &fate, &view, bytes) {
+            match d.faults.hold(now, &fate, &view, m.traffic_class, bytes) {
                 Ok(()) => continue,
                 Err(back) => bytes = back,
             }
@@ -73,10 +74,10 @@ pub(super) fn transmit(
         d.faults.passed(now, Direction::Tx);
         if fate.duplicate {
             out_bufs.push(bytes.clone());
-            out_meta.push((src, dst));
+            out_meta.push(m);
         }
         out_bufs.push(bytes);
-        out_meta.push((src, dst));
+        out_meta.push(m);
     }
     let delivered = transmit_now(d, &out_bufs, &out_meta, local, now, mem);
     release_held(d, local, now, mem) || delivered
@@ -100,7 +101,11 @@ pub(super) fn release_held(
         match h.dir {
             Direction::Tx => {
                 bufs.push(h.bytes);
-                meta.push((h.src, h.dst));
+                meta.push(TxMeta {
+                    src: h.src,
+                    dst: h.dst,
+                    traffic_class: h.traffic_class,
+                });
             }
             Direction::Rx => d.deliver(now, h.src, h.dst, &h.bytes, mem),
         }
@@ -136,7 +141,7 @@ pub(super) fn receive(
     }
     if fate.hold_until.is_some() || fate.reorder {
         let bytes = owned.take().unwrap_or_else(|| payload.to_vec());
-        match d.faults.hold(now, &fate, &view, bytes) {
+        match d.faults.hold(now, &fate, &view, 0, bytes) {
             Ok(()) => return,
             Err(back) => owned = Some(back),
         }
@@ -159,21 +164,21 @@ pub(super) fn receive(
 fn transmit_now(
     d: &mut Device,
     bufs: &[Vec<u8>],
-    meta: &[(SocketAddr, SocketAddr)],
+    meta: &[TxMeta],
     local: bool,
     now: Instant,
     mem: &mut super::memory::ProcMem,
 ) -> bool {
-    for &(src, dst) in meta {
-        if !(local && is_local(d, dst)) {
-            d.udp.ensure_sender(src);
+    for m in meta {
+        if !(local && is_local(d, m.dst)) {
+            d.udp.ensure_sender(m.src);
         }
     }
     let mut delivered_locally = false;
     let mut at = 0;
     while at < meta.len() {
-        if local && is_local(d, meta[at].1) {
-            let (src, dst) = meta[at];
+        if local && is_local(d, meta[at].dst) {
+            let TxMeta { src, dst, .. } = meta[at];
             d.tx_datagrams += 1;
             d.rx_datagrams += 1;
             for c in &mut d.captures {
@@ -187,20 +192,25 @@ fn transmit_now(
             at += 1;
             continue;
         }
-        let Some(sock) = d.udp.socket_for(meta[at].0) else {
+        let Some(sock) = d.udp.socket_for(meta[at].src) else {
             d.tx_errors += 1;
             at += 1;
             continue;
         };
         let mut end = at + 1;
         while end < meta.len()
-            && d.udp.socket_for(meta[end].0) == Some(sock)
-            && !(local && is_local(d, meta[end].1))
+            && d.udp.socket_for(meta[end].src) == Some(sock)
+            && !(local && is_local(d, meta[end].dst))
         {
             end += 1;
         }
-        let mut msgs: Vec<(SocketAddr, &[u8])> =
-            (at..end).map(|i| (meta[i].1, &bufs[i][..])).collect();
+        let mut msgs: Vec<Outgoing<'_>> = (at..end)
+            .map(|i| Outgoing {
+                dst: meta[i].dst,
+                traffic_class: meta[i].traffic_class,
+                payload: &bufs[i],
+            })
+            .collect();
         let sent = match d.udp.send_batch(sock, &mut msgs) {
             Ok(n) => n,
             Err(e) => {
@@ -213,7 +223,7 @@ fn transmit_now(
         d.tx_errors += (end - at - sent) as u64;
         for i in at..at + sent {
             for c in &mut d.captures {
-                c.record(d.netdev.mac, meta[i].0, meta[i].1, &bufs[i]);
+                c.record(d.netdev.mac, meta[i].src, meta[i].dst, &bufs[i]);
             }
         }
         at = end;

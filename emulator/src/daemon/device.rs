@@ -185,6 +185,7 @@ impl Device {
         );
         let (dcqcn, cnp_interval) = spec.congestion();
         nic.set_congestion(dcqcn, cnp_interval);
+        nic.set_cnp_dscp(spec.cnp_dscp());
         Ok(Device {
             spec: spec.clone(),
             node_guid,
@@ -438,6 +439,8 @@ impl Device {
                 self.udp.backend()
             }
             .to_string(),
+            default_tos: (!super::siw::is_siw(self)).then(|| self.spec.default_tos()),
+            cnp_dscp: (!super::siw::is_siw(self)).then(|| self.spec.cnp_dscp()),
         }
     }
 }

@@ -112,7 +112,7 @@ pub struct Engine {
     next_session: SessionId,
     /// Packets the cores produced, sent in batches (sendmmsg).
     pub(super) tx_bufs: Vec<Vec<u8>>,
-    pub(super) tx_meta: Vec<(std::net::SocketAddr, std::net::SocketAddr)>,
+    pub(super) tx_meta: Vec<super::nic::TxMeta>,
     /// Datagrams received in batches (recvmmsg).
     rx: super::mmsg::RecvBatch,
     msg_buf: Vec<u8>,

@@ -158,6 +158,8 @@ pub(super) struct Held {
     pub dir: Direction,
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    /// The traffic class a transmitted packet leaves with (0 for received ones).
+    pub traffic_class: u8,
     pub bytes: Vec<u8>,
     /// Released as soon as a later packet in the same direction passed.
     reorder: bool,
@@ -312,6 +314,7 @@ impl Faults {
         now: Instant,
         fate: &Fate,
         p: &PacketView,
+        traffic_class: u8,
         bytes: Vec<u8>,
     ) -> Result<(), Vec<u8>> {
         if self.held.len() >= MAX_HELD {
@@ -323,6 +326,7 @@ impl Faults {
             dir: p.dir,
             src: p.src,
             dst: p.dst,
+            traffic_class,
             bytes,
             reorder: fate.reorder && fate.hold_until.is_none(),
         });
@@ -727,12 +731,12 @@ mod tests {
             hold_until: Some(now + Duration::from_millis(5)),
             ..Fate::default()
         };
-        f.hold(now, &delay, &p, vec![1]).unwrap();
+        f.hold(now, &delay, &p, 0, vec![1]).unwrap();
         let reorder = Fate {
             reorder: true,
             ..Fate::default()
         };
-        f.hold(now, &reorder, &p, vec![2]).unwrap();
+        f.hold(now, &reorder, &p, 0, vec![2]).unwrap();
         assert!(f.take_due(now).is_empty());
         assert_eq!(f.next_release(), Some(now + Duration::from_millis(5)));
         f.passed(now, Direction::Rx);

@@ -4,6 +4,10 @@ use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::RawFd;
 
+use emu_core::ECN_MASK;
+
+use super::udp::ECN_ECT0;
+
 /// A socket address as the kernel takes it.
 fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain old data; all zeroes is valid.
@@ -174,28 +178,72 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
     Ok(n)
 }
 
+/// One datagram to send.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    pub dst: SocketAddr,
+    /// The IPv4 TOS / IPv6 traffic class octet without its ECN bits (DSCP << 2); it leaves
+    /// with ECT(0) added.
+    pub traffic_class: u8,
+    pub payload: &'a [u8],
+}
+
+/// Fills `control` with one `IP_TOS` (IPv4) or `IPV6_TCLASS` (IPv6) control message
+/// carrying `tos`, and points `h` at it. Both take an `int` (ip(7), ipv6(7)).
+fn set_tos(h: &mut libc::msghdr, control: &mut [u64; CONTROL_WORDS], ipv6: bool, tos: u8) {
+    let (level, kind) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TOS)
+    };
+    let value = libc::c_int::from(tos);
+    h.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE of an int (24 bytes on Linux) fits the 64-byte, 8-byte aligned
+    // `control`; CMSG_FIRSTHDR is then non-null and its data lies within `control`.
+    unsafe {
+        h.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as _;
+        let c = libc::CMSG_FIRSTHDR(h);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = kind;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), value);
+    }
+}
+
 /// Sends datagrams with one sendmmsg(2) (more if the kernel takes fewer); stops at the
-/// first error other than an interrupted call. Returns how many were sent.
-pub fn send_batch(fd: RawFd, msgs: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
+/// first error other than an interrupted call. Returns how many were sent. A datagram
+/// whose traffic class is not 0 carries its TOS / traffic class (with ECT(0)) in a control
+/// message; the others leave with the socket's default, ECT(0) alone.
+pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>]) -> io::Result<usize> {
     let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
-        msgs.iter().map(|(a, _)| sockaddr_of(*a)).collect();
+        msgs.iter().map(|m| sockaddr_of(m.dst)).collect();
     let mut iovs: Vec<libc::iovec> = msgs
         .iter()
-        .map(|(_, d)| libc::iovec {
-            iov_base: d.as_ptr() as *mut libc::c_void,
-            iov_len: d.len(),
+        .map(|m| libc::iovec {
+            iov_base: m.payload.as_ptr() as *mut libc::c_void,
+            iov_len: m.payload.len(),
         })
         .collect();
+    let marked = msgs.iter().filter(|m| m.traffic_class & !ECN_MASK != 0);
+    let mut controls: Vec<[u64; CONTROL_WORDS]> = vec![[0; CONTROL_WORDS]; marked.count()];
+    let mut free_controls = controls.iter_mut();
     let mut hdrs: Vec<libc::mmsghdr> = iovs
         .iter_mut()
         .zip(names.iter_mut())
-        .map(|(iov, (name, len))| {
+        .zip(msgs)
+        .map(|((iov, (name, len)), m)| {
             // SAFETY: mmsghdr is plain old data; all zeroes is valid.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
             h.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
             h.msg_hdr.msg_namelen = *len;
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
+            let dscp = m.traffic_class & !ECN_MASK;
+            if dscp != 0 {
+                if let Some(control) = free_controls.next() {
+                    set_tos(&mut h.msg_hdr, control, m.dst.is_ipv6(), dscp | ECN_ECT0);
+                }
+            }
             h
         })
         .collect();

@@ -21,6 +21,16 @@ pub type Errno = i32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemFault;
 
+/// Where a packet the NIC staged goes, and how it is marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxMeta {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    /// The IPv4 TOS / IPv6 traffic class byte without its ECN bits (DSCP << 2); the
+    /// backend adds ECT(0).
+    pub traffic_class: u8,
+}
+
 /// Application memory, as the NIC's DMA engine reaches it.
 pub trait AppMemory {
     fn read(&mut self, owner: Owner, addr: u64, buf: &mut [u8]) -> Result<(), MemFault>;
@@ -166,6 +176,8 @@ pub trait Nic {
         _cnp_interval: std::time::Duration,
     ) {
     }
+    /// The DSCP (0..=63) the notification point's CNPs leave with. RoCE only.
+    fn set_cnp_dscp(&mut self, _dscp: u8) {}
     /// Fault injection: the next in-order request of `qpn` that can take `response` gets
     /// it instead of being executed (until `clear_forced_response`). RoCE only.
     fn force_next_response(&mut self, _qpn: u32, _response: emu_core::ForcedResponse) {}
@@ -183,13 +195,13 @@ pub trait Nic {
         mem: &mut dyn AppMemory,
     );
     fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory);
-    /// Fills `buf` with BTH..ICRC; returns (source, destination).
+    /// Fills `buf` with BTH..ICRC; returns where it goes.
     fn poll_transmit(
         &mut self,
         now: Instant,
         mem: &mut dyn AppMemory,
         buf: &mut Vec<u8>,
-    ) -> Option<(SocketAddr, SocketAddr)>;
+    ) -> Option<TxMeta>;
     fn poll_timeout(&self) -> Option<Instant>;
     /// The device's addresses changed: the new GID table (index = sgid_index; `None` is an
     /// empty slot, the zero GID, which nothing may be sent from).

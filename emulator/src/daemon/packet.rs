@@ -432,14 +432,16 @@ impl PacketLink {
     }
 
     /// Writes the frame carrying `payload` (BTH through ICRC, the ICRC computed for IP
-    /// ID 0) from `src` to `dst` into `buf`; false (nothing written) when the two
-    /// addresses are of different families.
+    /// ID 0) from `src` to `dst` into `buf`, its TOS / traffic class the DSCP of
+    /// `traffic_class` with ECT(0); false (nothing written) when the two addresses are of
+    /// different families.
     fn emit(
         &self,
         buf: &mut Vec<u8>,
         eth_dst: [u8; 6],
         src: SocketAddr,
         dst: SocketAddr,
+        traffic_class: u8,
         payload: &[u8],
     ) -> bool {
         if src.is_ipv4() != dst.is_ipv4() {
@@ -477,7 +479,7 @@ impl PacketLink {
                 self.next_id.set(id.wrapping_add(1));
                 p.set_ident(id);
                 p.set_dont_frag(true);
-                p.set_dscp(0);
+                p.set_dscp(traffic_class >> 2);
                 p.set_ecn(super::udp::ECN_ECT0);
                 p.fill_checksum();
                 (IpAddress::Ipv4(s), IpAddress::Ipv4(d))
@@ -492,7 +494,7 @@ impl PacketLink {
                     hop_limit: HOP_LIMIT,
                 }
                 .emit(&mut p);
-                p.set_traffic_class(super::udp::ECN_ECT0);
+                p.set_traffic_class(traffic_class & !emu_core::ECN_MASK | super::udp::ECN_ECT0);
                 (IpAddress::Ipv6(s), IpAddress::Ipv6(d))
             }
             _ => return false,
@@ -524,7 +526,7 @@ impl PacketLink {
         &self,
         slot: usize,
         src: SocketAddr,
-        msgs: &[(SocketAddr, &[u8])],
+        msgs: &[super::mmsg::Outgoing<'_>],
     ) -> io::Result<usize> {
         let Some(fd) = self.fd(slot) else {
             return Ok(0);
@@ -535,11 +537,11 @@ impl PacketLink {
             frames.resize_with(msgs.len(), || Vec::with_capacity(4400));
         }
         let mut ready = 0;
-        for (i, (dst, payload)) in msgs.iter().enumerate() {
+        for (i, m) in msgs.iter().enumerate() {
             let mac = if self.loopback {
                 [0; 6]
             } else {
-                match self.neigh.borrow_mut().mac_for(dst.ip(), now) {
+                match self.neigh.borrow_mut().mac_for(m.dst.ip(), now) {
                     Some(m) => m,
                     None => {
                         self.count(|c| c.tx_no_neighbour += 1);
@@ -547,7 +549,7 @@ impl PacketLink {
                     }
                 }
             };
-            if !self.emit(&mut frames[i], mac, src, *dst, payload) {
+            if !self.emit(&mut frames[i], mac, src, m.dst, m.traffic_class, m.payload) {
                 break;
             }
             ready += 1;
@@ -653,7 +655,7 @@ mod tests {
         let dst: SocketAddr = "10.1.0.2:4791".parse().unwrap();
         let pkt = core_packet(src, dst);
         let mut buf = Vec::new();
-        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, &pkt));
+        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0, &pkt));
         let f = frame::parse(&buf).expect("frame parses");
         assert_eq!(f.ethernet.src_addr.0, [0x02, 1, 2, 3, 4, 5]);
         assert_eq!(f.ethernet.dst_addr.0, [0x02, 9, 9, 9, 9, 9]);
@@ -681,7 +683,7 @@ mod tests {
         assert_eq!(payload.len(), pkt.len());
         assert_eq!(f.verify_icrc(), Some(true));
         // The next frame takes the next ID and still verifies.
-        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, &pkt));
+        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0, &pkt));
         let f = frame::parse(&buf).unwrap();
         assert!(matches!(f.ip, IpHeader::V4 { ident: 0x1235, .. }));
         assert_eq!(f.verify_icrc(), Some(true));
@@ -691,13 +693,32 @@ mod tests {
     }
 
     #[test]
+    fn frames_carry_the_traffic_class_dscp_with_ect0_and_still_verify() {
+        let l = link();
+        for (src, dst) in [
+            ("10.1.0.1:49153", "10.1.0.2:4791"),
+            ("[fd00::1]:50000", "[fd00::2]:4791"),
+        ] {
+            let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+            let pkt = core_packet(src, dst);
+            let mut buf = Vec::new();
+            // DSCP 24 with stray ECN bits: the ECN field is the backend's own.
+            assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0x63, &pkt));
+            let f = frame::parse(&buf).expect("frame parses");
+            assert_eq!(f.verify_icrc(), Some(true));
+            let r = accept(&buf, dst.ip(), 1).ok().expect("accepted");
+            assert_eq!(r.tos, (24 << 2) | 0b10, "DSCP 24, ECT(0)");
+        }
+    }
+
+    #[test]
     fn ipv6_frames_carry_a_udp_checksum_and_a_valid_icrc() {
         let l = link();
         let src: SocketAddr = "[fd00::1]:50000".parse().unwrap();
         let dst: SocketAddr = "[fd00::2]:4791".parse().unwrap();
         let pkt = core_packet(src, dst);
         let mut buf = Vec::new();
-        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, &pkt));
+        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0, &pkt));
         let f = frame::parse(&buf).expect("frame parses");
         let IpHeader::V6 {
             traffic_class,
@@ -728,6 +749,7 @@ mod tests {
             [0x02, 9, 9, 9, 9, 9],
             src,
             dst,
+            0,
             &core_packet(src, dst)
         ));
         assert!(matches!(

@@ -169,7 +169,7 @@ impl Nic for StubNic {
         _: Instant,
         _: &mut dyn AppMemory,
         _: &mut Vec<u8>,
-    ) -> Option<(SocketAddr, SocketAddr)> {
+    ) -> Option<super::nic::TxMeta> {
         None
     }
     fn poll_timeout(&self) -> Option<Instant> {

@@ -378,14 +378,19 @@ impl UdpBackend {
                 format!("no socket for {src}"),
             )
         })?;
-        match self.send_batch(i, &mut [(dst, payload)])? {
+        let msg = mmsg::Outgoing {
+            dst,
+            traffic_class: 0,
+            payload,
+        };
+        match self.send_batch(i, &mut [msg])? {
             1 => Ok(()),
             _ => Err(io::Error::from(io::ErrorKind::WouldBlock)),
         }
     }
 
     /// Sends datagrams from socket `i` with sendmmsg; returns how many went out.
-    pub fn send_batch(&self, i: Sock, msgs: &mut [(SocketAddr, &[u8])]) -> io::Result<usize> {
+    pub fn send_batch(&self, i: Sock, msgs: &mut [mmsg::Outgoing<'_>]) -> io::Result<usize> {
         let Some(s) = self.get(i) else {
             return Ok(0);
         };
@@ -393,7 +398,7 @@ impl UdpBackend {
             return link.send_batch(slot, SocketAddr::new(s.local.ip(), port), msgs);
         }
         for m in msgs.iter_mut() {
-            m.0 = self.scoped(i, m.0);
+            m.dst = self.scoped(i, m.dst);
         }
         mmsg::send_batch(s.socket.as_raw_fd(), msgs)
     }
@@ -435,7 +440,16 @@ mod batch_tests {
         let b = UdpBackend::bind(&[a], 0, 1).unwrap();
         let local = b.socket(0).unwrap().local;
         let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
-        let mut msgs: Vec<(SocketAddr, &[u8])> = payloads.iter().map(|p| (local, &p[..])).collect();
+        // Every other datagram asks for DSCP 24 (0x60); the rest leave with the default.
+        let mut msgs: Vec<mmsg::Outgoing<'_>> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| mmsg::Outgoing {
+                dst: local,
+                traffic_class: if i % 2 == 1 { 0x60 } else { 0 },
+                payload: p,
+            })
+            .collect();
         assert_eq!(b.send_batch(Sock::Slot(0), &mut msgs).unwrap(), 10);
         let mut batch = mmsg::RecvBatch::new(16, 2048);
         let mut got = Vec::new();
@@ -446,6 +460,7 @@ mod batch_tests {
                 got.push((
                     batch.srcs[i],
                     batch.bufs[i][..batch.lens[i].unwrap()].to_vec(),
+                    batch.tos[i],
                 ));
             }
             if got.len() == 10 {
@@ -454,9 +469,11 @@ mod batch_tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(got.len(), 10);
-        for (i, (src, data)) in got.iter().enumerate() {
+        for (i, (src, data, tos)) in got.iter().enumerate() {
             assert_eq!(*src, Some(local));
             assert_eq!(data, &payloads[i]);
+            let dscp = if i % 2 == 1 { 0x60 } else { 0 };
+            assert_eq!(*tos, Some(dscp | ECN_ECT0), "datagram {i}");
         }
     }
 }

@@ -160,6 +160,8 @@ pub enum RequestBody {
     /// MPA (unset: off); EINVAL when set for an rxe device. `backend`: how the device
     /// reaches the network (rxe: `udp`, the default, or `packet`; siw: `tcp`); a backend
     /// this daemon does not build is EOPNOTSUPP, one of the other device type EINVAL.
+    /// `default_tos` / `cnp_dscp`: rxe's RDMA CM default traffic class and CNP DSCP (unset:
+    /// 0 and 48); EINVAL when set for a siw device or out of range.
     LinkAdd {
         name: String,
         link_type: String,
@@ -167,6 +169,8 @@ pub enum RequestBody {
         mpa_crc: Option<bool>,
         mpa_markers: Option<bool>,
         backend: Option<String>,
+        default_tos: Option<u8>,
+        cnp_dscp: Option<u8>,
     },
     LinkDel {
         name: String,
@@ -515,6 +519,11 @@ pub struct LinkInfo {
     pub mpa_markers: Option<bool>,
     /// How the device reaches the network: `udp`, `packet` (rxe) or `tcp` (siw).
     pub backend: String,
+    /// rxe: the traffic class RDMA CM ids without `RDMA_OPTION_ID_TOS` get (IP TOS byte,
+    /// DSCP << 2); `None` for siw.
+    pub default_tos: Option<u8>,
+    /// rxe: the DSCP CNPs leave with; `None` for siw.
+    pub cnp_dscp: Option<u8>,
 }
 
 impl Request {

@@ -66,6 +66,8 @@ fn sample_requests() -> Vec<Request> {
             mpa_crc: None,
             mpa_markers: None,
             backend: Some("packet".into()),
+            default_tos: Some(96),
+            cnp_dscp: Some(48),
         },
         RequestBody::LinkAdd {
             name: "siw1".into(),
@@ -74,6 +76,8 @@ fn sample_requests() -> Vec<Request> {
             mpa_crc: Some(true),
             mpa_markers: Some(false),
             backend: None,
+            default_tos: None,
+            cnp_dscp: None,
         },
         RequestBody::AttachMcast {
             qp: Handle(5),

@@ -309,7 +309,7 @@ impl Engine {
         let (Some(src), Some(dst)) = (id.src, id.dst) else {
             return Err(libc::EINVAL);
         };
-        let tos = id.tos.unwrap_or(0);
+        let tos = self.cm_tos(id);
         let mtu = id
             .dev
             .and_then(|d| self.devices.get(d))

@@ -166,7 +166,7 @@ impl Engine {
             src_port: src.port(),
             dst_port: dst.port(),
             hop_limit: 64,
-            traffic_class: id.tos.unwrap_or(0),
+            traffic_class: self.cm_tos(id),
             flow_label: None,
         };
         let qp_type = id.qp_type;

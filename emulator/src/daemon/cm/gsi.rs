@@ -5,7 +5,7 @@
 
 use crate::daemon::device::Device;
 use crate::daemon::memory::ProcMem;
-use crate::daemon::nic::AppMemory;
+use crate::daemon::nic::{AppMemory, TxMeta};
 use crate::daemon::udp::ROCE_V2_PORT;
 use emu_core::cm::gsi;
 use emu_core::cm::ServiceId;
@@ -153,7 +153,7 @@ impl Device {
 pub(in crate::daemon) fn stage_gsi_transmits(
     d: &mut Device,
     bufs: &mut [Vec<u8>],
-    meta: &mut Vec<(SocketAddr, SocketAddr)>,
+    meta: &mut Vec<TxMeta>,
     local_path: bool,
     now: Instant,
     mem: &mut ProcMem,
@@ -171,10 +171,12 @@ pub(in crate::daemon) fn stage_gsi_transmits(
             d.gsi_psn = d.gsi_psn.wrapping_add(1) & 0xff_ffff;
             // Our sockets send from 4791: the ICRC must cover that source port.
             gsi::encapsulate_from(t.src, t.dst, ROCE_V2_PORT, psn, &t.mad, buf);
-            meta.push((
-                SocketAddr::new(t.src, ROCE_V2_PORT),
-                SocketAddr::new(t.dst, ROCE_V2_PORT),
-            ));
+            // MADs leave with DSCP 0: the connection's traffic class is for its own QP.
+            meta.push(TxMeta {
+                src: SocketAddr::new(t.src, ROCE_V2_PORT),
+                dst: SocketAddr::new(t.dst, ROCE_V2_PORT),
+                traffic_class: 0,
+            });
         }
         let staged = meta.len();
         if staged == 0 {

@@ -335,6 +335,17 @@ impl Engine {
         }
     }
 
+    /// The traffic class of an id's route: its `RDMA_OPTION_ID_TOS`, else its device's
+    /// `default_tos` (as mlx5's `default_roce_tos`), else 0.
+    fn cm_tos(&self, id: &CmId) -> u8 {
+        id.tos.unwrap_or_else(|| {
+            id.dev
+                .and_then(|d| self.devices.get(d))
+                .and_then(Option::as_ref)
+                .map_or(0, |d| d.spec.default_tos())
+        })
+    }
+
     fn cm_id_mut(&mut self, session: SessionId, h: Handle) -> Result<&mut CmId, i32> {
         self.cm_id(session, h)?;
         self.cm.ids.get_mut(&h).ok_or(libc::ENOENT)

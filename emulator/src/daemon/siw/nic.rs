@@ -573,7 +573,7 @@ impl Nic for SiwNic {
         _now: Instant,
         _mem: &mut dyn AppMemory,
         _buf: &mut Vec<u8>,
-    ) -> Option<(SocketAddr, SocketAddr)> {
+    ) -> Option<crate::daemon::nic::TxMeta> {
         None
     }
     fn poll_timeout(&self) -> Option<Instant> {
