@@ -60,6 +60,11 @@ pub fn connect_nonblocking(src: SocketAddr, dst: SocketAddr) -> io::Result<(TcpS
     })?;
     // SAFETY: `fd` was just created and is owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // The RDMA CM picks the source port: an earlier connection from it may still be in
+    // TIME_WAIT (a restarted daemon, a reconnect), which without SO_REUSEADDR makes the
+    // bind fail with EADDRINUSE although the new connection's 4-tuple is free. (The
+    // kernel's siw marks its sockets reusable the same way.)
+    crate::daemon::sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
     let (ss, len) = sockaddr(&src);
     // SAFETY: `ss` is a valid sockaddr of `len` octets for the duration of the call.
     cvt(unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) })?;
@@ -187,5 +192,44 @@ impl Poller {
                 hup: ev & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
             }
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    /// Connects from `src` to `to` and waits until the connection is up.
+    fn connect_up(src: SocketAddr, to: SocketAddr) -> TcpStream {
+        let (s, up) = connect_nonblocking(src, to).expect("connect");
+        if !up {
+            let start = Instant::now();
+            while s.peer_addr().is_err() {
+                assert!(start.elapsed() < Duration::from_secs(5), "connect hangs");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert!(s.take_error().unwrap().is_none());
+        s
+    }
+
+    #[test]
+    fn a_source_port_in_time_wait_can_be_bound_again() {
+        let first = TcpListener::bind("127.0.0.1:0").unwrap();
+        let second = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = connect_up("127.0.0.1:0".parse().unwrap(), first.local_addr().unwrap());
+        let src = client.local_addr().unwrap();
+        let (mut served, _) = first.accept().unwrap();
+        // The client closes first: its end of the connection goes to TIME_WAIT.
+        drop(client);
+        let mut rest = Vec::new();
+        served.read_to_end(&mut rest).unwrap();
+        drop(served);
+        // Same source port, another peer: a free 4-tuple, so it must connect.
+        let again = connect_up(src, second.local_addr().unwrap());
+        assert_eq!(again.local_addr().unwrap(), src);
     }
 }
