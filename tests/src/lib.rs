@@ -667,7 +667,9 @@ impl Tcpdump {
                 "--immediate-mode",
                 "-U",
             ])
-            .args(["-s", "65535", "-B", "32768", "-i", iface, "-w"])
+            // 128 MiB of kernel buffer: a loaded CI machine can deschedule tcpdump for
+            // long enough that 32 MiB overflowed (17 of 20 351 frames dropped once).
+            .args(["-s", "65535", "-B", "131072", "-i", iface, "-w"])
             .arg(pcap)
             .arg(filter)
             .stdout(Stdio::null())
