@@ -12,6 +12,19 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// Flags for every tshark that reads our captures. The RPC-over-RDMA heuristics would
+/// claim RoCE/iWARP payloads; and TCP's heuristic dissectors (MPA's among them) go before
+/// the port tables, because an ephemeral port can be some protocol's registered one (a
+/// client port of 44818 once made tshark read an MPA Request as EtherNet/IP).
+pub const TSHARK_FLAGS: [&str; 6] = [
+    "--disable-heuristic",
+    "rpcrdma_infiniband",
+    "--disable-heuristic",
+    "rpcrdma_iwarp",
+    "-o",
+    "tcp.try_heuristic_first:TRUE",
+];
+
 /// The UDP port 4791 and the programs' TCP ports are per network namespace: tests that
 /// start daemons run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());

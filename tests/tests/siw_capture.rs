@@ -21,14 +21,6 @@ use std::time::Duration;
 /// rping's RDMA CM port, which is also the TCP port on iWARP.
 const PORT: &str = "7174";
 
-/// rpcrdma's heuristics would claim rping's Sends; the tests want DDP/RDMAP.
-const TSHARK_FLAGS: [&str; 4] = [
-    "--disable-heuristic",
-    "rpcrdma_infiniband",
-    "--disable-heuristic",
-    "rpcrdma_iwarp",
-];
-
 /// What one device asks for in MPA (its `[[device]]` keys).
 #[derive(Debug, Clone, Copy)]
 struct Mpa {

@@ -7,13 +7,6 @@ use rdma_emu_tests::*;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const TSHARK_FLAGS: [&str; 4] = [
-    "--disable-heuristic",
-    "rpcrdma_infiniband",
-    "--disable-heuristic",
-    "rpcrdma_iwarp",
-];
-
 /// Starts tshark on `net.b`'s end of the veth, writing `pcap`; returns once it captures.
 fn start_capture(net: &TwoHosts, pcap: &std::path::Path) -> std::process::Child {
     let capture = Command::new("ip")

@@ -12,14 +12,6 @@ use std::time::{Duration, Instant};
 /// two cargo builds shared the two cores).
 pub const BOOT_LIMIT: Duration = Duration::from_secs(180);
 
-/// Heuristic dissectors that would claim RoCE/iWARP payloads as RPC-over-RDMA.
-pub const TSHARK_FLAGS: [&str; 4] = [
-    "--disable-heuristic",
-    "rpcrdma_infiniband",
-    "--disable-heuristic",
-    "rpcrdma_iwarp",
-];
-
 /// `tests/interop/`, the scripts.
 pub fn interop_scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("interop")

@@ -2,7 +2,6 @@
 //! `rdma-emu decode` reassembles and deframes it (MPA Request/Reply, FPDUs with their CRC
 //! checked) and as tshark's `iwarp_mpa` dissector sees it ("Good CRC32"), split by pair
 //! (each pair has a server port of its own).
-use crate::harness::TSHARK_FLAGS;
 use rdma_emu_tests::*;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
