@@ -167,6 +167,7 @@ fn objects_are_created_used_and_destroyed_in_order() {
                 length: 8192,
                 iova: buf.as_ptr() as u64,
                 access: 7,
+                shared: Vec::new(),
             },
             &[],
         )
@@ -275,7 +276,8 @@ fn another_sessions_handles_do_not_exist_for_you() {
                 addr: buf.as_ptr() as u64,
                 length: 64,
                 iova: 0,
-                access: 1
+                access: 1,
+                shared: Vec::new(),
             },
             &[]
         )),
@@ -384,7 +386,8 @@ fn hostile_requests_get_errors_and_the_daemon_keeps_serving() {
                 addr: 0x1000,
                 length: 4096,
                 iova: 0,
-                access: 1
+                access: 1,
+                shared: Vec::new(),
             },
             &[]
         )),
@@ -397,7 +400,8 @@ fn hostile_requests_get_errors_and_the_daemon_keeps_serving() {
                 addr: u64::MAX - 10,
                 length: 4096,
                 iova: 0,
-                access: 1
+                access: 1,
+                shared: Vec::new(),
             },
             &[]
         )),
@@ -565,25 +569,12 @@ fn hostile_datagrams_on_4791_are_dropped_and_counted() {
     }
     let mut c = d.connect();
     let counted = wait_for(Duration::from_secs(5), || {
-        let ReplyBody::Stat(sets) = c
-            .call(
-                RequestBody::Stat {
-                    device: Some("rxe0".into()),
-                    qpn: None,
-                },
-                &[],
-            )
-            .unwrap()
-            .0
-        else {
-            return None;
-        };
-        let rx = sets[0]
-            .counters
+        let counters = device_counters(&mut c);
+        let rx = counters
             .iter()
             .find(|(k, _)| k == "udp_rx_datagrams")
             .map(|(_, v)| *v)?;
-        (rx == 6).then_some(sets[0].counters.clone())
+        (rx == 6).then_some(counters)
     });
     let counters = counted.expect("all six reached the device");
     let get = |k: &str| counters.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
@@ -636,5 +627,95 @@ fn a_second_daemon_on_the_same_socket_is_refused() {
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
     let mut c = d.connect();
     open_device(&mut c);
+    d.stop();
+}
+
+/// The counters of `rxe0` (`rdma-emu stat rxe0`).
+fn device_counters(c: &mut emulator::daemon::client::Client) -> Vec<(String, u64)> {
+    let request = RequestBody::Stat {
+        device: Some("rxe0".into()),
+        qpn: None,
+    };
+    match c.call(request, &[]).expect("stat").0 {
+        ReplyBody::Stat(mut sets) if !sets.is_empty() => sets.swap_remove(0).counters,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One counter of `rxe0` (the memory counters are daemon-wide).
+fn device_counter(c: &mut emulator::daemon::client::Client, name: &str) -> u64 {
+    device_counters(c)
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+#[test]
+fn shared_pages_are_checked_and_a_refused_memfd_leaves_the_region_working() {
+    use wire::client::SharedPages;
+    let d = TestDaemon::start();
+    let mut c = d.connect();
+    let ctx = open_device(&mut c);
+    let pd = alloc_pd(&mut c, ctx.handle);
+    // "The client's" buffer: two pages of a sealed memfd mapped in this process.
+    let memfd = emulator::daemon::sys::sealed_memfd("test-region", 8192).unwrap();
+    let map = emulator::daemon::sys::Mapping::new(&memfd, 8192).unwrap();
+    let base = map.words().as_ptr() as u64;
+    let reg = |shared: Vec<SharedPages>| RequestBody::RegMr {
+        pd,
+        addr: base,
+        length: 8192,
+        iova: base,
+        access: 1,
+        shared,
+    };
+    let page = |addr: u64| SharedPages {
+        addr,
+        len: 4096,
+        offset: 0,
+    };
+    let fd = || memfd.try_clone().unwrap();
+    // A shared entry without its descriptor, a descriptor without an entry, more entries
+    // than allowed, pages outside the region: EINVAL.
+    assert_eq!(errno(c.call(reg(vec![page(base)]), &[])), libc::EINVAL);
+    let one = fd();
+    assert_eq!(errno(c.call(reg(vec![]), &[one.as_raw_fd()])), libc::EINVAL);
+    let four: Vec<OwnedFd> = (0..4).map(|_| fd()).collect();
+    let raw: Vec<i32> = four.iter().map(AsRawFd::as_raw_fd).collect();
+    assert_eq!(errno(c.call(reg(vec![page(base); 5]), &raw)), libc::EINVAL);
+    assert_eq!(
+        errno(c.call(reg(vec![page(base + 8192)]), &[one.as_raw_fd()])),
+        libc::EINVAL
+    );
+    // Not a sealed memfd (a pipe): the region is registered, the pages stay on the
+    // descriptor path, and the refusal is counted.
+    let (pipe_r, _pipe_w) = pipe();
+    let (body, _) = c
+        .call(reg(vec![page(base)]), &[pipe_r.as_raw_fd()])
+        .expect("registered without the shared pages");
+    let ReplyBody::Mr {
+        handle: refused, ..
+    } = body
+    else {
+        panic!("{body:?}")
+    };
+    assert_eq!(device_counter(&mut c, "memory_shared_refused"), 1);
+    // The real memfd: taken.
+    let whole = SharedPages {
+        addr: base,
+        len: 8192,
+        offset: 0,
+    };
+    let (body, _) = c
+        .call(reg(vec![whole]), &[one.as_raw_fd()])
+        .expect("registered with shared pages");
+    let ReplyBody::Mr { handle: taken, .. } = body else {
+        panic!("{body:?}")
+    };
+    assert_eq!(device_counter(&mut c, "memory_shared_refused"), 1);
+    for mr in [refused, taken] {
+        c.call(RequestBody::DeregMr { mr }, &[]).expect("dereg");
+    }
     d.stop();
 }

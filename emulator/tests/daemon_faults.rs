@@ -291,6 +291,7 @@ fn write_into_an_mr_whose_pages_were_unmapped_fails_without_harming_the_daemon()
                 length: 8192,
                 iova: addr,
                 access: acc,
+                shared: Vec::new(),
             },
             &[],
         )

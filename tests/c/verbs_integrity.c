@@ -12,6 +12,12 @@
  *
  * Prints one "ok <check>" line per check; exits 0 only when all hold.
  *
+ * `verbs_integrity DEVICE mmap` runs the same checks on buffers from mmap(2), each 100 bytes
+ * into its mapping (so a region has partial first and last pages and whole pages between),
+ * the memory RDMA_EMU_SHARED_MR=1 moves onto memfds; with that variable set it also checks
+ * that a fork() child does not get the registered pages (MADV_DONTFORK) and that the
+ * parent's region still works after the fork.
+ *
  * `verbs_integrity DEVICE send-once RETRY_CNT RNR_RETRY` instead sends one SEND into a
  * posted receive with those retry budgets (timeout 1 ms, min RNR timer 0.01 ms) and prints
  * the send's completion status: what an application sees under `rdma-emu fault`.
@@ -23,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SIZE 65536
 #define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fputc('\n', stderr); exit(1); } while (0)
@@ -111,6 +120,17 @@ static void connect_qp(struct ctx *c, struct ibv_qp *qp, uint32_t dest_qpn, uint
 		FAIL("modify to RTS: %s", strerror(errno));
 }
 
+/* A zeroed buffer of `n` bytes: from malloc, or 100 bytes into a private anonymous mapping. */
+static uint8_t *buffer(int from_mmap, size_t n)
+{
+	if (!from_mmap)
+		return calloc(1, n);
+	uint8_t *p = mmap(NULL, n + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		FAIL("mmap: %s", strerror(errno));
+	return p + 100;
+}
+
 static void fill(uint8_t *p, size_t n, uint32_t seed)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -155,7 +175,9 @@ int main(int argc, char **argv)
 		FAIL("pd/cq");
 
 	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-	uint8_t *src = malloc(SIZE), *dst = calloc(1, SIZE), *back = calloc(1, SIZE), *rbuf = calloc(1, SIZE);
+	int from_mmap = argc == 3 && !strcmp(argv[2], "mmap");
+	uint8_t *src = buffer(from_mmap, SIZE), *dst = buffer(from_mmap, SIZE), *back = buffer(from_mmap, SIZE),
+		*rbuf = buffer(from_mmap, SIZE);
 	struct ibv_mr *msrc = ibv_reg_mr(c.pd, src, SIZE, access);
 	struct ibv_mr *mdst = ibv_reg_mr(c.pd, dst, SIZE, access);
 	struct ibv_mr *mback = ibv_reg_mr(c.pd, back, SIZE, access);
@@ -259,6 +281,34 @@ int main(int argc, char **argv)
 	if (memcmp(back, dst + 3, off - 3))
 		FAIL("READ data differs from what was written");
 	printf("ok read_back %zu bytes\n", off - 3);
+
+	/* 3b. Shared regions: a fork() child lacks the registered pages, the parent keeps them. */
+	const char *shared = getenv("RDMA_EMU_SHARED_MR");
+	if (from_mmap && shared && !strcmp(shared, "1")) {
+		uint8_t *page = (uint8_t *)(((uintptr_t)dst + 4095) & ~(uintptr_t)4095);
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid < 0)
+			FAIL("fork: %s", strerror(errno));
+		if (pid == 0) /* msync fails with ENOMEM on a range that is not mapped */
+			_exit(msync(page, 4096, MS_ASYNC) != 0 && errno == ENOMEM ? 0 : 1);
+		int st = 0;
+		if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			FAIL("the fork() child has the registered pages (status %#x)", st);
+		fill(src, SIZE, 2);
+		struct ibv_send_wr again = wr;
+		again.wr_id = 8;
+		if (ibv_post_send(a, &again, &bad))
+			FAIL("post WRITE after fork");
+		expect(poll_one(c.cq, 10), 8, IBV_WC_SUCCESS, "WRITE after fork");
+		off = 3;
+		for (int i = 0; i < 3; i++) {
+			if (memcmp(dst + off, (void *)(uintptr_t)sg[i].addr, sg[i].length))
+				FAIL("WRITE after fork: data differs in SGE %d", i);
+			off += sg[i].length;
+		}
+		printf("ok fork_child_lacks_registered_pages\n");
+	}
 
 	/* 4. A wrong rkey: REM_ACCESS_ERR, the QP goes to error, what follows is flushed. */
 	struct ibv_send_wr w2 = wr;

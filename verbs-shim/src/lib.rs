@@ -12,6 +12,7 @@
 //! - [`datapath`], [`wr_api`], [`cq_ex`]: the `ibv_context.ops` hot path, the `ibv_wr_*`
 //!   API and the `ibv_start_poll` API, ring operations on shared memory;
 //! - [`misc`]: helpers and the operations rdma-emu does not implement;
+//! - [`shared_mr`]: opt-in shared memory regions (`RDMA_EMU_SHARED_MR=1`);
 //! - [`cm`]: librdmacm's RDMA CM over the daemon;
 //! - [`rdmacm`]: librdmacm's rsocket exports (no rsockets).
 //!
@@ -40,5 +41,6 @@ pub mod misc;
 pub mod mmap;
 pub mod qp;
 pub mod rdmacm;
+pub mod shared_mr;
 pub mod verbs;
 pub mod wr_api;

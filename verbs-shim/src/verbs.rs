@@ -6,7 +6,7 @@ use crate::device::Context;
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
 use core::ffi::{c_int, c_uint, c_void};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
 use wire::client::{AhAttr, GlobalRoute, Handle, ReplyBody, RequestBody, RingLayout, SrqAttr};
 
@@ -91,13 +91,23 @@ fn reg_mr(
 ) -> VResult<*mut ibv_mr> {
     let p = pd_of(pd)?;
     let ctx = ctx_of(p.pd.context)?;
-    let reply = ctx.call(RequestBody::RegMr {
-        pd: p.handle,
-        addr: addr as u64,
-        length: length as u64,
-        iova,
-        access: access & !ACCESS_OPTIONAL_RANGE,
-    })?;
+    let (shared, fds) = if crate::shared_mr::enabled() {
+        crate::shared_mr::share(addr as u64, length as u64)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let (reply, _) = ctx.session.call(
+        RequestBody::RegMr {
+            pd: p.handle,
+            addr: addr as u64,
+            length: length as u64,
+            iova,
+            access: access & !ACCESS_OPTIONAL_RANGE,
+            shared,
+        },
+        &raw,
+    )?;
     let ReplyBody::Mr { handle, lkey, rkey } = reply else {
         return Err(Errno::EIO);
     };

@@ -80,6 +80,14 @@ impl Placement {
 /// (transport, placement, program, size) → figure (GB/s or µs).
 type Matrix = BTreeMap<(Transport, Placement, &'static str, u64), Figure>;
 
+/// (program, size) → GB/s with shared memory regions (`RDMA_EMU_SHARED_MR=1`), RoCE, one
+/// host: the opt-in fast path next to the default descriptor path of the matrix.
+type SharedRows = BTreeMap<(&'static str, u64), Figure>;
+
+/// What the shared-region rows run.
+const SHARED_ENV: &str = "RDMA_EMU_SHARED_MR=1";
+const SHARED_SIZES: [u64; 2] = [65536, 1 << 20];
+
 /// The limits measured in this run.
 struct Limits {
     memcpy: f64,
@@ -144,6 +152,7 @@ fn suite(
 ) -> Result<(), String> {
     let limits = measure_limits();
     let mut matrix = Matrix::new();
+    let mut shared = SharedRows::new();
     let mut many_qps = Vec::new();
     for placement in [Placement::OneHost, Placement::TwoNamespaces] {
         for transport in [Transport::Roce, Transport::Iwarp] {
@@ -158,6 +167,9 @@ fn suite(
             match site {
                 Ok((_net, site)) => {
                     perftest_matrix(&site, transport, placement, &mut matrix);
+                    if (transport, placement) == (Transport::Roce, Placement::OneHost) {
+                        shared = shared_rows(&site);
+                    }
                     if (transport, placement) == (Transport::Roce, Placement::TwoNamespaces) {
                         many_qps = qps_between_daemons(&site);
                     }
@@ -194,7 +206,7 @@ fn suite(
     }
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     let load1 = loadavg();
-    let tables = report(&limits, &matrix, &scale, &core, &plotted);
+    let tables = report(&limits, &matrix, &shared, &scale, &core, &plotted);
     let header = format!(
         "Run of {when}, {minutes:.1} minutes; load average (1 min) {load0} at the start and \
          {load1} at the end ({} cores).\n\n",
@@ -328,6 +340,34 @@ fn perftest_matrix(site: &Site, t: Transport, p: Placement, matrix: &mut Matrix)
         }
         matrix.insert((t, p, program, size), figure);
     }
+}
+
+/// The bandwidth programs at [`SHARED_SIZES`] with shared memory regions.
+fn shared_rows(site: &Site) -> SharedRows {
+    let mut rows = SharedRows::new();
+    for program in BW_PROGRAMS {
+        for size in SHARED_SIZES {
+            let (s, n) = (size.to_string(), bw_iterations(size).to_string());
+            let figure = site
+                .perftest_env(
+                    &[SHARED_ENV],
+                    program,
+                    &["-s", &s, "-n", &n],
+                    PERFTEST_LIMIT,
+                )
+                .and_then(|out| {
+                    parse_bw_avg(&out, size)
+                        .map(|mib| mib * 1048576.0 / 1e9)
+                        .ok_or_else(|| format!("no {size} B row in the output"))
+                });
+            match &figure {
+                Ok(v) => println!("RoCE one host, {SHARED_ENV}: {program} {size} B: {v:.3} GB/s"),
+                Err(e) => println!("RoCE one host, {SHARED_ENV}: {program} {size} B failed: {e}"),
+            }
+            rows.insert((program, size), figure);
+        }
+    }
+    rows
 }
 
 /// The device's largest CQ (`max_cqe`, rxe's).
@@ -526,6 +566,7 @@ fn show_ratio(r: Option<f64>, what: &str) -> String {
 fn report(
     limits: &Limits,
     matrix: &Matrix,
+    shared: &SharedRows,
     scale: &Scale,
     core: &Result<CoreBench, String>,
     plotted: &Result<(), String>,
@@ -631,6 +672,27 @@ fn report(
                 cells.join(" | ")
             );
         }
+    }
+    let _ = writeln!(
+        d,
+        "\n### Shared memory regions (`{SHARED_ENV}`), RoCE, one host\n\n\
+         | program | size | default (`/proc/self/mem`) | shared | shared ÷ default |\n|---|---|---|---|---|"
+    );
+    for ((program, size), f) in shared {
+        let default = matrix
+            .get(&(Transport::Roce, Placement::OneHost, *program, *size))
+            .cloned()
+            .unwrap_or_else(|| Err("not run".into()));
+        let speedup = ratio(f, &default).map_or_else(String::new, |r| format!("{r:.2}×"));
+        let _ = writeln!(
+            d,
+            "| {program} | {} | {}{} | {}{} | {speedup} |",
+            size_name(*size),
+            notes.fig(&default, 3, "GB/s"),
+            show_ratio(ratio(&default, &memcpy), "memcpy"),
+            notes.fig(f, 3, "GB/s"),
+            show_ratio(ratio(f, &memcpy), "memcpy"),
+        );
     }
     let _ = writeln!(
         d,

@@ -14,7 +14,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
-use wire::client::{QpInitAttr, ReplyBody, RequestBody, PROTOCOL_VERSION};
+use wire::client::{QpInitAttr, ReplyBody, RequestBody, MAX_SHARED_PAGES, PROTOCOL_VERSION};
 
 pub(super) type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
 
@@ -119,14 +119,16 @@ impl Engine {
         mut fds: Vec<OwnedFd>,
     ) -> Answer {
         let hello = self.sessions.get(&session).is_some_and(|s| s.hello);
-        let needs_fd = matches!(
-            body,
+        let fds_wanted = match &body {
             RequestBody::OpenDevice { .. }
-                | RequestBody::CreateCompChannel { .. }
-                | RequestBody::Capture { .. }
-                | RequestBody::Cm(wire::client::cm::CmRequest::CreateChannel)
-        );
-        if (needs_fd && fds.len() != 1) || (!needs_fd && !fds.is_empty()) {
+            | RequestBody::CreateCompChannel { .. }
+            | RequestBody::Capture { .. }
+            | RequestBody::Cm(wire::client::cm::CmRequest::CreateChannel) => 1,
+            RequestBody::RegMr { shared, .. } if shared.len() <= MAX_SHARED_PAGES => shared.len(),
+            RequestBody::RegMr { .. } => return Err(libc::EINVAL),
+            _ => 0,
+        };
+        if fds.len() != fds_wanted {
             return Err(libc::EINVAL);
         }
         if !hello && !matches!(body, RequestBody::Hello { .. }) {
@@ -214,8 +216,19 @@ impl Engine {
                 length,
                 iova,
                 access,
+                shared,
             } => {
                 let (ctx, pd_id) = self.pd(session, pd)?;
+                // Shared pages must lie inside the region they are offered for.
+                let inside = |p: &wire::client::SharedPages| {
+                    p.addr >= addr
+                        && p.addr.checked_add(p.len).is_some_and(|end| {
+                            addr.checked_add(length).is_some_and(|mr_end| end <= mr_end)
+                        })
+                };
+                if !shared.iter().all(inside) {
+                    return Err(libc::EINVAL);
+                }
                 if !self.mem.probe(ctx.0, addr, length) {
                     return Err(libc::EFAULT);
                 }
@@ -223,13 +236,33 @@ impl Engine {
                     .device_of(session, ctx)?
                     .nic
                     .reg_mr(ctx.0, pd_id, addr, length, iova, access)?;
-                let handle = self.insert(session, Some(ctx), Kind::Mr { lkey })?;
+                let mut attached = Vec::new();
+                for (p, fd) in shared.into_iter().zip(fds) {
+                    if self.mem.attach_shared(ctx.0, p, fd) {
+                        attached.push((p.addr, p.len));
+                    }
+                }
+                let mr = Kind::Mr {
+                    lkey,
+                    shared: attached.clone(),
+                };
+                let handle = match self.insert(session, Some(ctx), mr) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        // The MR never became an object: undo the registration.
+                        for (a, len) in attached {
+                            self.mem.detach_shared(ctx.0, a, len);
+                        }
+                        let _ = self.device_of(session, ctx)?.nic.dereg_mr(lkey);
+                        return Err(e);
+                    }
+                };
                 ok(ReplyBody::Mr { handle, lkey, rkey })
             }
             R::DeregMr { mr } => {
                 let (ctx, lkey) = match self.lookup(session, mr)? {
                     Object {
-                        kind: Kind::Mr { lkey },
+                        kind: Kind::Mr { lkey, .. },
                         ctx,
                         ..
                     } => (*ctx, *lkey),

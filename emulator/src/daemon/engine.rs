@@ -573,6 +573,11 @@ impl Engine {
             return;
         };
         self.rings.remove(&h);
+        if let Kind::Mr { shared, .. } = &obj.kind {
+            for &(addr, len) in shared {
+                self.mem.detach_shared(obj.ctx.0, addr, len);
+            }
+        }
         if let Some(s) = self.sessions.get_mut(&obj.session) {
             s.objects = s.objects.saturating_sub(1);
         }

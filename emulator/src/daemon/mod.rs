@@ -28,6 +28,7 @@ mod objects;
 pub mod packet;
 mod queues;
 mod reload;
+pub mod shared_pages;
 pub mod siw;
 mod slice;
 pub mod stub_nic;

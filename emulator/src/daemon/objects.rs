@@ -24,6 +24,9 @@ pub enum Kind {
     },
     Mr {
         lkey: u32,
+        /// Shared page ranges (`addr`, `len`) this MR attached in the memory accessor;
+        /// detached when it goes.
+        shared: Vec<(u64, u64)>,
     },
     /// A memory window; `index` is its R_Key without the key byte (stable across binds).
     Mw {

@@ -306,6 +306,10 @@ impl Engine {
                     counters.push(("bad_wqes".into(), self.counters.bad_wqes));
                     counters.push(("broken_rings".into(), self.counters.broken_rings));
                     counters.push(("memory_faults".into(), self.mem.faults));
+                    let m = self.mem.counters;
+                    counters.push(("memory_shared_bytes".into(), m.shared_bytes));
+                    counters.push(("memory_fd_bytes".into(), m.fd_bytes));
+                    counters.push(("memory_shared_refused".into(), m.shared_refused));
                     let cm = d.cm.counters();
                     counters.push(("cm_tx".into(), cm.tx));
                     counters.push(("cm_tx_retries".into(), cm.tx_retries));

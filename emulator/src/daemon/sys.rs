@@ -55,6 +55,26 @@ pub fn sealed_memfd(name: &str, len: usize) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Maps the first `len` bytes of `fd` shared and read-write, where the kernel chooses.
+fn map_shared(fd: &OwnedFd, len: usize) -> io::Result<*mut libc::c_void> {
+    // SAFETY: a fresh mapping chosen by the kernel (no MAP_FIXED) of a descriptor we
+    // hold, so no existing memory is affected; the result is checked.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ptr)
+}
+
 /// A shared read-write mapping of a whole memfd, seen as 64-bit atomic words.
 #[derive(Debug)]
 pub struct Mapping {
@@ -74,21 +94,8 @@ impl Mapping {
         if len == 0 || len & 7 != 0 {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
-        // SAFETY: a fresh mapping chosen by the kernel (no MAP_FIXED), of a memfd we
-        // created and sealed against shrinking, so the pages stay valid while mapped.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        // A memfd we created and sealed against shrinking: the pages stay valid while mapped.
+        let ptr = map_shared(fd, len)?;
         Ok(Mapping { ptr, len })
     }
 
@@ -114,6 +121,119 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` describe a mapping made in `new`, unmapped only here.
+        unsafe {
+            libc::munmap(self.ptr, self.len);
+        }
+    }
+}
+
+/// What the daemon needs to know about a memfd a client handed over for a memory
+/// region, read from the descriptor itself (never from the client's message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemfdInfo {
+    /// `F_GET_SEALS`; fails (so no `MemfdInfo`) on anything but a memfd/shmem file.
+    pub seals: libc::c_int,
+    pub size: u64,
+    /// (`st_dev`, `st_ino`): the same file through two descriptors is one mapping.
+    pub id: (u64, u64),
+}
+
+/// Seals, size and identity of a descriptor that should be a memfd.
+pub fn memfd_info(fd: &OwnedFd) -> io::Result<MemfdInfo> {
+    // SAFETY: fcntl/fstat on a descriptor we own, with a zeroed out-parameter.
+    unsafe {
+        let seals = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))?;
+        let mut st: libc::stat = std::mem::zeroed();
+        cvt(libc::fstat(fd.as_raw_fd(), &mut st))?;
+        Ok(MemfdInfo {
+            seals,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            id: (st.st_dev, st.st_ino),
+        })
+    }
+}
+
+/// A whole client memfd mapped shared and read-write: application pages the client moved
+/// onto the memfd, so the daemon reaches them with `memcpy`. The client writes them
+/// concurrently, so nothing ever takes a Rust reference into the mapping: bytes move with
+/// raw-pointer copies only.
+#[derive(Debug)]
+pub struct ClientPages {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the handle owns a mapping reached only through raw-pointer copies; moving or
+// sharing it between threads is sound.
+unsafe impl Send for ClientPages {}
+// SAFETY: as above; `&self` methods never create references into the mapping.
+unsafe impl Sync for ClientPages {}
+
+impl ClientPages {
+    /// Maps `len` bytes of `fd` from offset 0. The caller has checked that the memfd is
+    /// sealed against shrinking and at least `len` long: a client that could truncate a
+    /// mapped file would make the daemon's next access raise SIGBUS.
+    pub fn map(fd: &OwnedFd, len: usize) -> io::Result<ClientPages> {
+        if len == 0 {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        let ptr = map_shared(fd, len)?;
+        Ok(ClientPages { ptr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the mapping starts in the daemon's address space (tests use it as "the
+    /// client's" buffer).
+    #[cfg(test)]
+    pub fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    /// Copies `dst.len()` bytes from `offset`; `None` when that leaves the mapping.
+    pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> Option<()> {
+        if offset.checked_add(dst.len())? > self.len {
+            return None;
+        }
+        // SAFETY: the source range is inside the live mapping (checked above); `dst` is
+        // daemon memory, disjoint from it. The client may write the source concurrently:
+        // the copy goes through raw pointers and no reference to the mapping exists.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.cast::<u8>().add(offset),
+                dst.as_mut_ptr(),
+                dst.len(),
+            );
+        }
+        Some(())
+    }
+
+    /// Copies `src` to `offset`; `None` when that leaves the mapping.
+    pub fn copy_in(&self, offset: usize, src: &[u8]) -> Option<()> {
+        if offset.checked_add(src.len())? > self.len {
+            return None;
+        }
+        // SAFETY: as in `copy_out`, with the roles of the two ranges swapped.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.ptr.cast::<u8>().add(offset),
+                src.len(),
+            );
+        }
+        Some(())
+    }
+}
+
+impl Drop for ClientPages {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` describe a mapping made in `map`, unmapped only here.
         unsafe {
             libc::munmap(self.ptr, self.len);
         }

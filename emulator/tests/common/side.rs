@@ -86,6 +86,7 @@ impl Side {
                     length: BUF as u64,
                     iova: addr,
                     access: acc,
+                    shared: Vec::new(),
                 },
                 &[],
             )

@@ -38,7 +38,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// The protocol version a client sends in `Hello` and the daemon answers with.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest control message (request or reply), in bytes.
 pub const MAX_MESSAGE_LEN: usize = 64 * 1024;

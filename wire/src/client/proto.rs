@@ -10,6 +10,7 @@
 //! | message | fds |
 //! |---|---|
 //! | `OpenDevice` request | `[/proc/self/mem opened O_RDWR]` |
+//! | `RegMr` request | `[one sealed memfd per entry of `shared`, in order]` (often none) |
 //! | `DeviceOpened` reply | `[async event pipe read end, doorbell eventfd, session page memfd]` |
 //! | `CreateCompChannel` request | `[write end of a pipe the shim made]` |
 //! | `Cq` reply | `[CQ ring memfd]` |
@@ -75,12 +76,15 @@ pub enum RequestBody {
     DeallocPd {
         pd: Handle,
     },
+    /// fd[i]: the memfd that backs `shared[i]` (see [`SharedPages`]); none when `shared`
+    /// is empty, the default, where the daemon reaches the region through `/proc/self/mem`.
     RegMr {
         pd: Handle,
         addr: u64,
         length: u64,
         iova: u64,
         access: u32,
+        shared: Vec<SharedPages>,
     },
     DeregMr {
         mr: Handle,
@@ -276,6 +280,23 @@ pub enum ReplyBody {
     Faults(Vec<super::fault::FaultInfo>),
     Qps(Vec<QpSummary>),
 }
+
+/// Whole pages of a registered region that the client mapped from a memfd
+/// (`RDMA_EMU_SHARED_MR`): the client's `[addr, addr + len)` are the memfd's
+/// `[offset, offset + len)`, so the daemon can map the memfd and copy at memory speed
+/// instead of going through `/proc/self/mem`. All three are multiples of the page size.
+/// The memfd travels as the descriptor at the same index; the daemon checks it is sealed
+/// against shrinking and growing and large enough, and otherwise ignores the entry (the
+/// descriptor path still reaches those pages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedPages {
+    pub addr: u64,
+    pub len: u64,
+    pub offset: u64,
+}
+
+/// The most [`SharedPages`] one `RegMr` may carry (one descriptor each).
+pub const MAX_SHARED_PAGES: usize = 4;
 
 /// One device in the `Hello` reply (what `ibv_get_device_list` needs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

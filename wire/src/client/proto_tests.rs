@@ -32,6 +32,11 @@ fn sample_requests() -> Vec<Request> {
             length: 4096,
             iova: 0,
             access: 7,
+            shared: vec![SharedPages {
+                addr: 0x7f00_0000_1000,
+                len: 8192,
+                offset: 4096,
+            }],
         },
         RequestBody::CreateCq {
             ctx: Handle(1),

@@ -374,7 +374,25 @@ impl Site {
         args: &[&str],
         limit: Duration,
     ) -> Result<String, String> {
-        let mut argv = vec![program, "-d", self.device, "-F", "-p", PORT];
+        self.perftest_env(&[], program, args, limit)
+    }
+
+    /// [`Site::perftest`] with `VAR=value` settings in both programs' environment.
+    pub fn perftest_env(
+        &self,
+        env: &[&str],
+        program: &str,
+        args: &[&str],
+        limit: Duration,
+    ) -> Result<String, String> {
+        let mut argv = if env.is_empty() {
+            Vec::new()
+        } else {
+            let mut v = vec!["env"];
+            v.extend_from_slice(env);
+            v
+        };
+        argv.extend([program, "-d", self.device, "-F", "-p", PORT]);
         if self.rdma_cm {
             argv.push("-R");
         }
