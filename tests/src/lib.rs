@@ -12,6 +12,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub mod two_host;
+
 /// Flags for every tshark that reads our captures. The RPC-over-RDMA heuristics would
 /// claim RoCE/iWARP payloads; and TCP's heuristic dissectors (MPA's among them) go before
 /// the port tables, because an ephemeral port can be some protocol's registered one (a
@@ -327,6 +329,12 @@ impl Daemon {
     /// Process id (for CPU measurements).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Kills the daemon with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The index of this daemon's IPv4 RoCE v2 GID, as `ibv_devinfo -v` shows it. Each

@@ -148,12 +148,12 @@ fn gid_text(gid: &[u8; 16]) -> String {
 }
 
 const LINK_ADD_USAGE: &str = "usage: rdma-emu link add NAME type rxe|siw netdev IFACE \
-     [backend udp|packet (rxe), tcp (siw)] [crc on|off] [markers on|off] \
+     [backend udp|packet|xdp (rxe), tcp (siw)] [crc on|off] [markers on|off] \
      [tos 0..=255, ECN bits 0 (rxe)] [cnp_dscp 0..=63 (rxe)]";
 
 /// The `LinkAdd` request for `link add NAME WORDS...`, where WORDS are key/value pairs as
 /// iproute2 takes them: `type` and `netdev` (required), `backend` (`udp`, the default,
-/// or `packet` for rxe; `tcp` for siw; `xdp` and `smoltcp` are refused as not built), and
+/// `packet` or `xdp` for rxe; `tcp` for siw; `smoltcp` is refused as not built), and
 /// for siw devices `crc` and `markers` (`on`|`off`), for rxe devices `tos` (the RDMA CM
 /// default traffic class) and `cnp_dscp`. Errors say what is wrong, then the usage.
 fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String> {
@@ -452,16 +452,34 @@ fn main() -> ExitCode {
                 other => Err(format!("unexpected reply {other:?}")),
             }),
             LinkAction::Add { name, rest } => link_add_request(name, rest).and_then(|body| {
-                let packet =
-                    matches!(&body, RequestBody::LinkAdd { backend: Some(b), .. } if b == "packet");
+                let raw = match &body {
+                    RequestBody::LinkAdd {
+                        backend: Some(b), ..
+                    } => b.clone(),
+                    _ => String::new(),
+                };
                 call(&cli, body).map(|_| ()).map_err(|e| {
-                    if packet && e == std::io::Error::from_raw_os_error(libc::EPERM).to_string() {
-                        format!(
+                    let is = |errno| e == std::io::Error::from_raw_os_error(errno).to_string();
+                    let eperm = is(libc::EPERM);
+                    match raw.as_str() {
+                        "packet" if eperm => format!(
                             "{e}: backend packet needs CAP_NET_RAW in rdma-emud (root, or \
                                  setcap cap_net_raw+ep); backend udp needs none"
-                        )
-                    } else {
-                        e
+                        ),
+                        "xdp" if eperm => format!(
+                            "{e}: backend xdp needs CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW in \
+                                 rdma-emud (root, or setcap); use backend udp or packet"
+                        ),
+                        "xdp" if is(libc::EBUSY) => format!(
+                            "{e}: the interface already has an XDP program or AF_XDP socket \
+                                 (ip -d link show); use backend packet or udp"
+                        ),
+                        "xdp" if is(libc::EINVAL) => format!(
+                            "{e}: backend xdp takes an interface MTU of at most {} (rdma-emud's \
+                                 log says why this one was refused)",
+                            emulator::daemon::xdp::MAX_NETDEV_MTU
+                        ),
+                        _ => e,
                     }
                 })
             }),
@@ -806,11 +824,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let e = add("type rxe netdev eth0 backend xdp").unwrap_err();
-        assert!(
-            e.contains("not built") && e.contains("udp or packet"),
-            "{e}"
-        );
+        match add("type rxe netdev eth0 backend xdp") {
+            Ok(RequestBody::LinkAdd { backend, .. }) => {
+                assert_eq!(backend.as_deref(), Some("xdp"))
+            }
+            other => panic!("{other:?}"),
+        }
         let e = add("type siw netdev eth0 backend smoltcp").unwrap_err();
         assert!(e.contains("not built") && e.contains("tcp"), "{e}");
         let e = add("type siw netdev eth0 backend packet").unwrap_err();

@@ -1,10 +1,11 @@
 //! Which backend a device reaches the network through (`rdma-emu link add … backend B`).
 //!
 //! RoCE (rxe) devices: `udp`, the kernel's UDP sockets (the default, no capability
-//! needed), or `packet`, an AF_PACKET socket on the interface with Ethernet/IP/UDP headers
-//! written by the daemon (CAP_NET_RAW; `packet.rs`). iWARP (siw) devices: `tcp`, the
-//! kernel's TCP. `xdp` (AF_XDP) and `smoltcp` (a userspace TCP) are names the design
-//! reserves; this build has neither, and says so instead of pretending.
+//! needed), `packet`, an AF_PACKET socket on the interface with Ethernet/IP/UDP headers
+//! written by the daemon (CAP_NET_RAW; `packet.rs`), or `xdp`, the same frames through
+//! an XDP program and AF_XDP sockets (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW; `xdp/`).
+//! iWARP (siw) devices: `tcp`, the kernel's TCP. `smoltcp` (a userspace TCP) is a name
+//! the design reserves; this build does not have it, and says so instead of pretending.
 
 use std::fmt;
 
@@ -16,6 +17,8 @@ pub enum Backend {
     Udp,
     /// AF_PACKET on the interface (RoCE v2).
     Packet,
+    /// An XDP program and AF_XDP sockets on the interface (RoCE v2).
+    Xdp,
     /// Kernel TCP (iWARP).
     Tcp,
 }
@@ -26,6 +29,7 @@ impl Backend {
         match self {
             Backend::Udp => "udp",
             Backend::Packet => "packet",
+            Backend::Xdp => "xdp",
             Backend::Tcp => "tcp",
         }
     }
@@ -57,12 +61,12 @@ impl Backend {
         match word {
             "udp" => fits(Backend::Udp),
             "packet" => fits(Backend::Packet),
+            "xdp" => fits(Backend::Xdp),
             "tcp" => fits(Backend::Tcp),
             // Reserved by the design, not built: say so, unless it is the other type's.
-            "xdp" if link_type != "siw" => Err(BackendError::NotBuilt("xdp")),
             "smoltcp" if link_type == "siw" => Err(BackendError::NotBuilt("smoltcp")),
-            "xdp" | "smoltcp" => Err(BackendError::WrongType {
-                backend: if word == "xdp" { "xdp" } else { "smoltcp" },
+            "smoltcp" => Err(BackendError::WrongType {
+                backend: "smoltcp",
                 link_type: link_type.to_string(),
             }),
             other => Err(BackendError::Unknown(other.to_string())),
@@ -81,7 +85,7 @@ impl fmt::Display for Backend {
 pub enum BackendError {
     /// A backend the design names but this build does not have.
     NotBuilt(&'static str),
-    /// A backend of the other device type (`packet` for siw, `tcp` for rxe…).
+    /// A backend of the other device type (`packet` or `xdp` for siw, `tcp` for rxe…).
     WrongType {
         backend: &'static str,
         link_type: String,
@@ -104,10 +108,6 @@ impl BackendError {
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BackendError::NotBuilt("xdp") => write!(
-                f,
-                "backend xdp (AF_XDP) is not built in this rdma-emu; use backend udp or packet"
-            ),
             BackendError::NotBuilt(b) => write!(
                 f,
                 "backend {b} is not built in this rdma-emu; use backend tcp (the kernel's TCP)"
@@ -116,7 +116,7 @@ impl fmt::Display for BackendError {
                 let ok = if link_type == "siw" {
                     "tcp"
                 } else {
-                    "udp or packet"
+                    "udp, packet or xdp"
                 };
                 write!(
                     f,
@@ -125,7 +125,7 @@ impl fmt::Display for BackendError {
             }
             BackendError::Unknown(b) => write!(
                 f,
-                "unknown backend {b:?}: rxe devices take udp or packet, siw devices tcp"
+                "unknown backend {b:?}: rxe devices take udp, packet or xdp, siw devices tcp"
             ),
         }
     }
@@ -143,24 +143,23 @@ mod tests {
         assert_eq!(Backend::choose("siw", None), Ok(Backend::Tcp));
         assert_eq!(Backend::choose("rxe", Some("udp")), Ok(Backend::Udp));
         assert_eq!(Backend::choose("rxe", Some("packet")), Ok(Backend::Packet));
+        assert_eq!(Backend::choose("rxe", Some("xdp")), Ok(Backend::Xdp));
         assert_eq!(Backend::choose("siw", Some("tcp")), Ok(Backend::Tcp));
         let wrong = Backend::choose("siw", Some("packet")).unwrap_err();
         assert_eq!(wrong.errno(), libc::EINVAL);
         assert!(wrong.to_string().contains("use backend tcp"), "{wrong}");
         let wrong = Backend::choose("rxe", Some("tcp")).unwrap_err();
         assert!(
-            wrong.to_string().contains("use backend udp or packet"),
+            wrong.to_string().contains("use backend udp, packet or xdp"),
             "{wrong}"
         );
+        let wrong = Backend::choose("siw", Some("xdp")).unwrap_err();
+        assert_eq!(wrong.errno(), libc::EINVAL);
+        assert!(wrong.to_string().contains("use backend tcp"), "{wrong}");
     }
 
     #[test]
-    fn xdp_and_smoltcp_are_refused_as_not_built_with_what_to_use() {
-        let xdp = Backend::choose("rxe", Some("xdp")).unwrap_err();
-        assert_eq!(xdp, BackendError::NotBuilt("xdp"));
-        assert_eq!(xdp.errno(), libc::EOPNOTSUPP);
-        assert!(xdp.to_string().contains("not built"), "{xdp}");
-        assert!(xdp.to_string().contains("udp or packet"), "{xdp}");
+    fn smoltcp_is_refused_as_not_built_with_what_to_use() {
         let smol = Backend::choose("siw", Some("smoltcp")).unwrap_err();
         assert_eq!(smol, BackendError::NotBuilt("smoltcp"));
         assert!(smol.to_string().contains("use backend tcp"), "{smol}");

@@ -14,7 +14,7 @@
 //! name = "rxe0"
 //! type = "rxe"
 //! netdev = "lo"
-//! backend = "udp"            # udp (default) | packet (AF_PACKET, CAP_NET_RAW; docs/backends.md)
+//! backend = "udp"            # udp (default) | packet (AF_PACKET) | xdp (AF_XDP); docs/backends.md
 //! default_tos = 0            # rxe only: RDMA CM traffic class where no RDMA_OPTION_ID_TOS
 //! cnp_dscp = 48              # rxe only: the DSCP CNPs leave with (ConnectX's default)
 //!
@@ -113,7 +113,7 @@ pub struct DeviceSpec {
     /// rxe only: congestion control (`[device.dcqcn]`); unset: DCQCN on with its defaults.
     #[serde(default)]
     pub dcqcn: Option<DcqcnSpec>,
-    /// The backend the device reaches the network through (`udp` or `packet` for rxe,
+    /// The backend the device reaches the network through (`udp`, `packet` or `xdp` for rxe,
     /// `tcp` for siw); unset: the type's default. See [`Backend::choose`].
     #[serde(default)]
     pub backend: Option<String>,
@@ -587,18 +587,26 @@ mod tests {
         let cfg = Config::from_toml(
             "[[device]]\nname = \"rxe0\"\nnetdev = \"lo\"\nbackend = \"packet\"\n\
              [[device]]\nname = \"rxe1\"\nnetdev = \"lo\"\n\
+             [[device]]\nname = \"rxe2\"\nnetdev = \"lo\"\nbackend = \"xdp\"\n\
              [[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\nbackend = \"tcp\"\n",
         )
         .unwrap();
         let chosen: Vec<_> = cfg.devices.iter().map(|d| d.backend().unwrap()).collect();
-        assert_eq!(chosen, [Backend::Packet, Backend::Udp, Backend::Tcp]);
+        assert_eq!(
+            chosen,
+            [Backend::Packet, Backend::Udp, Backend::Xdp, Backend::Tcp]
+        );
         for (dev, wanted) in [
             ("name = \"rxe0\"\nbackend = \"tcp\"", "rxe0"),
             (
                 "name = \"siw0\"\ntype = \"siw\"\nbackend = \"packet\"",
                 "siw0",
             ),
-            ("name = \"rxe0\"\nbackend = \"xdp\"", "not built"),
+            ("name = \"siw0\"\ntype = \"siw\"\nbackend = \"xdp\"", "siw0"),
+            (
+                "name = \"siw0\"\ntype = \"siw\"\nbackend = \"smoltcp\"",
+                "not built",
+            ),
             ("name = \"rxe0\"\nbackend = \"dpdk\"", "dpdk"),
         ] {
             let err =

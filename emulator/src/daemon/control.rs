@@ -473,6 +473,7 @@ impl Engine {
                         std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
                         std::io::ErrorKind::PermissionDenied => libc::EPERM,
                         std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+                        std::io::ErrorKind::ResourceBusy => libc::EBUSY,
                         _ => libc::EINVAL,
                     })
                 })?;

@@ -8,6 +8,7 @@ use super::netdev::{self, Netdev};
 use super::nic::{Limits, Nic};
 use super::packet::PacketLink;
 use super::udp::{BoundSocket, UdpBackend, ROCE_V2_PORT};
+use super::xdp::XdpLink;
 use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
 use std::io;
@@ -151,9 +152,16 @@ impl Device {
             Backend::Packet => Some(PacketLink::open(&netdev)?),
             _ => None,
         };
+        let xdp = match backend {
+            Backend::Xdp => Some(XdpLink::open(&netdev)?),
+            _ => None,
+        };
         let mut udp = UdpBackend::bind(&gids, ROCE_V2_PORT, netdev.index)?;
         if let Some(link) = link {
             udp.use_packet(link)?;
+        }
+        if let Some(link) = xdp {
+            udp.use_xdp(link)?;
         }
         // The GID table holds the addresses actually served, at their sockets' indices.
         let gids = GidTable::new(&udp.bound().map(|(_, s)| s.local.ip()).collect::<Vec<_>>());
@@ -433,12 +441,12 @@ impl Device {
             gids: self.gid_entries(),
             mpa_crc: super::siw::is_siw(self).then(|| self.spec.mpa().crc),
             mpa_markers: super::siw::is_siw(self).then(|| self.spec.mpa().markers),
-            backend: if super::siw::is_siw(self) {
-                Backend::Tcp
-            } else {
-                self.udp.backend()
-            }
-            .to_string(),
+            backend: match self.udp.xdp_mode() {
+                // How the program runs, as `ip link` tells it apart (xdp / xdpgeneric).
+                Some(mode) if !super::siw::is_siw(self) => format!("xdp mode {}", mode.name()),
+                _ if super::siw::is_siw(self) => Backend::Tcp.to_string(),
+                _ => self.udp.backend().to_string(),
+            },
             default_tos: (!super::siw::is_siw(self)).then(|| self.spec.default_tos()),
             cnp_dscp: (!super::siw::is_siw(self)).then(|| self.spec.cnp_dscp()),
         }

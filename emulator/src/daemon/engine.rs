@@ -380,6 +380,7 @@ impl Engine {
                     d.rx_truncated += 1;
                     continue;
                 };
+                let dst = self.rx.dsts[i].unwrap_or(dst);
                 let payload = &self.rx.bufs[i][..len];
                 super::datapath::receive(d, now, src, dst, payload, &mut self.mem);
                 if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::udp::ECN_CE) {

@@ -81,6 +81,10 @@ pub struct RecvBatch {
     /// The IPv4 TOS / IPv6 traffic class octet of datagram `i`, when the socket reports it
     /// (`IP_RECVTOS` / `IPV6_RECVTCLASS`).
     pub tos: Vec<Option<u8>>,
+    /// The local address datagram `i` arrived on when the backend reports it per
+    /// datagram (the xdp backend's sockets serve every address of a device); `None`: the
+    /// address the batch was received on.
+    pub dsts: Vec<Option<SocketAddr>>,
     names: Vec<libc::sockaddr_storage>,
     /// Ancillary data per datagram (8-byte aligned for `cmsghdr`).
     controls: Vec<[u64; CONTROL_WORDS]>,
@@ -118,6 +122,7 @@ impl RecvBatch {
             lens: vec![None; count],
             srcs: vec![None; count],
             tos: vec![None; count],
+            dsts: vec![None; count],
             controls: vec![[0; CONTROL_WORDS]; count],
             // SAFETY: sockaddr_storage is plain old data; all zeroes is valid.
             names: vec![unsafe { std::mem::zeroed() }; count],
@@ -173,6 +178,7 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
     for (i, h) in hdrs.iter().take(n).enumerate() {
         b.lens[i] = (h.msg_hdr.msg_flags & libc::MSG_TRUNC == 0).then_some(h.msg_len as usize);
         b.srcs[i] = socket_addr_from(&b.names[i]);
+        b.dsts[i] = None;
         b.tos[i] = tos_of(&h.msg_hdr);
     }
     Ok(n)

@@ -34,6 +34,7 @@ mod slice;
 pub mod stub_nic;
 pub mod sys;
 pub mod udp;
+pub mod xdp;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
 pub use engine::{DaemonCounters, Engine, Shutdown};

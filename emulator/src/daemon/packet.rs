@@ -267,21 +267,21 @@ fn is_loopback(name: &str) -> bool {
 }
 
 /// Where a received frame's RoCE datagram is and what came with it.
-struct Received {
-    at: usize,
-    len: usize,
-    src: SocketAddr,
-    tos: u8,
+pub(super) struct Received {
+    pub(super) at: usize,
+    pub(super) len: usize,
+    pub(super) src: SocketAddr,
+    pub(super) tos: u8,
 }
 
 /// Why a received frame was dropped.
-enum Refused {
+pub(super) enum Refused {
     Malformed,
     Icrc,
 }
 
 /// Checks one received frame for the slot's `local` address.
-fn accept(buf: &[u8], local: IpAddr, ifindex: u32) -> Result<Received, Refused> {
+pub(super) fn accept(buf: &[u8], local: IpAddr, ifindex: u32) -> Result<Received, Refused> {
     let f = frame::parse(buf).map_err(|_| Refused::Malformed)?;
     let Transport::Udp {
         src_port,
@@ -334,7 +334,13 @@ impl PacketLink {
         }
         // SAFETY: `probe` is ours and closed once.
         drop(unsafe { OwnedFd::from_raw_fd(probe) });
-        Ok(PacketLink {
+        Ok(PacketLink::frames_only(netdev))
+    }
+
+    /// The link without sockets: what writes frames, resolves next hops and counts, for
+    /// a backend that moves the frames itself (`xdp`).
+    pub(super) fn frames_only(netdev: &Netdev) -> PacketLink {
+        PacketLink {
             netdev: netdev.name.clone(),
             ifindex: netdev.index,
             mac: netdev.mac,
@@ -344,7 +350,7 @@ impl PacketLink {
             neigh: RefCell::new(Neighbours::new(netdev.index)),
             frames: RefCell::new(Vec::new()),
             counters: Cell::new(PacketCounters::default()),
-        })
+        }
     }
 
     /// Opens the socket of GID slot `slot`, serving `addr`.
@@ -386,7 +392,7 @@ impl PacketLink {
         (n.resolved, n.unresolved)
     }
 
-    fn count(&self, f: impl FnOnce(&mut PacketCounters)) {
+    pub(super) fn count(&self, f: impl FnOnce(&mut PacketCounters)) {
         let mut c = self.counters.get();
         f(&mut c);
         self.counters.set(c);
@@ -538,23 +544,35 @@ impl PacketLink {
         }
         let mut ready = 0;
         for (i, m) in msgs.iter().enumerate() {
-            let mac = if self.loopback {
-                [0; 6]
-            } else {
-                match self.neigh.borrow_mut().mac_for(m.dst.ip(), now) {
-                    Some(m) => m,
-                    None => {
-                        self.count(|c| c.tx_no_neighbour += 1);
-                        break;
-                    }
-                }
-            };
-            if !self.emit(&mut frames[i], mac, src, m.dst, m.traffic_class, m.payload) {
+            if !self.frame_for(&mut frames[i], src, m, now) {
                 break;
             }
             ready += 1;
         }
         send_frames(fd, &frames[..ready])
+    }
+
+    /// Writes the frame of `m` from `src` into `buf`, to the next hop's MAC; false
+    /// (counted) when that is unknown, or when the addresses' families differ.
+    pub(super) fn frame_for(
+        &self,
+        buf: &mut Vec<u8>,
+        src: SocketAddr,
+        m: &super::mmsg::Outgoing<'_>,
+        now: Instant,
+    ) -> bool {
+        let mac = if self.loopback {
+            [0; 6]
+        } else {
+            match self.neigh.borrow_mut().mac_for(m.dst.ip(), now) {
+                Some(m) => m,
+                None => {
+                    self.count(|c| c.tx_no_neighbour += 1);
+                    return false;
+                }
+            }
+        };
+        self.emit(buf, mac, src, m.dst, m.traffic_class, m.payload)
     }
 }
 

@@ -302,6 +302,26 @@ impl Engine {
                         counters.push(("packet_neigh_resolved".into(), resolved));
                         counters.push(("packet_neigh_unresolved".into(), unresolved));
                     }
+                    if let Some((p, x, (resolved, unresolved))) = d.udp.xdp_counters() {
+                        let all = [
+                            ("xdp_rx_icrc_errors", p.rx_icrc_errors),
+                            ("xdp_rx_malformed", p.rx_malformed),
+                            ("xdp_rx_bad_descs", x.bad_descs),
+                            ("xdp_rx_dropped", x.xsk.rx_dropped),
+                            ("xdp_rx_ring_full", x.xsk.rx_ring_full),
+                            (
+                                "xdp_rx_fill_ring_empty_descs",
+                                x.xsk.rx_fill_ring_empty_descs,
+                            ),
+                            ("xdp_rx_invalid_descs", x.xsk.rx_invalid_descs),
+                            ("xdp_tx_invalid_descs", x.xsk.tx_invalid_descs),
+                            ("xdp_tx_ring_full", x.tx_ring_full),
+                            ("xdp_tx_no_neighbour", p.tx_no_neighbour),
+                            ("xdp_neigh_resolved", resolved),
+                            ("xdp_neigh_unresolved", unresolved),
+                        ];
+                        counters.extend(all.into_iter().map(|(k, v)| (k.into(), v)));
+                    }
                     counters.push(("bad_client_requests".into(), self.counters.bad_requests));
                     counters.push(("bad_wqes".into(), self.counters.bad_wqes));
                     counters.push(("broken_rings".into(), self.counters.broken_rings));

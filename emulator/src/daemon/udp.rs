@@ -16,6 +16,7 @@
 //! closes its own socket and touches no other.
 
 use super::packet::{self, PacketCounters, PacketLink};
+use super::xdp::{XdpCounters, XdpLink, XSK_BASE};
 use super::{mmsg, sys};
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -52,6 +53,8 @@ pub struct UdpBackend {
     /// With `backend packet`: the AF_PACKET link that sends and receives instead of the
     /// 4791 sockets, which then only hold the port (`packet.rs`).
     packet: Option<PacketLink>,
+    /// With `backend xdp`: the AF_XDP link, likewise (`xdp/mod.rs`).
+    xdp: Option<XdpLink>,
 }
 
 /// Which socket of a device a batch of packets leaves from.
@@ -61,7 +64,8 @@ pub enum Sock {
     Slot(usize),
     /// A send-only socket on a hashed source port.
     Sender(usize),
-    /// The AF_PACKET socket at this GID index, sending from this UDP port.
+    /// The AF_PACKET socket at this GID index (or the AF_XDP link of a device on the xdp
+    /// backend), sending from this UDP port.
     Packet(usize, u16),
 }
 
@@ -152,6 +156,7 @@ impl UdpBackend {
             ifindex,
             mcast: Default::default(),
             packet: None,
+            xdp: None,
         })
     }
 
@@ -169,13 +174,45 @@ impl UdpBackend {
         Ok(())
     }
 
+    /// Moves the device to the AF_XDP `link` (`backend xdp`): every bound address is
+    /// redirected to it, and its 4791 socket stops receiving (it keeps the port).
+    pub fn use_xdp(&mut self, link: XdpLink) -> io::Result<()> {
+        for (_, s) in self.bound() {
+            packet::drop_everything(s.socket.as_raw_fd())?;
+            link.add_addr(s.local.ip())?;
+        }
+        self.xdp = Some(link);
+        Ok(())
+    }
+
+    /// Whether the daemon writes the frames itself (`packet` or `xdp`).
+    fn raw(&self) -> bool {
+        self.packet.is_some() || self.xdp.is_some()
+    }
+
     /// The backend's name (`link show`).
     pub fn backend(&self) -> super::backend::Backend {
         if self.packet.is_some() {
             super::backend::Backend::Packet
+        } else if self.xdp.is_some() {
+            super::backend::Backend::Xdp
         } else {
             super::backend::Backend::Udp
         }
+    }
+
+    /// How the xdp backend's program runs (`None` on the other backends).
+    pub fn xdp_mode(&self) -> Option<super::xdp::Mode> {
+        self.xdp.as_ref().map(XdpLink::mode)
+    }
+
+    /// The AF_XDP backend's counters (`None` on the other backends), with the next hops
+    /// resolved by asking the kernel and those it could not resolve.
+    pub fn xdp_counters(&self) -> Option<(PacketCounters, XdpCounters, (u64, u64))> {
+        self.xdp.as_ref().map(|x| {
+            let (p, c) = x.counters();
+            (p, c, x.neighbour_counters())
+        })
     }
 
     /// The AF_PACKET backend's counters (`None` on the UDP backend), with the next hops
@@ -194,6 +231,10 @@ impl UdpBackend {
             packet::drop_everything(s.socket.as_raw_fd())?;
             link.open_slot(slot, ip)?;
         }
+        if let Some(link) = &self.xdp {
+            packet::drop_everything(s.socket.as_raw_fd())?;
+            link.add_addr(ip)?;
+        }
         if self.sockets.len() <= slot {
             self.sockets.resize_with(slot + 1, || None);
         }
@@ -209,6 +250,9 @@ impl UdpBackend {
         };
         if let Some(link) = &mut self.packet {
             link.close_slot(slot);
+        }
+        if let Some(link) = &self.xdp {
+            link.remove_addr(s.local.ip());
         }
         while matches!(self.sockets.last(), Some(None)) {
             self.sockets.pop();
@@ -236,18 +280,27 @@ impl UdpBackend {
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
     }
 
-    /// The descriptors the engine watches with their GID indices (the epoll set): the
-    /// 4791 sockets, or with `backend packet` the AF_PACKET sockets.
+    /// The descriptors the engine watches with their socket indices (the epoll set): the
+    /// 4791 sockets at their GID indices, or with `backend packet` the AF_PACKET sockets,
+    /// or with `backend xdp` the AF_XDP sockets from [`XSK_BASE`] on.
     pub fn fds(&self) -> impl Iterator<Item = (usize, RawFd)> + '_ {
+        let xsks = self
+            .xdp
+            .iter()
+            .flat_map(|x| x.fds())
+            .map(|(q, fd)| (XSK_BASE + q, fd));
         self.bound()
             .filter_map(|(i, _)| self.fd(i).map(|fd| (i, fd)))
+            .chain(xsks)
     }
 
-    /// The descriptor the engine watches for GID index `slot`.
+    /// The descriptor the engine watches for GID index `slot` (none with `backend xdp`,
+    /// whose sockets serve every address).
     pub fn fd(&self, slot: usize) -> Option<RawFd> {
-        match &self.packet {
-            Some(link) => link.fd(slot),
-            None => self.socket(slot).map(|s| s.socket.as_raw_fd()),
+        match (&self.packet, &self.xdp) {
+            (Some(link), _) => link.fd(slot),
+            (None, Some(_)) => None,
+            (None, None) => self.socket(slot).map(|s| s.socket.as_raw_fd()),
         }
     }
 
@@ -286,8 +339,19 @@ impl UdpBackend {
         i: usize,
         batch: &mut mmsg::RecvBatch,
     ) -> io::Result<(usize, SocketAddr)> {
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        if let Some(link) = &self.xdp {
+            if (XSK_BASE..super::mcast::MCAST_BASE).contains(&i) {
+                let local_of = |ip: IpAddr| {
+                    self.bound()
+                        .find(|(_, s)| s.local.ip() == ip)
+                        .map(|(_, s)| s.local)
+                };
+                return Ok((link.recv_batch(i - XSK_BASE, local_of, batch), nowhere));
+            }
+        }
         let Some(s) = self.socket(i).or_else(|| self.mcast.get(i)) else {
-            return Ok((0, SocketAddr::from(([0, 0, 0, 0], 0))));
+            return Ok((0, nowhere));
         };
         match &self.packet {
             Some(link) if i < super::mcast::MCAST_BASE => {
@@ -303,7 +367,7 @@ impl UdpBackend {
     pub fn ensure_sender(&mut self, src: SocketAddr) {
         let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
         if src.port() == ROCE_V2_PORT
-            || self.packet.is_some()
+            || self.raw()
             || self.bound().any(|(_, s)| same(s))
             || self.senders.iter().any(same)
             || !self.bound().any(|(_, s)| s.local.ip() == src.ip())
@@ -339,7 +403,7 @@ impl UdpBackend {
     /// not served (any more): a packet sent from another address would fail its ICRC at the
     /// peer, so it is not sent at all.
     pub fn socket_for(&self, src: SocketAddr) -> Option<Sock> {
-        if self.packet.is_some() {
+        if self.raw() {
             // Any source port: the frame's UDP header is written here.
             return self
                 .bound()
@@ -396,6 +460,9 @@ impl UdpBackend {
         };
         if let (Sock::Packet(slot, port), Some(link)) = (i, &self.packet) {
             return link.send_batch(slot, SocketAddr::new(s.local.ip(), port), msgs);
+        }
+        if let (Sock::Packet(_, port), Some(link)) = (i, &self.xdp) {
+            return Ok(link.send_batch(SocketAddr::new(s.local.ip(), port), msgs));
         }
         for m in msgs.iter_mut() {
             m.dst = self.scoped(i, m.dst);
