@@ -6,7 +6,8 @@
 //! network namespaces over veth. rdma-emu: perftest's ib_write_bw / ib_read_bw /
 //! ib_send_bw at 64 B, 4 KiB, 64 KiB and 1 MiB and ib_write_lat / ib_send_lat /
 //! ib_read_lat at 2 B and 4 KiB, over RoCE (`rxe0`) and iWARP (`siw0`, RDMA CM), on one host
-//! through one daemon and between two daemons in two namespaces; scale (many RC QPs between
+//! through one daemon and between two daemons in two namespaces; the RoCE backends (`udp`,
+//! `packet`, `xdp`) side by side between two namespaces (`backends.rs`); scale (many RC QPs between
 //! two daemons, 100 processes on one daemon, the daemon's memory at idle and per idle QP,
 //! its idle CPU); the core's criterion bench. Every program runs under a time limit, and a
 //! failure becomes a row with its reason. The load average is recorded.
@@ -14,6 +15,7 @@
 //! The generated tables go to `docs/performance-latest.md` and between the
 //! `<!-- bench:begin -->` / `<!-- bench:end -->` markers of `docs/performance.md`; the plot
 //! of bandwidth against message size to `docs/performance.png`.
+mod backends;
 mod limits;
 mod plot;
 mod site;
@@ -189,6 +191,7 @@ fn suite(
             }
         }
     }
+    let backend_rows = backends::measure(bin, lib, dir);
     let scale = scale_one_host(bin, lib, dir, many_qps);
     let core = core_bench();
     match &core {
@@ -206,7 +209,15 @@ fn suite(
     }
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     let load1 = loadavg();
-    let tables = report(&limits, &matrix, &shared, &scale, &core, &plotted);
+    let tables = report(
+        &limits,
+        &matrix,
+        &shared,
+        &backend_rows,
+        &scale,
+        &core,
+        &plotted,
+    );
     let header = format!(
         "Run of {when}, {minutes:.1} minutes; load average (1 min) {load0} at the start and \
          {load1} at the end ({} cores).\n\n",
@@ -567,6 +578,7 @@ fn report(
     limits: &Limits,
     matrix: &Matrix,
     shared: &SharedRows,
+    backend_rows: &[backends::BackendRow],
     scale: &Scale,
     core: &Result<CoreBench, String>,
     plotted: &Result<(), String>,
@@ -694,6 +706,7 @@ fn report(
             show_ratio(ratio(f, &memcpy), "memcpy"),
         );
     }
+    backends::report(&mut d, &mut notes, limits, backend_rows);
     let _ = writeln!(
         d,
         "\n### Scale and idle cost\n\n| what | value |\n|---|---|"

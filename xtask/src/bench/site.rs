@@ -297,6 +297,20 @@ impl Site {
         device: &'static str,
         dir: &Path,
     ) -> Result<Site, String> {
+        Site::start_on(bin, lib, net, device, dir, None)
+    }
+
+    /// [`Site::start`] with `rxe0` on `backend` (`udp`, `packet`, `xdp`; `None`: the
+    /// default) in every daemon.
+    pub fn start_on(
+        bin: &Path,
+        lib: &Path,
+        net: &Net,
+        device: &'static str,
+        dir: &Path,
+        backend: Option<&str>,
+    ) -> Result<Site, String> {
+        let rxe_backend = backend.map_or_else(String::new, |b| format!("backend = \"{b}\"\n"));
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let rdma_cm = device == "siw0";
         let sides = if net.two_hosts() { 2 } else { 1 };
@@ -306,7 +320,9 @@ impl Site {
             // The first device serving an address is the one RDMA CM resolves it to: on
             // one host siw0 gets 127.0.0.2 of its own, on two hosts it is listed first.
             let config = if !rdma_cm {
-                format!("[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"{iface}\"\n")
+                format!(
+                    "[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"{iface}\"\n{rxe_backend}"
+                )
             } else if net.two_hosts() {
                 format!(
                     "[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"{iface}\"\n\n\
