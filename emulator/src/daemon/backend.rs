@@ -3,8 +3,9 @@
 //! RoCE (rxe) devices: `udp`, the kernel's UDP sockets (the default, no capability
 //! needed), or `packet`, an AF_PACKET socket on the interface with Ethernet/IP/UDP headers
 //! written by the daemon (CAP_NET_RAW; `packet.rs`). iWARP (siw) devices: `tcp`, the
-//! kernel's TCP. `xdp` (AF_XDP) and `smoltcp` (a userspace TCP) are names the design
-//! reserves; this build has neither, and says so instead of pretending.
+//! kernel's TCP, or `smoltcp`, smoltcp's TCP on an AF_PACKET socket with an address of
+//! the device's own (CAP_NET_RAW; `siw/smol.rs`). `xdp` (AF_XDP) is a name the design
+//! reserves; this build does not have it, and says so instead of pretending.
 
 use std::fmt;
 
@@ -18,6 +19,8 @@ pub enum Backend {
     Packet,
     /// Kernel TCP (iWARP).
     Tcp,
+    /// smoltcp on AF_PACKET (iWARP).
+    Smoltcp,
 }
 
 impl Backend {
@@ -27,6 +30,7 @@ impl Backend {
             Backend::Udp => "udp",
             Backend::Packet => "packet",
             Backend::Tcp => "tcp",
+            Backend::Smoltcp => "smoltcp",
         }
     }
 
@@ -45,7 +49,7 @@ impl Backend {
             return Ok(Backend::default_for(link_type));
         };
         let fits = |b: Backend| {
-            if (link_type == "siw") == (b == Backend::Tcp) {
+            if (link_type == "siw") == matches!(b, Backend::Tcp | Backend::Smoltcp) {
                 Ok(b)
             } else {
                 Err(BackendError::WrongType {
@@ -58,11 +62,11 @@ impl Backend {
             "udp" => fits(Backend::Udp),
             "packet" => fits(Backend::Packet),
             "tcp" => fits(Backend::Tcp),
+            "smoltcp" => fits(Backend::Smoltcp),
             // Reserved by the design, not built: say so, unless it is the other type's.
             "xdp" if link_type != "siw" => Err(BackendError::NotBuilt("xdp")),
-            "smoltcp" if link_type == "siw" => Err(BackendError::NotBuilt("smoltcp")),
-            "xdp" | "smoltcp" => Err(BackendError::WrongType {
-                backend: if word == "xdp" { "xdp" } else { "smoltcp" },
+            "xdp" => Err(BackendError::WrongType {
+                backend: "xdp",
                 link_type: link_type.to_string(),
             }),
             other => Err(BackendError::Unknown(other.to_string())),
@@ -114,7 +118,7 @@ impl fmt::Display for BackendError {
             ),
             BackendError::WrongType { backend, link_type } => {
                 let ok = if link_type == "siw" {
-                    "tcp"
+                    "tcp or smoltcp"
                 } else {
                     "udp or packet"
                 };
@@ -125,7 +129,7 @@ impl fmt::Display for BackendError {
             }
             BackendError::Unknown(b) => write!(
                 f,
-                "unknown backend {b:?}: rxe devices take udp or packet, siw devices tcp"
+                "unknown backend {b:?}: rxe devices take udp or packet, siw devices tcp or smoltcp"
             ),
         }
     }
@@ -144,6 +148,10 @@ mod tests {
         assert_eq!(Backend::choose("rxe", Some("udp")), Ok(Backend::Udp));
         assert_eq!(Backend::choose("rxe", Some("packet")), Ok(Backend::Packet));
         assert_eq!(Backend::choose("siw", Some("tcp")), Ok(Backend::Tcp));
+        assert_eq!(
+            Backend::choose("siw", Some("smoltcp")),
+            Ok(Backend::Smoltcp)
+        );
         let wrong = Backend::choose("siw", Some("packet")).unwrap_err();
         assert_eq!(wrong.errno(), libc::EINVAL);
         assert!(wrong.to_string().contains("use backend tcp"), "{wrong}");
@@ -155,19 +163,15 @@ mod tests {
     }
 
     #[test]
-    fn xdp_and_smoltcp_are_refused_as_not_built_with_what_to_use() {
+    fn xdp_is_refused_as_not_built_and_smoltcp_serves_only_siw() {
         let xdp = Backend::choose("rxe", Some("xdp")).unwrap_err();
         assert_eq!(xdp, BackendError::NotBuilt("xdp"));
         assert_eq!(xdp.errno(), libc::EOPNOTSUPP);
         assert!(xdp.to_string().contains("not built"), "{xdp}");
         assert!(xdp.to_string().contains("udp or packet"), "{xdp}");
-        let smol = Backend::choose("siw", Some("smoltcp")).unwrap_err();
-        assert_eq!(smol, BackendError::NotBuilt("smoltcp"));
-        assert!(smol.to_string().contains("use backend tcp"), "{smol}");
-        assert_eq!(
-            Backend::choose("rxe", Some("smoltcp")).unwrap_err().errno(),
-            libc::EINVAL
-        );
+        let smol = Backend::choose("rxe", Some("smoltcp")).unwrap_err();
+        assert_eq!(smol.errno(), libc::EINVAL);
+        assert!(smol.to_string().contains("udp or packet"), "{smol}");
         assert!(matches!(
             Backend::choose("rxe", Some("dpdk")),
             Err(BackendError::Unknown(_))

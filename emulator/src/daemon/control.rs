@@ -401,6 +401,7 @@ impl Engine {
                 backend,
                 default_tos,
                 cnp_dscp,
+                addrs,
             } => {
                 let backend = super::backend::Backend::choose(&link_type, backend.as_deref())
                     .map_err(|e| {
@@ -412,6 +413,8 @@ impl Engine {
                     mpa_markers,
                     default_tos,
                     cnp_dscp,
+                    addrs,
+                    backend: Some(backend.name().to_string()),
                     ..config::DeviceSpec::new(&name, &link_type, &netdev)
                 };
                 spec.validate().map_err(|e| {
@@ -440,6 +443,7 @@ impl Engine {
                         std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
                         std::io::ErrorKind::PermissionDenied => libc::EPERM,
                         std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+                        std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
                         _ => libc::EINVAL,
                     })
                 })?;

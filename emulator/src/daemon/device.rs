@@ -126,7 +126,7 @@ impl Device {
         udp_src_port: Option<u16>,
     ) -> io::Result<Device> {
         if spec.link_type == "siw" {
-            return super::siw::open_device(spec, seed); // siw hook
+            return super::siw::open_device(spec, backend, seed); // siw hook
         }
         if spec.link_type != "rxe" {
             return Err(io::Error::new(
@@ -434,7 +434,7 @@ impl Device {
             mpa_crc: super::siw::is_siw(self).then(|| self.spec.mpa().crc),
             mpa_markers: super::siw::is_siw(self).then(|| self.spec.mpa().markers),
             backend: if super::siw::is_siw(self) {
-                Backend::Tcp
+                self.spec.backend().unwrap_or(Backend::Tcp)
             } else {
                 self.udp.backend()
             }
