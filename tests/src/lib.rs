@@ -437,6 +437,91 @@ impl Output {
     }
 }
 
+/// tshark's output for `pcap` with `args` (after [`TSHARK_FLAGS`]); a panic when it fails.
+pub fn tshark(pcap: &Path, args: &[&str]) -> String {
+    let out = Command::new("tshark")
+        .args(TSHARK_FLAGS)
+        .arg("-r")
+        .arg(pcap)
+        .args(args)
+        .output()
+        .expect("tshark -r");
+    assert!(
+        out.status.success(),
+        "tshark {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `rdma-emu decode PCAP`: what it printed; a panic (with everything it printed) unless
+/// it exited 0, i.e. found no bad ICRC, CRC or frame.
+pub fn decode(pcap: &Path) -> String {
+    let out = Command::new(bin_dir().join("rdma-emu"))
+        .arg("decode")
+        .arg(pcap)
+        .output()
+        .expect("rdma-emu decode");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "rdma-emu decode {} found an error ({}):\n{text}{}",
+        pcap.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// How many pings an `rping -v -V` client printed (each verified).
+pub fn rping_pings(client: &Output) -> usize {
+    client
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .count()
+}
+
+/// What perftest prints when its clock calibration failed (`get_cpu_mhz`: "Correlation
+/// coefficient r^2 < 0.9", which CPU contention causes).
+pub const PERFTEST_NO_REPORT: &str = "Can't produce a report";
+
+/// Both programs of a pair exited 0; otherwise a panic with what both printed (the side
+/// that failed first is often not the one that timed out).
+pub fn assert_both(server: &Output, client: &Output) {
+    if server.success() && client.success() {
+        return;
+    }
+    let show = |o: &Output| {
+        format!(
+            "`{}`: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            o.argv,
+            o.status.map_or("timed out".into(), |st| st.to_string()),
+            o.stdout,
+            o.stderr
+        )
+    };
+    panic!("client {}\n\nserver {}", show(client), show(server));
+}
+
+/// Runs a perftest server/client pair (`try_pair`), again (at most twice) when perftest
+/// could not report because its clock calibration failed; then both must have exited 0.
+pub fn perftest_retrying(mut try_pair: impl FnMut() -> (Output, Output)) -> (Output, Output) {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let (s, c) = try_pair();
+        let uncalibrated = [&s, &c]
+            .iter()
+            .any(|o| !o.success() && o.stderr.contains(PERFTEST_NO_REPORT));
+        if !uncalibrated || tries == 3 {
+            assert_both(&s, &c);
+            return (s, c);
+        }
+        eprintln!("perftest could not calibrate its clock (run {tries}), again");
+    }
+}
+
 /// A running program; its output is collected by threads so it never blocks on a pipe.
 pub struct Program {
     child: Child,

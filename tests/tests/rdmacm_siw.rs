@@ -94,22 +94,9 @@ impl Setup {
     }
 
     /// perftest's pair: as `pair`, but a run that perftest itself could not report
-    /// because its clock calibration failed (`get_cpu_mhz`: "Correlation coefficient
-    /// r^2 < 0.9", which CPU contention causes) is run again, at most twice.
+    /// because its clock calibration failed is run again (`perftest_retrying`).
     fn perftest_pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let (s, c) = self.try_pair(server, client, port);
-            let uncalibrated = [&s, &c]
-                .iter()
-                .any(|o| !o.success() && o.stderr.contains(NO_REPORT));
-            if !uncalibrated || tries == 3 {
-                assert_both(&s, &c);
-                return (s, c);
-            }
-            eprintln!("perftest could not calibrate its clock (run {tries}), again");
-        }
+        perftest_retrying(|| self.try_pair(server, client, port))
     }
 
     fn try_pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
@@ -125,27 +112,6 @@ impl Setup {
             LIMIT,
         )
     }
-}
-
-/// What perftest prints when its clock calibration failed.
-const NO_REPORT: &str = "Can't produce a report";
-
-/// Both programs exited 0; otherwise a panic with what both printed (the side that
-/// failed first is often not the one that timed out).
-fn assert_both(s: &Output, c: &Output) {
-    if s.success() && c.success() {
-        return;
-    }
-    let show = |o: &Output| {
-        format!(
-            "`{}`: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            o.argv,
-            o.status.map_or("timed out".into(), |st| st.to_string()),
-            o.stdout,
-            o.stderr
-        )
-    };
-    panic!("client {}\n\nserver {}", show(c), show(s));
 }
 
 fn rping(two_hosts: bool) {
@@ -164,12 +130,7 @@ fn rping(two_hosts: bool) {
         ],
         7174,
     );
-    let pings = c
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("ping data: rdma-ping-"))
-        .count();
-    assert_eq!(pings, 100, "client output:\n{}", c.stdout);
+    assert_eq!(rping_pings(&c), 100, "client output:\n{}", c.stdout);
 }
 
 /// ucmatose (`-c` connections) and rdma_server/rdma_client over siw0.

@@ -58,23 +58,6 @@ impl Mpa {
     }
 }
 
-/// tshark's output for `pcap` with `args`.
-fn tshark(pcap: &Path, args: &[&str]) -> String {
-    let out = Command::new("tshark")
-        .args(TSHARK_FLAGS)
-        .arg("-r")
-        .arg(pcap)
-        .args(args)
-        .output()
-        .expect("tshark -r");
-    assert!(
-        out.status.success(),
-        "tshark {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The value of boolean `field` in the one frame matching `filter` (tshark prints 1/0
 /// or True/False depending on its version).
 fn flag(pcap: &Path, filter: &str, field: &str) -> bool {
@@ -234,18 +217,7 @@ fn check_capture(pcap: &Path, server: Mpa, client: Mpa) {
 
     // rdma-emu decode reassembles each stream: its count of FPDUs per frame is the truth
     // tshark's view is compared with.
-    let decode = Command::new(bin_dir().join("rdma-emu"))
-        .arg("decode")
-        .arg(pcap)
-        .output()
-        .expect("rdma-emu decode");
-    let text = String::from_utf8_lossy(&decode.stdout);
-    assert!(
-        decode.status.success(),
-        "{ctx}: rdma-emu decode found a bad CRC ({}):\n{text}{}",
-        decode.status,
-        String::from_utf8_lossy(&decode.stderr)
-    );
+    let text = decode(pcap);
     for unit in ["MPA Request", "MPA Reply"] {
         assert_eq!(text.matches(unit).count(), 1, "{ctx}: {unit} in:\n{text}");
     }

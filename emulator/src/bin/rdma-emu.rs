@@ -148,14 +148,17 @@ fn gid_text(gid: &[u8; 16]) -> String {
 }
 
 const LINK_ADD_USAGE: &str = "usage: rdma-emu link add NAME type rxe|siw netdev IFACE \
-     [backend udp|packet|xdp (rxe), tcp (siw)] [crc on|off] [markers on|off] \
-     [tos 0..=255, ECN bits 0 (rxe)] [cnp_dscp 0..=63 (rxe)]";
+     [backend udp|packet|xdp (rxe), tcp|smoltcp (siw)] [addr IP (repeatable; required with \
+     smoltcp)] [crc on|off] [markers on|off] [tos 0..=255, ECN bits 0 (rxe)] \
+     [cnp_dscp 0..=63 (rxe)]";
 
 /// The `LinkAdd` request for `link add NAME WORDS...`, where WORDS are key/value pairs as
 /// iproute2 takes them: `type` and `netdev` (required), `backend` (`udp`, the default,
-/// `packet` or `xdp` for rxe; `tcp` for siw; `smoltcp` is refused as not built), and
-/// for siw devices `crc` and `markers` (`on`|`off`), for rxe devices `tos` (the RDMA CM
-/// default traffic class) and `cnp_dscp`. Errors say what is wrong, then the usage.
+/// `packet` or `xdp` for rxe; `tcp`, the default, or `smoltcp` for siw), `addr` (an
+/// address the device serves instead of the interface's; may be repeated; a smoltcp
+/// device needs one of its own), and for siw devices `crc` and `markers` (`on`|`off`), for
+/// rxe devices `tos` (the RDMA CM default traffic class) and `cnp_dscp`. Errors say what
+/// is wrong, then the usage.
 fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String> {
     let mut link_type = None;
     let mut netdev = None;
@@ -164,6 +167,7 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
     let mut backend = None;
     let mut default_tos = None;
     let mut cnp_dscp = None;
+    let mut addrs: Vec<std::net::IpAddr> = Vec::new();
     for pair in words.chunks(2) {
         let [key, value] = pair else {
             return Err(format!("{:?} has no value\n{LINK_ADD_USAGE}", pair[0]));
@@ -189,10 +193,19 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
             "backend" => (backend.replace(value.clone()).is_some(), "backend"),
             "tos" => (default_tos.replace(byte(value, 255)?).is_some(), "tos"),
             "cnp_dscp" => (cnp_dscp.replace(byte(value, 63)?).is_some(), "cnp_dscp"),
+            "addr" => {
+                let a = value.parse().map_err(|_| {
+                    format!("addr takes an IP address, not {value:?}\n{LINK_ADD_USAGE}")
+                })?;
+                (addrs.contains(&a), "this addr")
+            }
             other => return Err(format!("unknown key {other:?}\n{LINK_ADD_USAGE}")),
         };
         if slot_taken {
             return Err(format!("{what} given twice\n{LINK_ADD_USAGE}"));
+        }
+        if key == "addr" {
+            addrs.extend(value.parse::<std::net::IpAddr>());
         }
     }
     let (Some(link_type), Some(netdev)) = (link_type, netdev) else {
@@ -214,7 +227,13 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
         ));
     }
     if matches!(link_type.as_str(), "rxe" | "siw") {
-        Backend::choose(&link_type, backend.as_deref()).map_err(|e| e.to_string())?;
+        let b = Backend::choose(&link_type, backend.as_deref()).map_err(|e| e.to_string())?;
+        if b == Backend::Smoltcp && addrs.is_empty() {
+            return Err(format!(
+                "backend smoltcp needs an address of its own, one the kernel does not have \
+                 on {netdev}: add addr IP\n{LINK_ADD_USAGE}"
+            ));
+        }
     }
     Ok(RequestBody::LinkAdd {
         name: name.to_string(),
@@ -225,6 +244,7 @@ fn link_add_request(name: &str, words: &[String]) -> Result<RequestBody, String>
         backend,
         default_tos,
         cnp_dscp,
+        addrs: (!addrs.is_empty()).then_some(addrs),
     })
 }
 
@@ -462,9 +482,13 @@ fn main() -> ExitCode {
                     let is = |errno| e == std::io::Error::from_raw_os_error(errno).to_string();
                     let eperm = is(libc::EPERM);
                     match raw.as_str() {
-                        "packet" if eperm => format!(
-                            "{e}: backend packet needs CAP_NET_RAW in rdma-emud (root, or \
-                                 setcap cap_net_raw+ep); backend udp needs none"
+                        "packet" | "smoltcp" if eperm => format!(
+                            "{e}: backend {raw} needs CAP_NET_RAW in rdma-emud (root, or \
+                                 setcap cap_net_raw+ep); backends udp and tcp need none"
+                        ),
+                        "smoltcp" if is(libc::EADDRINUSE) => format!(
+                            "{e}: the kernel has that address too, and its TCP would answer the \
+                                 device's peers with RST; give the device an address of its own"
                         ),
                         "xdp" if eperm => format!(
                             "{e}: backend xdp needs CAP_NET_ADMIN, CAP_BPF and CAP_NET_RAW in \
@@ -775,6 +799,7 @@ mod tests {
                 backend: None,
                 default_tos: None,
                 cnp_dscp: None,
+                addrs: None,
             })
         );
         assert_eq!(
@@ -788,6 +813,7 @@ mod tests {
                 backend: None,
                 default_tos: None,
                 cnp_dscp: None,
+                addrs: None,
             })
         );
     }
@@ -831,7 +857,20 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let e = add("type siw netdev eth0 backend smoltcp").unwrap_err();
-        assert!(e.contains("not built") && e.contains("tcp"), "{e}");
+        assert!(e.contains("needs an address of its own"), "{e}");
+        match add("type siw netdev eth0 backend smoltcp addr 10.0.0.11 addr fd00::11") {
+            Ok(RequestBody::LinkAdd { backend, addrs, .. }) => {
+                assert_eq!(backend.as_deref(), Some("smoltcp"));
+                let want: Vec<std::net::IpAddr> =
+                    vec!["10.0.0.11".parse().unwrap(), "fd00::11".parse().unwrap()];
+                assert_eq!(addrs, Some(want));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = add("type siw netdev eth0 backend smoltcp addr 10.0.0.300").unwrap_err();
+        assert!(e.contains("IP address"), "{e}");
+        let e = add("type siw netdev eth0 addr 10.0.0.11 addr 10.0.0.11").unwrap_err();
+        assert!(e.contains("twice"), "{e}");
         let e = add("type siw netdev eth0 backend packet").unwrap_err();
         assert!(e.contains("use backend tcp"), "{e}");
         assert!(add("type rxe netdev lo backend udp backend packet")

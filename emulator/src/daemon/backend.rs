@@ -4,8 +4,8 @@
 //! needed), `packet`, an AF_PACKET socket on the interface with Ethernet/IP/UDP headers
 //! written by the daemon (CAP_NET_RAW; `packet.rs`), or `xdp`, the same frames through
 //! an XDP program and AF_XDP sockets (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW; `xdp/`).
-//! iWARP (siw) devices: `tcp`, the kernel's TCP. `smoltcp` (a userspace TCP) is a name
-//! the design reserves; this build does not have it, and says so instead of pretending.
+//! iWARP (siw) devices: `tcp`, the kernel's TCP, or `smoltcp`, smoltcp's TCP on an
+//! AF_PACKET socket with an address of the device's own (CAP_NET_RAW; `siw/smol.rs`).
 
 use std::fmt;
 
@@ -21,6 +21,8 @@ pub enum Backend {
     Xdp,
     /// Kernel TCP (iWARP).
     Tcp,
+    /// smoltcp on AF_PACKET (iWARP).
+    Smoltcp,
 }
 
 impl Backend {
@@ -31,6 +33,7 @@ impl Backend {
             Backend::Packet => "packet",
             Backend::Xdp => "xdp",
             Backend::Tcp => "tcp",
+            Backend::Smoltcp => "smoltcp",
         }
     }
 
@@ -43,13 +46,18 @@ impl Backend {
         }
     }
 
+    /// Whether this is a backend of siw (iWARP) devices.
+    fn serves_iwarp(self) -> bool {
+        matches!(self, Backend::Tcp | Backend::Smoltcp)
+    }
+
     /// The backend `word` names for a device of `link_type` (`None`: the type's default).
     pub fn choose(link_type: &str, word: Option<&str>) -> Result<Backend, BackendError> {
         let Some(word) = word else {
             return Ok(Backend::default_for(link_type));
         };
         let fits = |b: Backend| {
-            if (link_type == "siw") == (b == Backend::Tcp) {
+            if (link_type == "siw") == b.serves_iwarp() {
                 Ok(b)
             } else {
                 Err(BackendError::WrongType {
@@ -63,12 +71,7 @@ impl Backend {
             "packet" => fits(Backend::Packet),
             "xdp" => fits(Backend::Xdp),
             "tcp" => fits(Backend::Tcp),
-            // Reserved by the design, not built: say so, unless it is the other type's.
-            "smoltcp" if link_type == "siw" => Err(BackendError::NotBuilt("smoltcp")),
-            "smoltcp" => Err(BackendError::WrongType {
-                backend: "smoltcp",
-                link_type: link_type.to_string(),
-            }),
+            "smoltcp" => fits(Backend::Smoltcp),
             other => Err(BackendError::Unknown(other.to_string())),
         }
     }
@@ -80,11 +83,9 @@ impl fmt::Display for Backend {
     }
 }
 
-/// Why a backend cannot be chosen.
+/// Why a backend cannot be chosen (the daemon answers EINVAL).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendError {
-    /// A backend the design names but this build does not have.
-    NotBuilt(&'static str),
     /// A backend of the other device type (`packet` or `xdp` for siw, `tcp` for rxe…).
     WrongType {
         backend: &'static str,
@@ -95,26 +96,18 @@ pub enum BackendError {
 }
 
 impl BackendError {
-    /// The errno the daemon answers with: a backend it does not build is EOPNOTSUPP,
-    /// a request that cannot make sense EINVAL.
+    /// The errno the daemon answers with: a request that cannot make sense.
     pub fn errno(&self) -> i32 {
-        match self {
-            BackendError::NotBuilt(_) => libc::EOPNOTSUPP,
-            _ => libc::EINVAL,
-        }
+        libc::EINVAL
     }
 }
 
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BackendError::NotBuilt(b) => write!(
-                f,
-                "backend {b} is not built in this rdma-emu; use backend tcp (the kernel's TCP)"
-            ),
             BackendError::WrongType { backend, link_type } => {
                 let ok = if link_type == "siw" {
-                    "tcp"
+                    "tcp or smoltcp"
                 } else {
                     "udp, packet or xdp"
                 };
@@ -125,7 +118,7 @@ impl fmt::Display for BackendError {
             }
             BackendError::Unknown(b) => write!(
                 f,
-                "unknown backend {b:?}: rxe devices take udp, packet or xdp, siw devices tcp"
+                "unknown backend {b:?}: rxe devices take udp, packet or xdp, siw devices tcp or smoltcp"
             ),
         }
     }
@@ -145,31 +138,26 @@ mod tests {
         assert_eq!(Backend::choose("rxe", Some("packet")), Ok(Backend::Packet));
         assert_eq!(Backend::choose("rxe", Some("xdp")), Ok(Backend::Xdp));
         assert_eq!(Backend::choose("siw", Some("tcp")), Ok(Backend::Tcp));
-        let wrong = Backend::choose("siw", Some("packet")).unwrap_err();
-        assert_eq!(wrong.errno(), libc::EINVAL);
-        assert!(wrong.to_string().contains("use backend tcp"), "{wrong}");
-        let wrong = Backend::choose("rxe", Some("tcp")).unwrap_err();
-        assert!(
-            wrong.to_string().contains("use backend udp, packet or xdp"),
-            "{wrong}"
+        assert_eq!(
+            Backend::choose("siw", Some("smoltcp")),
+            Ok(Backend::Smoltcp)
         );
-        let wrong = Backend::choose("siw", Some("xdp")).unwrap_err();
-        assert_eq!(wrong.errno(), libc::EINVAL);
-        assert!(wrong.to_string().contains("use backend tcp"), "{wrong}");
     }
 
     #[test]
-    fn smoltcp_is_refused_as_not_built_with_what_to_use() {
-        let smol = Backend::choose("siw", Some("smoltcp")).unwrap_err();
-        assert_eq!(smol, BackendError::NotBuilt("smoltcp"));
-        assert!(smol.to_string().contains("use backend tcp"), "{smol}");
-        assert_eq!(
-            Backend::choose("rxe", Some("smoltcp")).unwrap_err().errno(),
-            libc::EINVAL
-        );
-        assert!(matches!(
-            Backend::choose("rxe", Some("dpdk")),
-            Err(BackendError::Unknown(_))
-        ));
+    fn a_backend_of_the_other_type_or_none_at_all_is_refused_with_what_to_use() {
+        for (link_type, word, hint) in [
+            ("siw", "packet", "use backend tcp or smoltcp"),
+            ("siw", "xdp", "use backend tcp or smoltcp"),
+            ("rxe", "tcp", "use backend udp, packet or xdp"),
+            ("rxe", "smoltcp", "use backend udp, packet or xdp"),
+        ] {
+            let wrong = Backend::choose(link_type, Some(word)).unwrap_err();
+            assert_eq!(wrong.errno(), libc::EINVAL);
+            assert!(wrong.to_string().contains(hint), "{wrong}");
+        }
+        let unknown = Backend::choose("rxe", Some("dpdk")).unwrap_err();
+        assert!(matches!(unknown, BackendError::Unknown(_)));
+        assert!(unknown.to_string().contains("tcp or smoltcp"), "{unknown}");
     }
 }

@@ -25,6 +25,13 @@
 //! mpa_crc = true             # siw only: ask for MPA CRCs (default false, as Linux siw)
 //! mpa_markers = false        # siw only: ask for MPA markers toward this device
 //!
+//! [[device]]
+//! name = "siw1"
+//! type = "siw"
+//! netdev = "eth0"
+//! backend = "smoltcp"        # siw: tcp (default) | smoltcp (AF_PACKET, CAP_NET_RAW)
+//! addrs = ["10.0.0.11"]      # smoltcp: the device's own, not the kernel's (docs/backends.md)
+//!
 //! [device.dcqcn]             # rxe only: congestion control (docs/congestion.md)
 //! enabled = true             # the DCQCN reaction point (default on; off: CNPs ignored)
 //! max_rate_mbps = 0          # line rate; 0: start from the rate measured at the first CNP
@@ -100,7 +107,8 @@ pub struct DeviceSpec {
     pub link_type: String,
     pub netdev: String,
     /// Serve these addresses instead of the interface's (GID table order as given).
-    /// Tests use distinct `127.x.y.z` so several daemons share one loopback.
+    /// Tests use distinct `127.x.y.z` so several daemons share one loopback. A siw device
+    /// on smoltcp needs them: addresses of its own, which the kernel does not have.
     #[serde(default)]
     pub addrs: Option<Vec<std::net::IpAddr>>,
     /// siw only: ask for MPA CRCs (the C bit); unset is off. See [`MpaOptions::crc`].
@@ -114,7 +122,7 @@ pub struct DeviceSpec {
     #[serde(default)]
     pub dcqcn: Option<DcqcnSpec>,
     /// The backend the device reaches the network through (`udp`, `packet` or `xdp` for rxe,
-    /// `tcp` for siw); unset: the type's default. See [`Backend::choose`].
+    /// `tcp` or `smoltcp` for siw); unset: the type's default. See [`Backend::choose`].
     #[serde(default)]
     pub backend: Option<String>,
     /// rxe only: the traffic class (IP TOS byte, ECN bits 0) RDMA CM gives an id that set
@@ -266,6 +274,12 @@ impl DeviceSpec {
                  (TCP's applies)",
                 self.name
             )),
+            "siw" if self.backend() == Ok(Backend::Smoltcp) => {
+                let addrs = self.addrs.as_deref().unwrap_or_default();
+                // Whether the kernel has them too is seen when the device opens.
+                super::siw::check_smoltcp_addrs(&self.name, &self.netdev, addrs, |_| false)
+                    .map_err(|e| e.to_string())
+            }
             "siw" => Ok(()),
             "rxe" if self.mpa_crc.is_some() || self.mpa_markers.is_some() => Err(format!(
                 "device {}: mpa_crc and mpa_markers are iWARP (MPA) options; \
@@ -596,6 +610,12 @@ mod tests {
             chosen,
             [Backend::Packet, Backend::Udp, Backend::Xdp, Backend::Tcp]
         );
+        let smol = Config::from_toml(
+            "[[device]]\nname = \"siw1\"\ntype = \"siw\"\nnetdev = \"eth0\"\n\
+             backend = \"smoltcp\"\naddrs = [\"10.0.0.11\"]\n",
+        )
+        .unwrap();
+        assert_eq!(smol.devices[0].backend(), Ok(Backend::Smoltcp));
         for (dev, wanted) in [
             ("name = \"rxe0\"\nbackend = \"tcp\"", "rxe0"),
             (
@@ -604,8 +624,12 @@ mod tests {
             ),
             ("name = \"siw0\"\ntype = \"siw\"\nbackend = \"xdp\"", "siw0"),
             (
-                "name = \"siw0\"\ntype = \"siw\"\nbackend = \"smoltcp\"",
-                "not built",
+                "name = \"siw1\"\ntype = \"siw\"\nbackend = \"smoltcp\"",
+                "needs an address of its own",
+            ),
+            (
+                "name = \"siw1\"\ntype = \"siw\"\nbackend = \"smoltcp\"\naddrs = [\"0.0.0.0\"]",
+                "unicast only",
             ),
             ("name = \"rxe0\"\nbackend = \"dpdk\"", "dpdk"),
         ] {

@@ -434,6 +434,7 @@ impl Engine {
                 backend,
                 default_tos,
                 cnp_dscp,
+                addrs,
             } => {
                 let backend = super::backend::Backend::choose(&link_type, backend.as_deref())
                     .map_err(|e| {
@@ -445,6 +446,8 @@ impl Engine {
                     mpa_markers,
                     default_tos,
                     cnp_dscp,
+                    addrs,
+                    backend: Some(backend.name().to_string()),
                     ..config::DeviceSpec::new(&name, &link_type, &netdev)
                 };
                 spec.validate().map_err(|e| {
@@ -474,6 +477,7 @@ impl Engine {
                         std::io::ErrorKind::PermissionDenied => libc::EPERM,
                         std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
                         std::io::ErrorKind::ResourceBusy => libc::EBUSY,
+                        std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
                         _ => libc::EINVAL,
                     })
                 })?;

@@ -127,7 +127,7 @@ impl Device {
         udp_src_port: Option<u16>,
     ) -> io::Result<Device> {
         if spec.link_type == "siw" {
-            return super::siw::open_device(spec, seed); // siw hook
+            return super::siw::open_device(spec, backend, seed); // siw hook
         }
         if spec.link_type != "rxe" {
             return Err(io::Error::new(
@@ -442,10 +442,12 @@ impl Device {
             mpa_crc: super::siw::is_siw(self).then(|| self.spec.mpa().crc),
             mpa_markers: super::siw::is_siw(self).then(|| self.spec.mpa().markers),
             backend: match self.udp.xdp_mode() {
+                _ if super::siw::is_siw(self) => {
+                    self.spec.backend().unwrap_or(Backend::Tcp).to_string()
+                }
                 // How the program runs, as `ip link` tells it apart (xdp / xdpgeneric).
-                Some(mode) if !super::siw::is_siw(self) => format!("xdp mode {}", mode.name()),
-                _ if super::siw::is_siw(self) => Backend::Tcp.to_string(),
-                _ => self.udp.backend().to_string(),
+                Some(mode) => format!("xdp mode {}", mode.name()),
+                None => self.udp.backend().to_string(),
             },
             default_tos: (!super::siw::is_siw(self)).then(|| self.spec.default_tos()),
             cnp_dscp: (!super::siw::is_siw(self)).then(|| self.spec.cnp_dscp()),

@@ -190,7 +190,7 @@ fn roce_filter(addr: IpAddr) -> Vec<libc::sock_filter> {
 }
 
 /// Attaches a classic BPF program to a socket.
-fn attach_filter(fd: RawFd, prog: &mut [libc::sock_filter]) -> io::Result<()> {
+pub fn attach_filter(fd: RawFd, prog: &mut [libc::sock_filter]) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
@@ -216,9 +216,9 @@ pub fn drop_everything(fd: RawFd) -> io::Result<()> {
     attach_filter(fd, &mut [insn(RET_K, 0, 0, 0)])
 }
 
-/// An AF_PACKET socket on `ifindex` receiving the RoCE v2 frames to `addr`.
-fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
-    // Protocol 0: nothing is queued before the filter is in place and the bind below.
+/// A nonblocking AF_PACKET socket (raw frames) for protocol 0: it receives nothing
+/// until bound ([`bind_to_interface`]), so a filter attached first sees every frame.
+pub fn unbound_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; the descriptor is owned at once.
     let raw = unsafe {
         libc::socket(
@@ -231,7 +231,13 @@ fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `raw` is a new descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// An AF_PACKET socket on `ifindex` receiving the RoCE v2 frames to `addr`.
+fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
+    // Nothing is queued before the filter is in place and the bind below.
+    let fd = unbound_socket()?;
     attach_filter(fd.as_raw_fd(), &mut roce_filter(addr))?;
     let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
@@ -239,6 +245,13 @@ fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
         IpAddr::V4(_) => libc::ETH_P_IP,
         IpAddr::V6(_) => libc::ETH_P_IPV6,
     } as u16;
+    bind_to_interface(fd.as_raw_fd(), ifindex, proto)?;
+    Ok(fd)
+}
+
+/// Binds an AF_PACKET socket to interface `ifindex` and ethertype `proto` (`ETH_P_ALL`:
+/// every frame, the host's outgoing ones included).
+pub fn bind_to_interface(fd: RawFd, ifindex: u32, proto: u16) -> io::Result<()> {
     // SAFETY: sockaddr_ll is plain old data; all zeroes is valid.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
@@ -247,7 +260,7 @@ fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
     // SAFETY: passes a live sockaddr_ll and its size.
     let r = unsafe {
         libc::bind(
-            fd.as_raw_fd(),
+            fd,
             (&sll as *const libc::sockaddr_ll).cast(),
             std::mem::size_of::<libc::sockaddr_ll>() as u32,
         )
@@ -255,7 +268,7 @@ fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(())
 }
 
 /// Whether the interface is a loopback (`IFF_LOOPBACK` in its flags).

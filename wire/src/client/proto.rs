@@ -162,8 +162,11 @@ pub enum RequestBody {
     LinkShow,
     /// `rdma-emu link add`. `mpa_crc` / `mpa_markers`: what a siw device asks for in
     /// MPA (unset: off); EINVAL when set for an rxe device. `backend`: how the device
-    /// reaches the network (rxe: `udp`, the default, or `packet`; siw: `tcp`); a backend
-    /// this daemon does not build is EOPNOTSUPP, one of the other device type EINVAL.
+    /// reaches the network (rxe: `udp`, the default, or `packet`; siw: `tcp`, the
+    /// default, or `smoltcp`); a backend this daemon does not build is EOPNOTSUPP, one of
+    /// the other device type EINVAL. `addrs`: the addresses the device serves instead of
+    /// its interface's (a smoltcp device's own, which the kernel must not have:
+    /// EADDRINUSE when it does, EINVAL when none is given).
     /// `default_tos` / `cnp_dscp`: rxe's RDMA CM default traffic class and CNP DSCP (unset:
     /// 0 and 48); EINVAL when set for a siw device or out of range.
     LinkAdd {
@@ -175,6 +178,7 @@ pub enum RequestBody {
         backend: Option<String>,
         default_tos: Option<u8>,
         cnp_dscp: Option<u8>,
+        addrs: Option<Vec<std::net::IpAddr>>,
     },
     LinkDel {
         name: String,

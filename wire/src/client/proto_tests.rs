@@ -73,6 +73,7 @@ fn sample_requests() -> Vec<Request> {
             backend: Some("packet".into()),
             default_tos: Some(96),
             cnp_dscp: Some(48),
+            addrs: None,
         },
         RequestBody::LinkAdd {
             name: "siw1".into(),
@@ -80,9 +81,13 @@ fn sample_requests() -> Vec<Request> {
             netdev: "eth0".into(),
             mpa_crc: Some(true),
             mpa_markers: Some(false),
-            backend: None,
+            backend: Some("smoltcp".into()),
             default_tos: None,
             cnp_dscp: None,
+            addrs: Some(vec![
+                "10.0.0.11".parse().unwrap(),
+                "fd00::11".parse().unwrap(),
+            ]),
         },
         RequestBody::AttachMcast {
             qp: Handle(5),

@@ -95,6 +95,27 @@ impl Engine {
         })
     }
 
+    /// A device with addresses of its own (a siw device on smoltcp, which the kernel's
+    /// routing does not know) on the interface that has `ip`, the source the kernel's
+    /// routing picked: that device's first address of `ip`'s family stands in for it, so
+    /// an unbound id reaches the device's peers from the device's address.
+    fn cm_device_beside(&self, ip: IpAddr) -> Option<(IpAddr, usize, u32)> {
+        self.devices.iter().enumerate().find_map(|(i, d)| {
+            let d = d.as_ref()?;
+            if d.spec.backend() != Ok(crate::daemon::backend::Backend::Smoltcp)
+                || !d.netdev.addrs.contains(&ip)
+            {
+                return None;
+            }
+            let own = d
+                .gids
+                .addrs()
+                .into_iter()
+                .find(|a| a.is_ipv4() == ip.is_ipv4())?;
+            Some((own, i, d.netdev.index))
+        })
+    }
+
     /// The kernel CMA's `cma_check_port`: may `h` hold `addr` in `(ps, port)`?
     /// EADDRINUSE for the same address, EADDRNOTAVAIL when either side is a wildcard.
     pub(super) fn cm_check_port(
@@ -272,6 +293,13 @@ impl Engine {
         let found = source.and_then(|(ip, scope)| {
             self.cm_device_by_ip(ip, scope)
                 .map(|(d, ifindex)| (ip, d, ifindex))
+                .or_else(|| {
+                    bound
+                        .ip()
+                        .is_unspecified()
+                        .then(|| self.cm_device_beside(ip))
+                        .flatten()
+                })
                 .ok_or(libc::ENODEV)
         });
         let id = self.cm_id_mut(session, h)?;

@@ -4,8 +4,11 @@
 //! - [`SiwNic`] (`nic.rs`) is the device's [`super::nic::Nic`]: PDs, MRs (STags) and CQs
 //!   live in an `emu_core::Device` (the same key table and checks as RoCE), QPs are RC
 //!   only and become `iwarp::Connection`s once the RDMA CM connected them.
-//! - The kernel TCP backend (`tcp.rs`): nonblocking sockets in an epoll set of their own,
-//!   which the engine watches as one descriptor ([`super::nic::Nic::stream_fd`]).
+//! - The connections (`tcp.rs`): each TCP connection's bytes fed to its
+//!   `iwarp::Connection`, whatever TCP carries them (`net.rs`): the kernel's
+//!   (`backend tcp`, nonblocking sockets in an epoll set of their own) or smoltcp's on
+//!   an AF_PACKET socket (`backend smoltcp`, `smol.rs` and `link.rs`). The engine
+//!   watches one descriptor per device ([`super::nic::Nic::stream_fd`]).
 //! - The API the RDMA CM driver calls (`cm.rs`): listen, connect, accept, reject,
 //!   disconnect, and [`SiwCmEvent`]s. The RDMA CM port of an iWARP id is the TCP port.
 //! - What `ibv_query_device` / `ibv_query_port` / `ibv_query_gid` report (this file), as
@@ -17,13 +20,17 @@
 //! See `docs/iwarp.md` ("Daemon") and `docs/daemon.md`.
 
 mod cm;
+mod link;
+mod net;
 mod nic;
+mod smol;
 mod sock;
 mod tcp;
 
 pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 pub use nic::SiwNic;
 
+use super::backend::Backend;
 use super::config::DeviceSpec;
 use super::device::Device;
 use super::netdev;
@@ -31,6 +38,7 @@ use super::nic::Limits;
 use super::udp::UdpBackend;
 use std::collections::HashMap;
 use std::io;
+use std::net::IpAddr;
 use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};
 use wire::client::{DeviceAttr, DeviceSummary, GidEntry, PortAttr};
 
@@ -139,12 +147,89 @@ fn netdev_speed(name: &str) -> u32 {
         .map_or(1000, |s| u32::try_from(s).unwrap_or(u32::MAX))
 }
 
-/// Opens a `siw` device on its interface. No socket is opened until the RDMA CM
-/// listens or connects; `Device::gids` holds the addresses the device serves (the CM
-/// maps addresses to devices with it), the GID table shows the MAC as siw does.
-pub fn open_device(spec: &DeviceSpec, seed: u64) -> io::Result<Device> {
+/// Most addresses a smoltcp device serves (smoltcp's interface holds two).
+pub const SMOLTCP_MAX_ADDRS: usize = 2;
+
+/// Checks the addresses of a siw device on smoltcp: its own (given), unicast, at most
+/// [`SMOLTCP_MAX_ADDRS`], none of them one the kernel has (`kernel_has`), whose TCP
+/// would answer the device's peers with RST. The error says what to do.
+pub fn check_smoltcp_addrs(
+    device: &str,
+    netdev: &str,
+    addrs: &[IpAddr],
+    kernel_has: impl Fn(IpAddr) -> bool,
+) -> Result<(), io::Error> {
+    let invalid = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+    if addrs.is_empty() {
+        return invalid(format!(
+            "device {device}: backend smoltcp needs an address of its own, one the kernel              does not have: link add {device} … addr IP, or addrs = [\"IP\"] in the config"
+        ));
+    }
+    if addrs.len() > SMOLTCP_MAX_ADDRS {
+        return invalid(format!(
+            "device {device}: backend smoltcp serves at most {SMOLTCP_MAX_ADDRS} addresses"
+        ));
+    }
+    for &a in addrs {
+        if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+            return invalid(format!(
+                "device {device}: {a} cannot be a device's address (unicast only)"
+            ));
+        }
+        if kernel_has(a) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "device {device}: {a} is also an address of the kernel (on {netdev} or \
+                     another interface), whose TCP would answer the device's peers with RST; \
+                     give the smoltcp device an address of its own on {netdev}'s subnet"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the kernel has `ip` (a socket can be bound to it), on interface `scope` for
+/// a link-local IPv6 address.
+fn kernel_has(ip: IpAddr, scope: u32) -> bool {
+    let addr = match ip {
+        IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => {
+            std::net::SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope))
+        }
+        ip => std::net::SocketAddr::new(ip, 0),
+    };
+    std::net::UdpSocket::bind(addr).is_ok()
+}
+
+/// Opens a `siw` device on its interface over `backend`. No socket is opened until the
+/// RDMA CM listens or connects; `Device::gids` holds the addresses the device serves
+/// (the CM maps addresses to devices with it), the GID table shows the MAC as siw does.
+/// On smoltcp the addresses are the device's own (`spec.addrs`, checked by
+/// [`check_smoltcp_addrs`]) and the interface must be Ethernet.
+pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<Device> {
     let netdev = netdev::lookup(&spec.netdev)?;
-    let addrs = spec.addrs.clone().unwrap_or_else(|| netdev.addrs.clone());
+    let addrs = match backend {
+        Backend::Smoltcp => {
+            let own = spec.addrs.clone().unwrap_or_default();
+            check_smoltcp_addrs(&spec.name, &netdev.name, &own, |a| {
+                netdev.addrs.contains(&a) || kernel_has(a, netdev.index)
+            })?;
+            // smoltcp answers ARP with it: a unicast MAC (loopback's is all zero).
+            if netdev.mac == [0; 6] || !smoltcp::wire::EthernetAddress(netdev.mac).is_unicast() {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "device {}: backend smoltcp needs an Ethernet interface; {} has no \
+                         unicast MAC (loopback?): use backend tcp there",
+                        spec.name, netdev.name
+                    ),
+                ));
+            }
+            own
+        }
+        _ => spec.addrs.clone().unwrap_or_else(|| netdev.addrs.clone()),
+    };
     let gids = netdev::gid_table(&addrs);
     if gids.is_empty() {
         return Err(io::Error::new(
@@ -153,7 +238,21 @@ pub fn open_device(spec: &DeviceSpec, seed: u64) -> io::Result<Device> {
         ));
     }
     let mtu = port_mtu(netdev.mtu);
-    let nic = SiwNic::new(&spec.name, &gids, mtu, seed)?.with_mpa(spec.mpa());
+    let nic = match backend {
+        Backend::Smoltcp => {
+            let net = smol::SmolNet::open(
+                &netdev.name,
+                netdev.index,
+                netdev.mac,
+                netdev.mtu,
+                &gids,
+                seed,
+            )?;
+            SiwNic::on(Box::new(net), &spec.name, &gids, mtu, seed)
+        }
+        _ => SiwNic::new(&spec.name, &gids, mtu, seed)?,
+    }
+    .with_mpa(spec.mpa());
     let guid = node_guid(netdev.mac, &spec.name);
     Ok(Device {
         spec: spec.clone(),
@@ -306,6 +405,26 @@ mod tests {
         assert_eq!(node_guid([0; 6], "siw0"), 0x7369_7730_0000_0000);
         assert_eq!(node_guid([0; 6], "siw_lo_long"), 0x7369_775f_6c6f_0000);
         assert_eq!(eui48([0; 6]), 0x0200_00ff_fe00_0000);
+    }
+
+    #[test]
+    fn a_smoltcp_device_needs_addresses_of_its_own() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let kernel = |a: IpAddr| a == ip("10.0.0.1");
+        let ok = check_smoltcp_addrs("siw1", "veth0", &[ip("10.0.0.11")], kernel);
+        assert!(ok.is_ok(), "{ok:?}");
+        let none = check_smoltcp_addrs("siw1", "veth0", &[], kernel).unwrap_err();
+        assert_eq!(none.kind(), io::ErrorKind::InvalidInput);
+        assert!(none.to_string().contains("addr IP"), "{none}");
+        let taken = check_smoltcp_addrs("siw1", "veth0", &[ip("10.0.0.1")], kernel).unwrap_err();
+        assert_eq!(taken.kind(), io::ErrorKind::AddrInUse);
+        assert!(taken.to_string().contains("RST"), "{taken}");
+        for bad in ["0.0.0.0", "224.0.0.1", "127.0.0.2", "ff02::1"] {
+            let e = check_smoltcp_addrs("siw1", "veth0", &[ip(bad)], kernel).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
+        }
+        let three = [ip("10.0.0.11"), ip("10.0.0.12"), ip("fd00::11")];
+        assert!(check_smoltcp_addrs("siw1", "veth0", &three, kernel).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use super::cm::{ConnId, ConnParams, SiwCmEvent};
 use super::limits;
+use super::net::{KernelNet, StreamNet};
 use super::tcp::{ConnPhase, Streams};
 use crate::daemon::config::MpaOptions;
 use crate::daemon::core_nic::{send_wr, sges, Bridge};
@@ -75,8 +76,21 @@ fn e(err: core::Errno) -> Errno {
 }
 
 impl SiwNic {
-    /// A device with no objects; `addrs` are its addresses, `mtu` its port MTU in bytes.
+    /// A device with no objects on the kernel's TCP; `addrs` are its addresses, `mtu` its
+    /// port MTU in bytes.
     pub fn new(name: &str, addrs: &[IpAddr], mtu_bytes: u32, seed: u64) -> io::Result<SiwNic> {
+        let net = Box::new(KernelNet::new()?);
+        Ok(SiwNic::on(net, name, addrs, mtu_bytes, seed))
+    }
+
+    /// [`SiwNic::new`] on the TCP `net`.
+    pub(super) fn on(
+        net: Box<dyn StreamNet>,
+        name: &str,
+        addrs: &[IpAddr],
+        mtu_bytes: u32,
+        seed: u64,
+    ) -> SiwNic {
         let l = super::siw_limits();
         let cfg = core::DeviceConfig {
             name: name.to_string(),
@@ -101,18 +115,18 @@ impl SiwNic {
             },
             seed,
         };
-        Ok(SiwNic {
+        SiwNic {
             dev: core::Device::new(cfg),
             qps: HashMap::new(),
             next_qpn: 2,
-            io: Streams::new()?,
+            io: Streams::new(net),
             completions: VecDeque::new(),
             events: VecDeque::new(),
             cm_events: VecDeque::new(),
             counters: SiwCounters::default(),
             mtu: mtu_bytes,
             mpa: MpaOptions::default(),
-        })
+        }
     }
 
     /// The device with MPA options `mpa` for the connections it makes or accepts from now
@@ -596,6 +610,7 @@ impl Nic for SiwNic {
             ("mpa_failures", c.mpa_failures),
         ]
         .into_iter()
+        .chain(self.io.net_counters())
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }

@@ -1,13 +1,13 @@
-//! The kernel TCP backend of siw devices: nonblocking sockets in an epoll set of their
-//! own (the engine watches that set as one descriptor, `Nic::stream_fd`), each
-//! connection's bytes fed to its `iwarp::Connection` (`handle_stream`) and its output
-//! written with large writes (`poll_stream_transmit` gathered up to 1 MiB per write;
-//! what the socket does not take is kept and `EPOLLOUT` armed). `TCP_NODELAY` is set on
-//! every connection, the engine's MSS is the socket's `TCP_MAXSEG` so FPDUs stay
-//! segment-sized (RFC 5044 §4.1). When the engine is over (`wants_close`) the socket's
-//! writing half is shut down (FIN after the last byte, a Terminate included) and the
-//! socket closed once the peer's FIN arrived or after [`LINGER`]. A FIN or RST from the
-//! peer is `handle_stream_closed`.
+//! The TCP connections of siw devices, whatever TCP carries them (`net.rs`: the kernel's,
+//! or smoltcp's on AF_PACKET; the engine watches one descriptor per device,
+//! `Nic::stream_fd`): each connection's bytes fed to its `iwarp::Connection`
+//! (`handle_stream`) and its output written with large writes (`poll_stream_transmit`
+//! gathered up to 1 MiB per write; what the TCP does not take is kept and output interest
+//! set). The engine's MSS is the connection's (the kernel's `TCP_MAXSEG`, or what smoltcp
+//! and the peer's SYN allow) so FPDUs stay segment-sized (RFC 5044 §4.1). When the engine
+//! is over (`wants_close`) the writing half is shut down (FIN after the last byte, a
+//! Terminate included) and the connection closed once the peer's FIN arrived or after
+//! [`LINGER`]. A FIN or RST from the peer is `handle_stream_closed`.
 //!
 //! While a connection's engine holds a Send for a receive WR the application posted but
 //! the daemon has not taken from its ring yet (`is_waiting_for_recv`), its socket is not
@@ -16,15 +16,15 @@
 //! timeout) are part of `poll_timeout` and served by `stream_timeouts`.
 
 use super::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
+use super::net::{Ready, StreamNet, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER};
 use super::nic::SiwNic;
-use super::sock::{self, Poller, Ready};
 use crate::daemon::core_nic::{cqe_out, Bridge};
 use crate::daemon::nic::{AppMemory, Errno, EventElement};
 use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent};
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 use wire::client::verbs::{event_type, qp_state};
 use wire::iwarp::terminate::{TermLayer, TerminateError};
@@ -38,10 +38,6 @@ const RAW_MAX: usize = 64 * 1024;
 const TX_CHUNK: usize = 1 << 20;
 /// Octets read or written per connection and pass (fairness between connections).
 const IO_BUDGET: usize = 8 << 20;
-
-const TOKEN_LISTENER: u64 = 1 << 32;
-const TOKEN_CONN: u64 = 2 << 32;
-const TOKEN_KIND: u64 = !0xffff_ffff;
 
 /// Who asked for the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +76,6 @@ enum Outcome {
 /// One TCP connection.
 #[derive(Debug)]
 pub(super) struct Conn {
-    sock: TcpStream,
     pub local: SocketAddr,
     pub peer: SocketAddr,
     listener: Option<ListenerId>,
@@ -107,7 +102,9 @@ pub(super) struct Conn {
 
 #[derive(Debug)]
 struct Listener {
-    sock: TcpListener,
+    /// The listener's name in the [`StreamNet`] (kept when a lingering listener is
+    /// taken back under a new [`ListenerId`]).
+    net_id: u32,
     local: SocketAddr,
 }
 
@@ -122,7 +119,7 @@ const LISTEN_LINGER: Duration = Duration::from_secs(2);
 /// The sockets of one siw device.
 #[derive(Debug)]
 pub(super) struct Streams {
-    poller: Poller,
+    net: Box<dyn StreamNet>,
     listeners: HashMap<ListenerId, Listener>,
     /// Closed listeners kept bound until the deadline ([`LISTEN_LINGER`]).
     lingering: Vec<(Instant, Listener)>,
@@ -130,10 +127,6 @@ pub(super) struct Streams {
     next_id: u32,
     ready: Vec<Ready>,
     rx_buf: Vec<u8>,
-}
-
-fn errno_of(e: &io::Error) -> Errno {
-    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
 fn is_would_block(e: &io::Error) -> bool {
@@ -155,28 +148,37 @@ pub(super) fn terminate_event(error: TerminateError, local: bool) -> u32 {
 }
 
 impl Streams {
-    pub fn new() -> io::Result<Streams> {
-        Ok(Streams {
-            poller: Poller::new()?,
+    pub fn new(net: Box<dyn StreamNet>) -> Streams {
+        Streams {
+            net,
             listeners: HashMap::new(),
             lingering: Vec::new(),
             conns: BTreeMap::new(),
             next_id: 1,
             ready: Vec::with_capacity(64),
             rx_buf: vec![0u8; 256 * 1024],
-        })
+        }
     }
 
     pub fn raw_fd(&self) -> RawFd {
-        self.poller.raw()
+        self.net.fd()
+    }
+
+    pub fn net_counters(&self) -> Vec<(&'static str, u64)> {
+        self.net.counters()
     }
 
     fn alloc_id(&mut self) -> u32 {
         loop {
             let id = self.next_id;
             self.next_id = self.next_id.wrapping_add(1).max(1);
+            let net_ids = self
+                .listeners
+                .values()
+                .chain(self.lingering.iter().map(|l| &l.1));
             if !self.conns.contains_key(&ConnId(id))
                 && !self.listeners.contains_key(&ListenerId(id))
+                && !net_ids.into_iter().any(|l| l.net_id == id)
             {
                 return id;
             }
@@ -193,34 +195,28 @@ impl Streams {
         let kept = (local.port() != 0)
             .then(|| self.lingering.iter().position(|(_, l)| l.local == local))
             .flatten()
-            .map(|i| self.lingering.swap_remove(i).1.sock);
-        let sock = match kept {
-            Some(sock) => sock,
+            .map(|i| self.lingering.swap_remove(i).1);
+        let listener = match kept {
+            Some(l) => {
+                self.net.watch_listener(l.net_id, true);
+                l
+            }
             None => {
-                let sock = TcpListener::bind(local).map_err(|e| errno_of(&e))?;
-                sock.set_nonblocking(true).map_err(|e| errno_of(&e))?;
-                sock
+                let net_id = self.alloc_id();
+                let local = self.net.listen(net_id, local)?;
+                Listener { net_id, local }
             }
         };
-        let bound = sock.local_addr().map_err(|e| errno_of(&e))?;
+        let bound = listener.local;
         let id = self.alloc_id();
-        self.poller
-            .add(
-                sock.as_raw_fd(),
-                TOKEN_LISTENER | u64::from(id),
-                true,
-                false,
-            )
-            .map_err(|e| errno_of(&e))?;
-        self.listeners
-            .insert(ListenerId(id), Listener { sock, local: bound });
+        self.listeners.insert(ListenerId(id), listener);
         tracing::debug!(listener = id, %bound, "siw: listening");
         Ok((ListenerId(id), bound))
     }
 
     pub fn unlisten(&mut self, id: ListenerId) -> Result<(), Errno> {
         let l = self.listeners.remove(&id).ok_or(libc::ENOENT)?;
-        self.poller.remove(l.sock.as_raw_fd());
+        self.net.watch_listener(l.net_id, false);
         tracing::debug!(listener = id.0, local = %l.local, "siw: listener closed");
         self.lingering.push((Instant::now() + LISTEN_LINGER, l));
         Ok(())
@@ -230,7 +226,14 @@ impl Streams {
     /// accept queues are reset). Whether any closed.
     pub fn expire_listeners(&mut self, now: Instant) -> bool {
         let before = self.lingering.len();
-        self.lingering.retain(|(until, _)| *until > now);
+        let net = &mut self.net;
+        self.lingering.retain(|(until, l)| {
+            let keep = *until > now;
+            if !keep {
+                net.close_listener(l.net_id);
+            }
+            keep
+        });
         before != self.lingering.len()
     }
 
@@ -241,18 +244,12 @@ impl Streams {
         dst: SocketAddr,
         cfg: IwarpConfig,
     ) -> Result<(ConnId, SocketAddr), Errno> {
-        let (sock, _up) = sock::connect_nonblocking(src, dst).map_err(|e| errno_of(&e))?;
-        let local = sock.local_addr().map_err(|e| errno_of(&e))?;
         let id = self.alloc_id();
-        // Writable once connected (or failed): loopback may already be up.
-        self.poller
-            .add(sock.as_raw_fd(), TOKEN_CONN | u64::from(id), false, true)
-            .map_err(|e| errno_of(&e))?;
+        let local = self.net.connect(id, src, dst)?;
         tracing::debug!(conn = id, qpn, %local, %dst, "siw: connecting");
         self.conns.insert(
             ConnId(id),
             Conn::new(
-                sock,
                 local,
                 dst,
                 None,
@@ -268,7 +265,7 @@ impl Streams {
     }
 
     pub fn mss_of(&self, id: ConnId) -> u32 {
-        self.conns.get(&id).map_or(1460, |c| c.mss)
+        self.conns.get(&id).map_or(DEFAULT_MSS, |c| c.mss)
     }
 
     /// Sets the epoll interest a connection needs now.
@@ -282,15 +279,8 @@ impl Streams {
             ConnPhase::Running(e) if e.is_waiting_for_recv() => (false, c.want_out && !c.dead),
             _ => (!c.eof && !c.dead, c.want_out && !c.dead),
         };
-        if want != c.interest {
-            let token = TOKEN_CONN | u64::from(id.0);
-            if self
-                .poller
-                .modify(c.sock.as_raw_fd(), token, want.0, want.1)
-                .is_ok()
-            {
-                c.interest = want;
-            }
+        if want != c.interest && self.net.set_interest(id.0, want.0, want.1) {
+            c.interest = want;
         }
     }
 
@@ -327,7 +317,12 @@ impl Streams {
     /// The earliest deadline: the engines' (MPA timeouts, a Send waiting for a receive WR,
     /// a partial FPDU's stall timeout), lingering closes, lingering listeners.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let listeners = self.lingering.iter().map(|(until, _)| *until).min();
+        let listeners = self
+            .lingering
+            .iter()
+            .map(|(until, _)| *until)
+            .chain(self.net.poll_timeout())
+            .min();
         let conns = self
             .conns
             .values()
@@ -352,7 +347,6 @@ impl Streams {
 
 impl Conn {
     fn new(
-        sock: TcpStream,
         local: SocketAddr,
         peer: SocketAddr,
         listener: Option<ListenerId>,
@@ -361,14 +355,13 @@ impl Conn {
         interest: (bool, bool),
     ) -> Conn {
         Conn {
-            sock,
             local,
             peer,
             listener,
             phase,
             qpn: None,
             origin,
-            mss: 1460,
+            mss: DEFAULT_MSS,
             tx: Vec::new(),
             tx_at: 0,
             want_out: false,
@@ -394,20 +387,23 @@ impl SiwNic {
         mem: &mut dyn AppMemory,
     ) -> bool {
         let mut worked = self.io.expire_listeners(now);
-        if readable {
-            let mut ready = std::mem::take(&mut self.io.ready);
-            self.io.poller.poll(&mut ready);
-            for r in &ready {
-                worked = true;
-                let id = (r.token & 0xffff_ffff) as u32;
-                match r.token & TOKEN_KIND {
-                    TOKEN_LISTENER => self.accept_all(now, ListenerId(id)),
-                    TOKEN_CONN => self.conn_ready(now, ConnId(id), *r, mem),
-                    _ => {}
+        let mut ready = std::mem::take(&mut self.io.ready);
+        self.io.net.poll(now, readable, &mut ready);
+        for r in &ready {
+            worked = true;
+            let id = (r.token & 0xffff_ffff) as u32;
+            match r.token & TOKEN_KIND {
+                TOKEN_LISTENER => {
+                    let lid = self.io.listeners.iter().find(|(_, l)| l.net_id == id);
+                    if let Some((&lid, _)) = lid {
+                        self.accept_all(now, lid);
+                    }
                 }
+                TOKEN_CONN => self.conn_ready(now, ConnId(id), *r, mem),
+                _ => {}
             }
-            self.io.ready = ready;
         }
+        self.io.ready = ready;
         let ids: Vec<ConnId> = self.io.conns.keys().copied().collect();
         for id in ids {
             worked |= self.resume_input(now, id, mem);
@@ -415,6 +411,7 @@ impl SiwNic {
             worked |= self.pump(id);
         }
         worked |= self.reap();
+        worked |= self.io.net.transmit(now);
         worked
     }
 
@@ -462,43 +459,22 @@ impl SiwNic {
             self.pump(id);
         }
         self.reap();
+        self.io.net.transmit(now);
     }
 
     fn accept_all(&mut self, now: Instant, lid: ListenerId) {
         for _ in 0..64 {
-            let Some(l) = self.io.listeners.get(&lid) else {
+            let Some(net_id) = self.io.listeners.get(&lid).map(|l| l.net_id) else {
                 return;
             };
-            let (sock, peer) = match l.sock.accept() {
-                Ok(got) => got,
-                Err(e) if is_would_block(&e) => return,
-                Err(e) => {
-                    tracing::debug!(listener = lid.0, error = %e, "siw: accept failed");
-                    return;
-                }
-            };
-            if sock.set_nonblocking(true).is_err() {
-                continue;
-            }
-            let _ = sock.set_nodelay(true);
-            let Ok(local) = sock.local_addr() else {
-                continue;
-            };
             let id = self.io.alloc_id();
-            if self
-                .io
-                .poller
-                .add(sock.as_raw_fd(), TOKEN_CONN | u64::from(id), true, false)
-                .is_err()
-            {
-                continue;
-            }
-            let mss = sock::mss(sock.as_raw_fd(), 1460);
-            tracing::debug!(conn = id, %local, %peer, "siw: TCP connection accepted");
+            let Some(a) = self.io.net.accept(net_id, id) else {
+                return;
+            };
+            tracing::debug!(conn = id, local = %a.local, peer = %a.peer, "siw: TCP connection accepted");
             let mut conn = Conn::new(
-                sock,
-                local,
-                peer,
+                a.local,
+                a.peer,
                 Some(lid),
                 ConnPhase::AwaitRequest {
                     probe: Box::new(Connection::responder(now, IwarpConfig::default())),
@@ -507,13 +483,14 @@ impl SiwNic {
                 Origin::Accept,
                 (true, false),
             );
-            conn.mss = mss;
+            conn.mss = a.mss;
             self.io.conns.insert(ConnId(id), conn);
         }
     }
 
     fn conn_ready(&mut self, now: Instant, id: ConnId, r: Ready, mem: &mut dyn AppMemory) {
-        let Some(c) = self.io.conns.get_mut(&id) else {
+        let Streams { conns, net, .. } = &mut self.io;
+        let Some(c) = conns.get_mut(&id) else {
             return;
         };
         if r.output {
@@ -523,30 +500,18 @@ impl SiwNic {
             if !(r.output || r.hup) {
                 return;
             }
-            let err = match c.sock.take_error() {
-                Ok(None) => match c.sock.peer_addr() {
-                    Ok(_) => None,
-                    Err(e) => Some(errno_of(&e)),
-                },
-                Ok(Some(e)) | Err(e) => Some(errno_of(&e)),
+            let mss = match net.connected(id.0) {
+                Ok(mss) => mss,
+                Err(errno) => {
+                    tracing::debug!(conn = id.0, errno, "siw: TCP connect failed");
+                    c.outcome = Outcome::Failed;
+                    c.dead = true;
+                    self.cm_events
+                        .push_back(SiwCmEvent::ConnectError { conn: id, errno });
+                    return;
+                }
             };
-            if let Some(errno) = err {
-                // ENOTCONN from peer_addr: refused before SO_ERROR was read.
-                let errno = if errno == libc::ENOTCONN {
-                    libc::ECONNREFUSED
-                } else {
-                    errno
-                };
-                tracing::debug!(conn = id.0, errno, "siw: TCP connect failed");
-                c.outcome = Outcome::Failed;
-                c.dead = true;
-                self.cm_events
-                    .push_back(SiwCmEvent::ConnectError { conn: id, errno });
-                return;
-            }
-            let _ = c.sock.set_nodelay(true);
-            c.mss = sock::mss(c.sock.as_raw_fd(), 1460);
-            let mss = c.mss;
+            c.mss = mss;
             let phase =
                 std::mem::replace(&mut c.phase, ConnPhase::RequestPending { raw: Vec::new() });
             let ConnPhase::Connecting { qpn, mut cfg } = phase else {
@@ -577,7 +542,9 @@ impl SiwNic {
             counters,
             ..
         } = self;
-        let Streams { conns, rx_buf, .. } = io;
+        let Streams {
+            conns, rx_buf, net, ..
+        } = io;
         let Some(conn) = conns.get_mut(&id) else {
             return;
         };
@@ -588,7 +555,7 @@ impl SiwNic {
                 ConnPhase::Running(e) if e.is_waiting_for_recv() => break,
                 _ => {}
             }
-            let n = match (&conn.sock).read(rx_buf) {
+            let n = match net.read(id.0, rx_buf) {
                 Ok(n) => n,
                 Err(e) if is_would_block(&e) => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -688,7 +655,7 @@ impl SiwNic {
                     break;
                 }
             }
-            match (&conn.sock).write(&conn.tx[conn.tx_at..]) {
+            match io.net.write(id.0, &conn.tx[conn.tx_at..]) {
                 Ok(n) => {
                     conn.tx_at += n;
                     wrote += n;
@@ -712,7 +679,7 @@ impl SiwNic {
             conn.want_out = false;
         }
         if !conn.shut && engine.wants_close() && conn.tx_at >= conn.tx.len() {
-            let _ = conn.sock.shutdown(Shutdown::Write);
+            io.net.shutdown_write(id.0);
             conn.shut = true;
             conn.linger_until = Some(now + LINGER);
             if conn.eof {
@@ -856,7 +823,7 @@ impl SiwNic {
             let Some(c) = self.io.conns.remove(id) else {
                 continue;
             };
-            self.io.poller.remove(c.sock.as_raw_fd());
+            self.io.net.close(id.0);
             for qp in self.qps.values_mut() {
                 if qp.conn == Some(*id) {
                     qp.conn = None;
@@ -899,7 +866,7 @@ impl SiwNic {
         dst: SocketAddr,
         params: &ConnParams,
     ) -> Result<(ConnId, SocketAddr), Errno> {
-        let cfg = self.iwarp_config(qpn, params, 1460);
+        let cfg = self.iwarp_config(qpn, params, DEFAULT_MSS);
         let (id, local) = self.io.connect(qpn, src, dst, cfg)?;
         if let Some(c) = self.io.conns.get_mut(&id) {
             c.qpn = Some(qpn);
