@@ -171,6 +171,7 @@ pub fn open_device(spec: &DeviceSpec, seed: u64) -> io::Result<Device> {
         gsi_rx_dropped: 0,
         parked_reqs: Vec::new(),
         faults: Default::default(),
+        pause: None,
         mtu,
         udp: UdpBackend::default(),
         nic: Box::new(nic),
