@@ -1,5 +1,7 @@
 //! RoCE v2 through `wire::frame::parse` and the IB packet parser: nothing panics, and
-//! what parses re-emits to something that parses the same.
+//! what parses re-emits to something that parses the same. Whole frames also go through
+//! the PAUSE / PFC parser (`wire::mac_control`), which the packet backend runs on every
+//! MAC Control frame it receives: no panic, and a parsed request re-emits to the same.
 //!
 //! Input: byte 0 chooses the shape. Odd: the rest is a whole Ethernet frame. Even: the
 //! rest is an IB packet (BTH through ICRC), wrapped into an IPv4 or IPv6 UDP frame to
@@ -19,6 +21,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let built;
     let bytes = if shape & 1 == 1 {
+        if let Ok(pause) = wire::mac_control::parse_frame(rest) {
+            let again = wire::mac_control::emit_frame(&pause, [2, 0, 0, 0, 0, 1]);
+            assert_eq!(wire::mac_control::parse_frame(&again), Ok(pause));
+        }
         rest
     } else {
         let (src, dst) = if shape & 2 == 0 {

@@ -315,10 +315,87 @@ struct Incast {
     sent: u64,
 }
 
-/// Two `ib_write_bw` pairs at once from `b` (the senders) to `a`, for 4 s.
-fn two_senders(net: &TwoHosts, args: &[&str]) -> Incast {
+/// Where the two-sender runs' rate traces go: the path in `RDMA_EMU_DCQCN_CSV`, if set
+/// (`docs/congestion_plot.py --e2e` draws docs/congestion_e2e.png from it).
+fn trace_csv() -> Option<std::path::PathBuf> {
+    std::env::var_os("RDMA_EMU_DCQCN_CSV").map(Into::into)
+}
+
+/// Bin width of the rate traces.
+const TRACE_BIN_MS: f64 = 100.0;
+
+/// Appends each sender's rate on the wire, per [`TRACE_BIN_MS`], to `csv` as
+/// `config,sender,time_ms,mbps` rows: from a capture of the senders' link (after the token
+/// bucket), the senders told apart by their destination QP, time from the first packet.
+fn write_trace(pcap: &std::path::Path, src: &str, config: &str, csv: &std::path::Path) {
+    use std::collections::BTreeMap;
+    use std::io::Write;
+    let rows = tshark_fields(
+        pcap,
+        &format!("ip.src == {src} && infiniband.bth.opcode != 129"),
+        &["frame.time_epoch", "infiniband.bth.destqp", "frame.len"],
+    );
+    let mut senders: Vec<String> = Vec::new();
+    // (sender, bin) → bytes
+    let mut bins: BTreeMap<(usize, u64), u64> = BTreeMap::new();
+    let mut t0 = None;
+    let mut last_bin = 0;
+    for row in &rows {
+        let f: Vec<&str> = row.split('\t').collect();
+        let (Some(t), Some(qp), Some(len)) = (
+            f.first().and_then(|t| t.parse::<f64>().ok()),
+            f.get(1),
+            f.get(2).and_then(|l| l.parse::<u64>().ok()),
+        ) else {
+            continue;
+        };
+        let start = *t0.get_or_insert(t);
+        let sender = match senders.iter().position(|s| s == qp) {
+            Some(i) => i,
+            None => {
+                senders.push(qp.to_string());
+                senders.len() - 1
+            }
+        };
+        let bin = ((t - start) * 1000.0 / TRACE_BIN_MS) as u64;
+        last_bin = last_bin.max(bin);
+        *bins.entry((sender, bin)).or_default() += len;
+    }
+    assert_eq!(
+        senders.len(),
+        2,
+        "the capture holds two senders' QPs: {senders:?}"
+    );
+    let new = !csv.exists();
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(csv)
+        .expect("the trace CSV opens");
+    if new {
+        writeln!(out, "config,sender,time_ms,mbps").expect("CSV written");
+    }
+    for sender in 0..senders.len() {
+        for bin in 0..=last_bin {
+            let bytes = bins.get(&(sender, bin)).copied().unwrap_or(0);
+            let mbps = bytes as f64 * 8.0 / (TRACE_BIN_MS * 1000.0);
+            let time_ms = bin as f64 * TRACE_BIN_MS;
+            writeln!(out, "{config},{sender},{time_ms:.0},{mbps:.2}").expect("CSV written");
+        }
+    }
+}
+
+/// Two `ib_write_bw` pairs at once from `b` (the senders) to `a`, for 4 s; with
+/// `RDMA_EMU_DCQCN_CSV` set, their rate traces are appended to it as `config`.
+fn two_senders(net: &TwoHosts, args: &[&str], config: &str) -> Incast {
     let da = Daemon::start_with(Some(&net.a), args);
     let db = Daemon::start_with(Some(&net.b), args);
+    let trace = trace_csv().map(|csv| {
+        let dir = TempDir::new("dcqcn-trace");
+        let pcap = dir.path().join("senders.pcap");
+        let dump = Tcpdump::start(&net.b, net.iface, "udp port 4791", &pcap);
+        (csv, dir, pcap, dump)
+    });
     let (gid_a, gid_b) = (
         da.ipv4_gid_index(Some(&net.a)),
         db.ipv4_gid_index(Some(&net.b)),
@@ -372,6 +449,11 @@ fn two_senders(net: &TwoHosts, args: &[&str]) -> Incast {
     for c in &clients {
         c.assert_success();
     }
+    if let Some((csv, _dir, pcap, dump)) = trace {
+        std::thread::sleep(Duration::from_millis(300));
+        dump.stop();
+        write_trace(&pcap, &net.addr_b, config, &csv);
+    }
     Incast {
         mb_s: [average_mb_s(&clients[0]), average_mb_s(&clients[1])],
         cnp_sent: da.counter(Some(&net.a), "rxe0", "np_cnp_sent"),
@@ -408,7 +490,15 @@ fn dcqcn_slows_two_senders_down_and_off_they_overflow_the_link() {
         let _ = cannot_run(&format!("cannot shape the link (tc tbf, nftables): {e}"));
         return;
     }
-    let on = two_senders(&net, &["--netdev", net.iface]);
+    if let Some(csv) = trace_csv() {
+        assert!(
+            !missing(&["tcpdump", "tshark"]),
+            "RDMA_EMU_DCQCN_CSV: the rate traces need tcpdump and tshark"
+        );
+        // A fresh trace: both runs are appended below.
+        let _ = std::fs::remove_file(csv);
+    }
+    let on = two_senders(&net, &["--netdev", net.iface], "dcqcn");
     let dir = TempDir::new("dcqcn");
     let off_config = dir.path().join("off.toml");
     std::fs::write(
@@ -419,7 +509,7 @@ fn dcqcn_slows_two_senders_down_and_off_they_overflow_the_link() {
         ),
     )
     .unwrap();
-    let off = two_senders(&net, &["--config", off_config.to_str().unwrap()]);
+    let off = two_senders(&net, &["--config", off_config.to_str().unwrap()], "off");
     eprintln!("DCQCN on: {on:?}\nDCQCN off: {off:?}");
     // On: every CNP handled, rates cut, the link shared.
     assert!(on.cnp_sent > 0 && on.cuts > 0, "{on:?}");

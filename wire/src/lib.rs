@@ -6,6 +6,7 @@
 //! - [`cm`]: IB connection-management MADs as RDMA CM uses them over QP1.
 //! - [`frame`]: whole frames (Ethernet / IPv4 or IPv6 / UDP or TCP) around them, as
 //!   captures and raw backends see them.
+//! - [`mac_control`]: 802.3 PAUSE and 802.1Qbb PFC frames (raw backends honour them).
 //! - [`client`]: the protocol between an application (the verbs shim) and the daemon:
 //!   control requests and replies, and the shared-memory ring slot layouts.
 //!
@@ -25,4 +26,5 @@ pub mod client;
 pub mod cm;
 pub mod frame;
 pub mod iwarp;
+pub mod mac_control;
 pub mod roce;

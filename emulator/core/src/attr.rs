@@ -490,4 +490,7 @@ pub struct Counters {
     pub rp_rate_cuts: u64,
     /// Reaction point: times a paced QP's next packet was held until it was due.
     pub rp_paced_holds: u64,
+    /// Times a QP's next packet was held because the link partner paused its priority
+    /// (802.1Qbb PFC or 802.3 PAUSE).
+    pub pfc_held: u64,
 }

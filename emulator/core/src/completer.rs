@@ -143,6 +143,7 @@ impl Device {
     /// Handles due timers.
     pub fn handle_timeout(&mut self, now: Instant, mem: &mut dyn Memory) {
         let _ = mem;
+        self.expire_pauses(now);
         while let Some((qpn, kind)) = self.o.timers.pop_due(now) {
             match kind {
                 TimerKind::RnrWait => {
@@ -173,6 +174,23 @@ impl Device {
         if req.una == req.next_psn {
             return;
         }
+        if let Some(t) = req.ack_timeout {
+            if self.ack_timeout_paused(now, qpn, t) {
+                return;
+            }
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let Some(req) = qp.conn.as_mut().and_then(|c| c.req.as_mut()) else {
+            return;
+        };
+        tracing::debug!(
+            qpn,
+            psn = req.una.value(),
+            next = req.next_psn.value(),
+            "ACK timeout"
+        );
         self.o.counters.ack_timeouts += 1;
         qp.counters.ack_timeouts += 1;
         if req.retry_left == 0 {

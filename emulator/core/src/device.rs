@@ -129,6 +129,8 @@ pub struct Device {
     pub(crate) cnp_dscp: u8,
     /// The reaction point's parameters.
     pub(crate) dcqcn: crate::dcqcn::DcqcnParams,
+    /// Priorities the link partner paused (802.1Qbb PFC, 802.3 PAUSE).
+    pub(crate) pfc: crate::pfc::TxPause,
 }
 
 /// The notification point's default CNP interval per QP, as ConnectX's `min_time_between_cnps`.
@@ -193,6 +195,7 @@ impl Device {
             cnp_interval: CNP_INTERVAL,
             cnp_dscp: crate::attr::CNP_DSCP,
             dcqcn: crate::dcqcn::DcqcnParams::default(),
+            pfc: crate::pfc::TxPause::default(),
         }
     }
 

@@ -467,7 +467,10 @@ impl Device {
 
     /// The earliest timer deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.o.timers.next()
+        match (self.o.timers.next(), self.next_pause_end()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 

@@ -29,15 +29,17 @@ impl Device {
         mem: &mut dyn Memory,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        if let Some(t) = self.transmit_cnp(buf) {
-            return Some(t);
+        if !self.cnp_paused(now) {
+            if let Some(t) = self.transmit_cnp(buf) {
+                return Some(t);
+            }
         }
         while let Some(qpn) = self.o.sched.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
             qp.scheduled = false;
-            if self.paced_out(now, qpn) {
+            if self.pfc_held(now, qpn) || self.paced_out(now, qpn) {
                 continue;
             }
             let t = self.transmit_one(now, qpn, mem, buf);

@@ -284,9 +284,10 @@ fn print_links(links: &[LinkInfo]) {
         }
         if let (Some(tos), Some(cnp)) = (l.default_tos, l.cnp_dscp) {
             // RoCE v2 has no SL on the wire: it would map to a VLAN's 802.1p priority,
-            // which a UDP socket cannot set (docs/congestion.md).
+            // which a UDP socket cannot set (docs/congestion.md). PFC frames (packet
+            // backend) pause the priority DSCP >> 3.
             println!(
-                "    tos default {tos}, DSCP = traffic class >> 2, ECN ECT(0), CNP DSCP {cnp}, SL unmapped"
+                "    tos default {tos}, DSCP = traffic class >> 2, ECN ECT(0), CNP DSCP {cnp}, SL unmapped, PFC priority = DSCP >> 3"
             );
         }
     }

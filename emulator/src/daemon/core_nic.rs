@@ -327,6 +327,7 @@ fn named(c: &core::Counters) -> Vec<(String, u64)> {
         ("rp_cnp_handled", c.rp_cnp_handled),
         ("rp_rate_cuts", c.rp_rate_cuts),
         ("rp_paced_holds", c.rp_paced_holds),
+        ("pfc_held", c.pfc_held),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -532,6 +533,9 @@ impl Nic for CoreNic {
             tracing::warn!(device = %self.dev.config().name, "dcqcn parameters refused: {e}");
         }
         self.dev.set_cnp_interval(cnp_interval);
+    }
+    fn pause_priority(&mut self, now: Instant, priority: u8, until: Instant) {
+        self.dev.pause_priority(now, priority, until);
     }
     fn set_cnp_dscp(&mut self, dscp: u8) {
         self.dev.set_cnp_dscp(dscp);

@@ -73,6 +73,8 @@ pub struct Device {
     pub(in crate::daemon) parked_reqs: Vec<super::cm::gsi::ParkedReq>,
     /// Fault injection (`rdma-emu fault`): rules, held packets, the link state.
     pub faults: super::fault::Faults,
+    /// With `backend packet`: the socket 802.3 PAUSE / 802.1Qbb PFC frames arrive on.
+    pub pause: Option<super::pause::PauseReceiver>,
 }
 
 /// What following the interface's addresses changed: sockets to deregister and drop, and
@@ -194,6 +196,18 @@ impl Device {
         let (dcqcn, cnp_interval) = spec.congestion();
         nic.set_congestion(dcqcn, cnp_interval);
         nic.set_cnp_dscp(spec.cnp_dscp());
+        let pause = match backend {
+            Backend::Packet => {
+                // Quanta are timed at the interface's speed (veth: 10 Gbit/s; a link that
+                // is down, tun, lo: none, then the configured line rate or 10 Gbit/s).
+                let rate = super::pause::link_speed_bps(&netdev.name)
+                    .or((dcqcn.max_rate_mbps > 0)
+                        .then(|| u64::from(dcqcn.max_rate_mbps) * 1_000_000))
+                    .unwrap_or(super::pause::DEFAULT_LINK_BPS);
+                Some(super::pause::PauseReceiver::open(netdev.index, rate)?)
+            }
+            _ => None,
+        };
         Ok(Device {
             spec: spec.clone(),
             node_guid,
@@ -216,6 +230,7 @@ impl Device {
             gsi_rx_dropped: 0,
             parked_reqs: Vec::new(),
             faults: Default::default(),
+            pause,
         })
     }
 

@@ -212,6 +212,10 @@ impl Engine {
         for (slot, fd) in dev.udp.fds() {
             self.epoll.add(fd, udp_token(index, slot))?;
         }
+        if let Some(p) = &dev.pause {
+            self.epoll
+                .add(p.fd(), udp_token(index, super::pause::PAUSE_SOCKET))?;
+        }
         if let Some(fd) = dev.nic.stream_fd() {
             self.epoll.add(fd, T_STREAM | index as u64)?;
         }
@@ -366,6 +370,14 @@ impl Engine {
         let Some(Some(d)) = self.devices.get_mut(dev) else {
             return;
         };
+        if sock == super::pause::PAUSE_SOCKET {
+            if let Some(p) = &mut d.pause {
+                for (priority, until) in p.receive(now) {
+                    d.nic.pause_priority(now, priority, until);
+                }
+            }
+            return;
+        }
         for _ in 0..8 {
             let (n, dst) = match d.udp.recv_batch(sock, &mut self.rx) {
                 Ok(got) => got,

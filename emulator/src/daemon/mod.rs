@@ -26,6 +26,7 @@ pub mod netdev;
 pub mod nic;
 mod objects;
 pub mod packet;
+pub mod pause;
 mod queues;
 mod reload;
 pub mod shared_pages;

@@ -178,6 +178,9 @@ pub trait Nic {
     }
     /// The DSCP (0..=63) the notification point's CNPs leave with. RoCE only.
     fn set_cnp_dscp(&mut self, _dscp: u8) {}
+    /// The link partner paused `priority` (802.1Qbb PFC, 802.3 PAUSE) until `until`; an
+    /// `until` not after `now` resumes it. RoCE only.
+    fn pause_priority(&mut self, _now: Instant, _priority: u8, _until: Instant) {}
     /// Fault injection: the next in-order request of `qpn` that can take `response` gets
     /// it instead of being executed (until `clear_forced_response`). RoCE only.
     fn force_next_response(&mut self, _qpn: u32, _response: emu_core::ForcedResponse) {}

@@ -125,19 +125,19 @@ fn open_error(e: io::Error, netdev: &str) -> io::Error {
 }
 
 /// A classic BPF instruction (`struct sock_filter`).
-fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+pub(super) fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
 // Classic BPF opcodes (linux/filter.h).
-const LDH_ABS: u16 = 0x28;
-const LDW_ABS: u16 = 0x20;
-const LDB_ABS: u16 = 0x30;
-const LDH_IND: u16 = 0x48;
-const LDXB_MSH: u16 = 0xb1;
-const JEQ_K: u16 = 0x15;
-const JSET_K: u16 = 0x45;
-const RET_K: u16 = 0x06;
+pub(super) const LDH_ABS: u16 = 0x28;
+pub(super) const LDW_ABS: u16 = 0x20;
+pub(super) const LDB_ABS: u16 = 0x30;
+pub(super) const LDH_IND: u16 = 0x48;
+pub(super) const LDXB_MSH: u16 = 0xb1;
+pub(super) const JEQ_K: u16 = 0x15;
+pub(super) const JSET_K: u16 = 0x45;
+pub(super) const RET_K: u16 = 0x06;
 
 /// The filter passing Ethernet frames with a UDP datagram to `addr`:4791 and nothing else.
 fn roce_filter(addr: IpAddr) -> Vec<libc::sock_filter> {
@@ -234,18 +234,28 @@ pub fn unbound_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
+/// An AF_PACKET socket on `ifindex` bound to EtherType `protocol`, receiving what `prog`
+/// passes (nothing is queued before the filter is in place).
+pub(super) fn open_filtered(
+    ifindex: u32,
+    protocol: u16,
+    prog: &mut [libc::sock_filter],
+) -> io::Result<OwnedFd> {
+    let fd = unbound_socket()?;
+    attach_filter(fd.as_raw_fd(), prog)?;
+    bind_to_interface(fd.as_raw_fd(), ifindex, protocol)?;
+    Ok(fd)
+}
+
 /// An AF_PACKET socket on `ifindex` receiving the RoCE v2 frames to `addr`.
 fn open_socket(ifindex: u32, addr: IpAddr) -> io::Result<OwnedFd> {
-    // Nothing is queued before the filter is in place and the bind below.
-    let fd = unbound_socket()?;
-    attach_filter(fd.as_raw_fd(), &mut roce_filter(addr))?;
-    let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
-    let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
     let proto = match addr {
         IpAddr::V4(_) => libc::ETH_P_IP,
         IpAddr::V6(_) => libc::ETH_P_IPV6,
     } as u16;
-    bind_to_interface(fd.as_raw_fd(), ifindex, proto)?;
+    let fd = open_filtered(ifindex, proto, &mut roce_filter(addr))?;
+    let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+    let _ = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
     Ok(fd)
 }
 

@@ -322,6 +322,13 @@ impl Engine {
                         ];
                         counters.extend(all.into_iter().map(|(k, v)| (k.into(), v)));
                     }
+                    if let Some(p) = &d.pause {
+                        let c = p.counters(std::time::Instant::now());
+                        counters.push(("packet_rx_pause_frames".into(), c.rx_pause));
+                        counters.push(("packet_rx_pfc_frames".into(), c.rx_pfc));
+                        counters.push(("packet_rx_pause_malformed".into(), c.rx_malformed));
+                        counters.push(("packet_paused_us".into(), c.paused_us));
+                    }
                     counters.push(("bad_client_requests".into(), self.counters.bad_requests));
                     counters.push(("bad_wqes".into(), self.counters.bad_wqes));
                     counters.push(("broken_rings".into(), self.counters.broken_rings));

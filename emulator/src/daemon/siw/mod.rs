@@ -270,6 +270,7 @@ pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result
         gsi_rx_dropped: 0,
         parked_reqs: Vec::new(),
         faults: Default::default(),
+        pause: None,
         mtu,
         udp: UdpBackend::default(),
         nic: Box::new(nic),
