@@ -1,7 +1,7 @@
-//! Lossless mode on the packet backend (issue 10): 802.1Qbb PFC frames received on the
-//! interface stop the device's transmissions in the paused priority, and only there.
+//! Lossless mode on the packet and xdp backends (issue 10): 802.1Qbb PFC frames received on
+//! the interface stop the device's transmissions in the paused priority, and only there.
 //!
-//! Two namespaces joined by veth; host b's `rxe0` is on the packet backend and runs
+//! Two namespaces joined by veth; host b's `rxe0` is on the backend under test and runs
 //! `ib_write_bw` to host a with traffic class 96 (DSCP 24: priority 3) and an ACK timeout
 //! of ≈ 0.54 s. A tiny AF_PACKET sender in host a (Python, real-time scheduled) sends PFC
 //! frames with the maximum quanta (65535, ≈ 3.4 ms at veth's 10 Gbit/s) every
@@ -86,6 +86,17 @@ impl Sampler<'_> {
 
 #[test]
 fn pfc_frames_stop_the_paused_priority_only_and_nothing_is_lost() {
+    pfc_scenario("packet");
+}
+
+#[test]
+fn pfc_frames_stop_the_paused_priority_on_the_xdp_backend_too() {
+    pfc_scenario("xdp");
+}
+
+/// The scenario with b's `rxe0` on `backend` (`packet` or `xdp`; its counters carry the
+/// backend's name).
+fn pfc_scenario(backend: &str) {
     let _s = serial();
     if missing(&["ib_write_bw", "python3", "chrt"]) {
         return;
@@ -98,7 +109,7 @@ fn pfc_frames_stop_the_paused_priority_only_and_nothing_is_lost() {
     db.cli(
         Some(&net.b),
         &[
-            "link", "add", "rxe0", "type", "rxe", "netdev", net.iface, "backend", "packet",
+            "link", "add", "rxe0", "type", "rxe", "netdev", net.iface, "backend", backend,
         ],
     )
     .assert_success();
@@ -168,7 +179,7 @@ fn pfc_frames_stop_the_paused_priority_only_and_nothing_is_lost() {
     frames += frames_sent(own);
     let after = s.rate(ms(100), ms(600));
     eprintln!(
-        "packets/s: before {before:.0}, priority 0 paused {during_other:.0}, \
+        "{backend}: packets/s: before {before:.0}, priority 0 paused {during_other:.0}, \
          priority 3 paused {paused:.0}, after {after:.0}; {frames} PFC frames"
     );
     let c = client.wait(LIMIT);
@@ -177,8 +188,8 @@ fn pfc_frames_stop_the_paused_priority_only_and_nothing_is_lost() {
     sv.assert_success();
     let counter = |name: &str| db.counter(Some(&net.b), "rxe0", name);
     let (rx_pfc, paused_us, held) = (
-        counter("packet_rx_pfc_frames"),
-        counter("packet_paused_us"),
+        counter(&format!("{backend}_rx_pfc_frames")),
+        counter(&format!("{backend}_paused_us")),
         counter("pfc_held"),
     );
     let (retransmitted, timeouts) = (
@@ -186,7 +197,7 @@ fn pfc_frames_stop_the_paused_priority_only_and_nothing_is_lost() {
         counter("completer_retry_err"),
     );
     eprintln!(
-        "rx_pfc {rx_pfc}, paused {paused_us} µs, held {held}, retransmitted \
+        "{backend}: rx_pfc {rx_pfc}, paused {paused_us} µs, held {held}, retransmitted \
          {retransmitted}, ACK timeouts {timeouts}"
     );
     assert!(before > 1000.0, "the transfer runs: {before:.0} packets/s");
@@ -204,7 +215,7 @@ fn pfc_frames_stop_the_paused_priority_only_and_nothing_is_lost() {
         "no recovery: {after:.0} vs {before:.0}"
     );
     assert_eq!(rx_pfc, frames, "every PFC frame counted");
-    assert_eq!(counter("packet_rx_pause_malformed"), 0);
+    assert_eq!(counter(&format!("{backend}_rx_pause_malformed")), 0);
     // Both pauses (0.8 s and 1.2 s), as the daemon read the frames: under load it reads
     // some late, after a pause ran out (the one in priority 0 did not stop this QP).
     assert!(

@@ -197,7 +197,9 @@ impl Device {
         nic.set_congestion(dcqcn, cnp_interval);
         nic.set_cnp_dscp(spec.cnp_dscp());
         let pause = match backend {
-            Backend::Packet => {
+            // The xdp backend's program passes MAC Control frames on to the kernel, where
+            // the pause socket reads them as on `packet`.
+            Backend::Packet | Backend::Xdp => {
                 // Quanta are timed at the interface's speed (veth: 10 Gbit/s; a link that
                 // is down, tun, lo: none, then the configured line rate or 10 Gbit/s).
                 let rate = super::pause::link_speed_bps(&netdev.name)

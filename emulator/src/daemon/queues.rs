@@ -323,11 +323,16 @@ impl Engine {
                         counters.extend(all.into_iter().map(|(k, v)| (k.into(), v)));
                     }
                     if let Some(p) = &d.pause {
+                        // `packet_…` or `xdp_…`, as the backend's other counters.
+                        let b = d.udp.backend().name();
                         let c = p.counters(std::time::Instant::now());
-                        counters.push(("packet_rx_pause_frames".into(), c.rx_pause));
-                        counters.push(("packet_rx_pfc_frames".into(), c.rx_pfc));
-                        counters.push(("packet_rx_pause_malformed".into(), c.rx_malformed));
-                        counters.push(("packet_paused_us".into(), c.paused_us));
+                        let all = [
+                            ("rx_pause_frames", c.rx_pause),
+                            ("rx_pfc_frames", c.rx_pfc),
+                            ("rx_pause_malformed", c.rx_malformed),
+                            ("paused_us", c.paused_us),
+                        ];
+                        counters.extend(all.into_iter().map(|(k, v)| (format!("{b}_{k}"), v)));
                     }
                     counters.push(("bad_client_requests".into(), self.counters.bad_requests));
                     counters.push(("bad_wqes".into(), self.counters.bad_wqes));
