@@ -27,6 +27,14 @@ pub const TSHARK_FLAGS: [&str; 6] = [
     "tcp.try_heuristic_first:TRUE",
 ];
 
+/// The address a smoltcp siw device on the host with kernel address `kernel` (…`.1` or
+/// …`.2`, IPv6 …`::1` or …`::2`, as [`two_hosts`] gives them) takes: …`.11` or …`.12`
+/// (…`::11`, …`::12`), on the same subnet, and not the kernel's (issue 8).
+pub fn smoltcp_own_addr(kernel: &str) -> String {
+    let at = kernel.rfind(['.', ':']).expect("an IP address");
+    format!("{}1{}", &kernel[..=at], &kernel[at + 1..])
+}
+
 /// The UDP port 4791 and the programs' TCP ports are per network namespace: tests that
 /// start daemons run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());

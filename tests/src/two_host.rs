@@ -534,8 +534,8 @@ pub fn ce_marks_are_answered_with_cnps(backend_a: &str, backend_b: &str, hook: &
     let mark = format!(
         "set -e
          ip netns exec {ns} nft add table netdev rdmaemu_ecn
-         ip netns exec {ns} nft add chain netdev rdmaemu_ecn mark '{{ type filter hook {hook} device {i} priority 0 ; }}'
-         ip netns exec {ns} nft add rule netdev rdmaemu_ecn mark udp dport 4791 numgen random mod 100 lt 5 ip ecn set ce",
+         ip netns exec {ns} nft add chain netdev rdmaemu_ecn cemark '{{ type filter hook {hook} device {i} priority 0 ; }}'
+         ip netns exec {ns} nft add rule netdev rdmaemu_ecn cemark udp dport 4791 numgen random mod 100 lt 5 ip ecn set ce",
         ns = ns.name,
         i = net.iface
     );

@@ -1,6 +1,7 @@
 //! Unmodified RDMA CM programs over iWARP (`siw0`): rping and perftest with `-R`, on one
 //! host (a network namespace of its own, loopback only) and across two daemons in two
-//! namespaces joined by veth.
+//! namespaces joined by veth, with siw0 on the kernel's TCP and on smoltcp (`_smoltcp`:
+//! both daemons' siw0 on the smoltcp backend with an address of its own, `.11` and `.12`).
 //!
 //! Which device an address reaches is the kernel's rule: the first device serving it.
 //! One host: `rxe0` serves loopback's own address, `siw0` is configured with
@@ -20,6 +21,8 @@ struct Setup {
     client_daemon: Option<Daemon>,
     /// The address the client connects to (siw0's).
     addr: String,
+    /// siw0 runs on the smoltcp backend (its TCP listener is not the kernel's).
+    smoltcp: bool,
     /// One host: a namespace with loopback only.
     lo_ns: Option<Netns>,
     net: Option<TwoHosts>,
@@ -27,10 +30,10 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(two_hosts: bool) -> Option<Setup> {
+    fn new(place: Place) -> Option<Setup> {
         let dir = TempDir::new("siwcfg");
         let config = dir.path().join("rdma-emu.toml");
-        if !two_hosts {
+        if place == Place::OneHost {
             let ns = loopback_ns("siw", false)?;
             std::fs::write(
                 &config,
@@ -45,28 +48,46 @@ impl Setup {
                 server_daemon,
                 client_daemon: None,
                 addr: "127.0.0.2".into(),
+                smoltcp: false,
                 lo_ns: Some(ns),
                 net: None,
                 _dir: dir,
             });
         }
         let net = rdma_emu_tests::two_hosts()?;
-        std::fs::write(
-            &config,
-            format!(
-                "[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"{i}\"\n\n\
-                 [[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"{i}\"\n",
-                i = net.iface
-            ),
-        )
-        .expect("write the configuration");
-        let cfg = config.display().to_string();
-        let server_daemon = Daemon::start_with(Some(&net.a), &["--config", &cfg]);
-        let client_daemon = Daemon::start_with(Some(&net.b), &["--config", &cfg]);
+        let smoltcp = place == Place::TwoHostsSmoltcp;
+        // On smoltcp, siw0 serves an address of its own (`.11`, `.12`) and is the only
+        // device: an unbound client's source is then the kernel's address, which no
+        // device serves, so the RDMA CM lends it siw0's own (with rxe0 serving the
+        // kernel's address, the CM would choose rxe0, as the kernel would).
+        let host = |kernel_addr: &str, name: &str| {
+            let i = net.iface;
+            let siw = format!("[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"{i}\"\n");
+            let text = if smoltcp {
+                format!(
+                    "{siw}backend = \"smoltcp\"\naddrs = [\"{}\"]\n",
+                    smoltcp_own_addr(kernel_addr)
+                )
+            } else {
+                format!("{siw}\n[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"{i}\"\n")
+            };
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write the configuration");
+            path.display().to_string()
+        };
+        let (cfg_a, cfg_b) = (host(&net.addr_a, "a.toml"), host(&net.addr_b, "b.toml"));
+        let server_daemon = Daemon::start_with(Some(&net.a), &["--config", &cfg_a]);
+        let client_daemon = Daemon::start_with(Some(&net.b), &["--config", &cfg_b]);
+        let addr = if smoltcp {
+            smoltcp_own_addr(&net.addr_a)
+        } else {
+            net.addr_a.clone()
+        };
         Some(Setup {
             server_daemon,
             client_daemon: Some(client_daemon),
-            addr: net.addr_a.clone(),
+            addr,
+            smoltcp,
             lo_ns: None,
             net: Some(net),
             _dir: dir,
@@ -105,7 +126,7 @@ impl Setup {
             self.server_daemon.program(ns, server),
             || {
                 wait_cm_listening(&self.server_daemon, ns, port, Duration::from_secs(20))
-                    && wait_listening(ns, port, Duration::from_secs(5))
+                    && (self.smoltcp || wait_listening(ns, port, Duration::from_secs(5)))
             },
             &format!("siw0 (TCP port {port})"),
             || self.client_daemon().program(self.client_ns(), client),
@@ -114,12 +135,12 @@ impl Setup {
     }
 }
 
-fn rping(two_hosts: bool) {
+fn rping(place: Place) {
     let _s = serial();
     if missing(&["rping"]) {
         return;
     }
-    let Some(setup) = Setup::new(two_hosts) else {
+    let Some(setup) = Setup::new(place) else {
         return;
     };
     let addr = setup.addr.clone();
@@ -134,12 +155,12 @@ fn rping(two_hosts: bool) {
 }
 
 /// ucmatose (`-c` connections) and rdma_server/rdma_client over siw0.
-fn ucmatose(two_hosts: bool, connections: &str) {
+fn ucmatose(place: Place, connections: &str) {
     let _s = serial();
     if missing(&["ucmatose"]) {
         return;
     }
-    let Some(setup) = Setup::new(two_hosts) else {
+    let Some(setup) = Setup::new(place) else {
         return;
     };
     let addr = setup.addr.clone();
@@ -151,12 +172,12 @@ fn ucmatose(two_hosts: bool, connections: &str) {
     assert_complete(&[&s, &c]);
 }
 
-fn rdma_server_client(two_hosts: bool) {
+fn rdma_server_client(place: Place) {
     let _s = serial();
     if missing(&["rdma_server", "rdma_client"]) {
         return;
     }
-    let Some(setup) = Setup::new(two_hosts) else {
+    let Some(setup) = Setup::new(place) else {
         return;
     };
     let addr = setup.addr.clone();
@@ -177,12 +198,12 @@ fn rdma_server_client(two_hosts: bool) {
 
 /// perftest with `-R -d siw0 -a -n 100`: every size from 2 octets to 8 MiB, one result
 /// row each (23).
-fn perftest_all_sizes(two_hosts: bool, program: &str) {
+fn perftest_all_sizes(place: Place, program: &str) {
     let _s = serial();
     if missing(&[program]) {
         return;
     }
-    let Some(setup) = Setup::new(two_hosts) else {
+    let Some(setup) = Setup::new(place) else {
         return;
     };
     let addr = setup.addr.clone();
@@ -204,12 +225,12 @@ fn perftest_all_sizes(two_hosts: bool, program: &str) {
 }
 
 /// perftest with `-R -d siw0`: the connection goes through RDMA CM on port 18515.
-fn perftest(two_hosts: bool, program: &str) {
+fn perftest(place: Place, program: &str) {
     let _s = serial();
     if missing(&[program]) {
         return;
     }
-    let Some(setup) = Setup::new(two_hosts) else {
+    let Some(setup) = Setup::new(place) else {
         return;
     };
     let addr = setup.addr.clone();
@@ -225,35 +246,55 @@ fn perftest(two_hosts: bool, program: &str) {
     );
 }
 
-macro_rules! both {
-    ($($one:ident, $two:ident => $body:expr;)*) => {$(
+/// Where the two programs run: one host (siw0 on `127.0.0.2`), two hosts with siw0 on the
+/// kernel's TCP, or two hosts with siw0 on smoltcp (an address of its own, issue 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    OneHost,
+    TwoHosts,
+    TwoHostsSmoltcp,
+}
+
+macro_rules! all {
+    ($($one:ident, $two:ident, $smol:ident => $body:expr;)*) => {$(
         #[test]
         fn $one() {
-            let two_hosts = false;
-            $body(two_hosts)
+            $body(Place::OneHost)
         }
         #[test]
         fn $two() {
-            let two_hosts = true;
-            $body(two_hosts)
+            $body(Place::TwoHosts)
+        }
+        #[test]
+        fn $smol() {
+            $body(Place::TwoHostsSmoltcp)
         }
     )*};
 }
 
-both! {
-    rping_siw_one_host, rping_siw_two_hosts => rping;
-    ucmatose_siw_one_host, ucmatose_siw_two_hosts => |t| ucmatose(t, "1");
-    ucmatose_10_siw_one_host, ucmatose_10_siw_two_hosts => |t| ucmatose(t, "10");
-    rdma_server_siw_one_host, rdma_server_siw_two_hosts => rdma_server_client;
+all! {
+    rping_siw_one_host, rping_siw_two_hosts, rping_siw_smoltcp => rping;
+    ucmatose_siw_one_host, ucmatose_siw_two_hosts, ucmatose_siw_smoltcp =>
+        |t| ucmatose(t, "1");
+    ucmatose_10_siw_one_host, ucmatose_10_siw_two_hosts, ucmatose_10_siw_smoltcp =>
+        |t| ucmatose(t, "10");
+    rdma_server_siw_one_host, rdma_server_siw_two_hosts, rdma_server_siw_smoltcp =>
+        rdma_server_client;
 }
 
-both! {
-    ib_send_bw_r_siw_one_host, ib_send_bw_r_siw_two_hosts => |t| perftest(t, "ib_send_bw");
-    ib_write_bw_r_siw_one_host, ib_write_bw_r_siw_two_hosts => |t| perftest(t, "ib_write_bw");
-    ib_read_bw_r_siw_one_host, ib_read_bw_r_siw_two_hosts => |t| perftest(t, "ib_read_bw");
-    ib_send_lat_r_siw_one_host, ib_send_lat_r_siw_two_hosts => |t| perftest(t, "ib_send_lat");
-    ib_write_lat_r_siw_one_host, ib_write_lat_r_siw_two_hosts => |t| perftest(t, "ib_write_lat");
-    ib_read_lat_r_siw_one_host, ib_read_lat_r_siw_two_hosts => |t| perftest(t, "ib_read_lat");
+all! {
+    ib_send_bw_r_siw_one_host, ib_send_bw_r_siw_two_hosts, ib_send_bw_r_siw_smoltcp =>
+        |t| perftest(t, "ib_send_bw");
+    ib_write_bw_r_siw_one_host, ib_write_bw_r_siw_two_hosts, ib_write_bw_r_siw_smoltcp =>
+        |t| perftest(t, "ib_write_bw");
+    ib_read_bw_r_siw_one_host, ib_read_bw_r_siw_two_hosts, ib_read_bw_r_siw_smoltcp =>
+        |t| perftest(t, "ib_read_bw");
+    ib_send_lat_r_siw_one_host, ib_send_lat_r_siw_two_hosts, ib_send_lat_r_siw_smoltcp =>
+        |t| perftest(t, "ib_send_lat");
+    ib_write_lat_r_siw_one_host, ib_write_lat_r_siw_two_hosts, ib_write_lat_r_siw_smoltcp =>
+        |t| perftest(t, "ib_write_lat");
+    ib_read_lat_r_siw_one_host, ib_read_lat_r_siw_two_hosts, ib_read_lat_r_siw_smoltcp =>
+        |t| perftest(t, "ib_read_lat");
 }
 
 // The same with `-a`. These once stalled until the limit (issue 7): perftest posts its
@@ -262,18 +303,18 @@ both! {
 // last receives reached the device, which terminated the connection for "no buffer".
 // A Send now waits for its receive (`emu_core::iwarp::RECV_WAIT`,
 // emulator/tests/siw_stall.rs).
-both! {
-    ib_send_bw_r_a_siw_one_host, ib_send_bw_r_a_siw_two_hosts =>
+all! {
+    ib_send_bw_r_a_siw_one_host, ib_send_bw_r_a_siw_two_hosts, ib_send_bw_r_a_siw_smoltcp =>
         |t| perftest_all_sizes(t, "ib_send_bw");
-    ib_write_bw_r_a_siw_one_host, ib_write_bw_r_a_siw_two_hosts =>
+    ib_write_bw_r_a_siw_one_host, ib_write_bw_r_a_siw_two_hosts, ib_write_bw_r_a_siw_smoltcp =>
         |t| perftest_all_sizes(t, "ib_write_bw");
-    ib_read_bw_r_a_siw_one_host, ib_read_bw_r_a_siw_two_hosts =>
+    ib_read_bw_r_a_siw_one_host, ib_read_bw_r_a_siw_two_hosts, ib_read_bw_r_a_siw_smoltcp =>
         |t| perftest_all_sizes(t, "ib_read_bw");
-    ib_send_lat_r_a_siw_one_host, ib_send_lat_r_a_siw_two_hosts =>
+    ib_send_lat_r_a_siw_one_host, ib_send_lat_r_a_siw_two_hosts, ib_send_lat_r_a_siw_smoltcp =>
         |t| perftest_all_sizes(t, "ib_send_lat");
-    ib_write_lat_r_a_siw_one_host, ib_write_lat_r_a_siw_two_hosts =>
-        |t| perftest_all_sizes(t, "ib_write_lat");
-    ib_read_lat_r_a_siw_one_host, ib_read_lat_r_a_siw_two_hosts =>
+    ib_write_lat_r_a_siw_one_host, ib_write_lat_r_a_siw_two_hosts,
+        ib_write_lat_r_a_siw_smoltcp => |t| perftest_all_sizes(t, "ib_write_lat");
+    ib_read_lat_r_a_siw_one_host, ib_read_lat_r_a_siw_two_hosts, ib_read_lat_r_a_siw_smoltcp =>
         |t| perftest_all_sizes(t, "ib_read_lat");
 }
 
@@ -292,7 +333,7 @@ fn ib_write_lat_r_siw_two_hosts_typical_under_1_ms() {
     if missing(&["ib_write_lat"]) {
         return;
     }
-    let Some(setup) = Setup::new(true) else {
+    let Some(setup) = Setup::new(Place::TwoHosts) else {
         return;
     };
     let addr = setup.addr.clone();

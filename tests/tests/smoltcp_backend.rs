@@ -31,14 +31,6 @@ enum Tcp {
     Smoltcp,
 }
 
-/// The address a smoltcp device on the host with kernel address `kernel` (…`.1` or
-/// …`.2`, IPv6 …`::1` or …`::2`) takes: …`.11` or …`.12` (…`::11`, …`::12`), on the
-/// same subnet.
-fn own_addr(kernel: &str) -> String {
-    let at = kernel.rfind(['.', ':']).expect("an IP address");
-    format!("{}1{}", &kernel[..=at], &kernel[at + 1..])
-}
-
 /// The configuration of a host: `siw0` on `iface` over `tcp`.
 fn config(tcp: Tcp, iface: &str, kernel_addr: &str) -> String {
     let head = format!("[[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"{iface}\"\n");
@@ -46,7 +38,7 @@ fn config(tcp: Tcp, iface: &str, kernel_addr: &str) -> String {
         Tcp::Kernel => head,
         Tcp::Smoltcp => format!(
             "{head}backend = \"smoltcp\"\naddrs = [\"{}\"]\n",
-            own_addr(kernel_addr)
+            smoltcp_own_addr(kernel_addr)
         ),
     }
 }
@@ -97,7 +89,7 @@ impl Setup {
         let client_daemon = Daemon::start_with(Some(&net.b), &["--config", &b]);
         let addr = match server {
             Tcp::Kernel => net.addr_a.clone(),
-            Tcp::Smoltcp => own_addr(&net.addr_a),
+            Tcp::Smoltcp => smoltcp_own_addr(&net.addr_a),
         };
         Some(Setup {
             server_daemon,
@@ -392,7 +384,7 @@ fn a_smoltcp_device_is_refused_the_kernels_address_or_none() {
         ],
     );
     assert!(!lo.success(), "{}", lo.stdout);
-    let own = own_addr(&net.addr_a);
+    let own = smoltcp_own_addr(&net.addr_a);
     add(&["addr", &own]).assert_success();
     let links = daemon.cli(Some(&net.a), &["link", "show"]);
     assert!(

@@ -485,7 +485,8 @@ fn main() -> ExitCode {
                     match raw.as_str() {
                         "packet" | "smoltcp" if eperm => format!(
                             "{e}: backend {raw} needs CAP_NET_RAW in rdma-emud (root, or \
-                                 setcap cap_net_raw+ep); backends udp and tcp need none"
+                                 setcap cap_net_raw+ep); backend {} needs none",
+                            if raw == "packet" { "udp" } else { "tcp" }
                         ),
                         "smoltcp" if is(libc::EADDRINUSE) => format!(
                             "{e}: the kernel has that address too, and its TCP would answer the \
