@@ -600,7 +600,7 @@ impl PacketLink {
 }
 
 /// Sends whole frames with sendmmsg(2) on a bound packet socket; returns how many went.
-fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
+pub(super) fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
     let mut iovs: Vec<libc::iovec> = frames
         .iter()
         .map(|f| libc::iovec {

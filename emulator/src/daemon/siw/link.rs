@@ -353,35 +353,7 @@ impl TxStage {
         if n == 0 {
             return 0;
         }
-        let mut iovs: Vec<libc::iovec> = self.frames[..n]
-            .iter()
-            .map(|f| libc::iovec {
-                iov_base: f.as_ptr() as *mut libc::c_void,
-                iov_len: f.len(),
-            })
-            .collect();
-        let mut msgs: Vec<libc::mmsghdr> = iovs
-            .iter_mut()
-            .map(|iov| {
-                // SAFETY: mmsghdr is plain old data; all zeroes is valid.
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = iov;
-                m.msg_hdr.msg_iovlen = 1;
-                m
-            })
-            .collect();
-        let mut sent = 0;
-        while sent < n {
-            // SAFETY: each header points at one iovec over a staged frame, all live for
-            // the call; the socket is bound, so no address is needed.
-            let r = unsafe {
-                libc::sendmmsg(fd, msgs[sent..].as_mut_ptr(), (n - sent) as libc::c_uint, 0)
-            };
-            if r <= 0 {
-                break;
-            }
-            sent += r as usize;
-        }
+        let sent = super::super::packet::send_frames(fd, &self.frames[..n]).unwrap_or(0);
         counters.tx_frames += sent as u64;
         counters.tx_errors += (n - sent) as u64;
         sent
