@@ -258,6 +258,7 @@ impl Device {
             qp_num: qp.qpn,
             src_qp: deth.src_qp,
             wc_flags: flags,
+            sl: roce_packet_type(d),
             ..WorkCompletion::default()
         };
         o.push_wc(qp.init.recv_cq, wc);
@@ -437,6 +438,21 @@ pub(crate) fn take_rwqe(qp: &mut Qp, o: &mut Objects) -> Option<RecvWr> {
             }
             Some(w)
         }
+    }
+}
+
+/// What a RoCE NIC reports in `ibv_wc.sl` of a UD receive: there is no LRH, hence no SL,
+/// so ConnectX hardware (whose CQE field rdma-core's mlx5 provider copies into `sl`) puts
+/// the packet type there: bit 3 set when the frame had a UDP header (RoCE v2), bits 2:0
+/// the L3 header, 1 for IPv6 and 2 for IPv4. Consumers need it to find the destination
+/// address in the 40-byte area (IBA Annex A17.4.5.2): UCX's UD transport reads the IPv4
+/// destination from the last 4 bytes only when `sl & 7 == 2`, and otherwise compares the
+/// 16 bytes of a GRH DGID, which over IPv4 hold the IP header and never match.
+fn roce_packet_type(d: &Datagram<'_>) -> u8 {
+    const UDP: u8 = 0x8;
+    match d.dst {
+        SocketAddr::V4(_) => UDP | 0x2,
+        SocketAddr::V6(_) => UDP | 0x1,
     }
 }
 

@@ -251,6 +251,8 @@ fn run_ud(seed: u64) {
     while let Some((_, wc)) = f.nodes[1].dev.poll_completion() {
         assert_eq!(wc.status, WcStatus::Success, "seed {seed}");
         assert!(wc.wc_flags.contains(WcFlags::GRH));
+        // ConnectX's packet type in `sl`: RoCE v2 (UDP, bit 3) over IPv4 (2).
+        assert_eq!(wc.sl, 0x8 | 0x2, "seed {seed}");
         assert_eq!(wc.src_qp, a.qpn);
         let buf = f.nodes[1].mem.slice(
             AddrSpace(b.client.0),
