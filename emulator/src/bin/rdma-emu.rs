@@ -26,8 +26,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run a program with the verbs shim first in its library path.
+    /// Run a program with the verbs shim first in its library path, and the devices under
+    /// /dev/infiniband and /sys/class/infiniband as a host with rxe/siw shows them.
     Run {
+        /// Leave /dev and /sys as they are (also: RDMA_EMU_DEVICE_VIEW=0).
+        #[arg(long)]
+        no_device_view: bool,
         /// The program and its arguments.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         cmd: Vec<String>,
@@ -463,7 +467,18 @@ fn main() -> ExitCode {
     }
     let result = match &cli.command {
         Command::Decode(_) => Ok(()),
-        Command::Run { cmd } => run(cmd),
+        Command::Run {
+            cmd,
+            no_device_view,
+        } => {
+            if !no_device_view && emulator::devview::enabled_by_env() {
+                let socket = cli.socket.clone().unwrap_or_else(wire::client::socket_path);
+                if let Err(e) = emulator::devview::enter(&socket) {
+                    eprintln!("rdma-emu: running without the device view: {e}");
+                }
+            }
+            run(cmd)
+        }
         Command::Link { action } => match action.as_ref().unwrap_or(&LinkAction::Show) {
             LinkAction::Show => call(&cli, RequestBody::LinkShow).and_then(|b| match b {
                 ReplyBody::Links(l) => {
