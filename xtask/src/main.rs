@@ -105,6 +105,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "gcc",
     "tmux",
     "nftables",
+    "ucx-utils",
+    "openmpi-bin",
+    "libopenmpi-dev",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

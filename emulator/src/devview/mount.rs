@@ -82,8 +82,9 @@ pub fn unshare() -> io::Result<Mode> {
     let mode = if unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0 {
         Mode::Root
     } else {
-        // SAFETY: getuid/getgid cannot fail; unshare(2) takes flags only.
+        // SAFETY: getuid/getgid take nothing and cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        // SAFETY: unshare(2) takes flags only.
         check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) })?;
         // An unprivileged process may map only itself, after giving up setgroups(2).
         fs::write("/proc/self/setgroups", "deny")?;
