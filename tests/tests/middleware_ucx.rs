@@ -318,6 +318,20 @@ fn device_view_shows_the_daemons_devices_and_leaves_the_host_alone() {
     assert!(s.contains("RoCE v2 eth0\n"), "{s}");
     // The class entries and /dev submounts are the host's (seen from namespace A).
     assert!(s.contains("eth0\nlo\n/dev/pts\n/dev/shm"), "{s}");
+    // A program killed with the view in place takes it along: the namespace was its own.
+    let mut held = da.program(Some(&net.a), &["sleep", "120"]);
+    let mounts = format!("/proc/{}/mountinfo", held.pid());
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&mounts).is_ok_and(|m| m.contains(" /dev/infiniband/uverbs0 ")) {
+        assert!(held.running(), "the program under the view exited");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no view in {mounts}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    held.kill9();
+    let _ = held.wait(Duration::from_secs(10));
     let after = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     assert_eq!(before, after, "the host's mount table changed");
     assert!(!Path::new("/dev/infiniband").exists());
