@@ -17,6 +17,7 @@
 //! of bandwidth against message size to `docs/performance.png`.
 mod backends;
 mod limits;
+mod middleware;
 mod plot;
 mod site;
 
@@ -217,7 +218,7 @@ fn suite(
         &scale,
         &core,
         &plotted,
-    );
+    ) + &middleware::measure(bin, lib, dir);
     let header = format!(
         "Run of {when}, {minutes:.1} minutes; load average (1 min) {load0} at the start and \
          {load1} at the end ({} cores).\n\n",
