@@ -355,7 +355,7 @@ fn lib_dir() -> Result<PathBuf, String> {
         .join("rdma-emu-lib"))
 }
 
-fn run(cmd: &[String]) -> Result<(), String> {
+fn run(cmd: &[String], before_exec: impl FnOnce()) -> Result<(), String> {
     let dir = lib_dir()?;
     if !dir.join("libibverbs.so.1").exists() {
         return Err(format!(
@@ -369,6 +369,7 @@ fn run(cmd: &[String]) -> Result<(), String> {
         path.push(old);
     }
     let (prog, args) = cmd.split_first().ok_or("nothing to run")?;
+    before_exec();
     let err = std::process::Command::new(prog)
         .args(args)
         .env("LD_LIBRARY_PATH", path)
@@ -470,15 +471,9 @@ fn main() -> ExitCode {
         Command::Run {
             cmd,
             no_device_view,
-        } => {
-            if !no_device_view && emulator::devview::enabled_by_env() {
-                let socket = cli.socket.clone().unwrap_or_else(wire::client::socket_path);
-                if let Err(e) = emulator::devview::enter(&socket) {
-                    eprintln!("rdma-emu: running without the device view: {e}");
-                }
-            }
-            run(cmd)
-        }
+        } => run(cmd, || {
+            emulator::devview::before_exec(*no_device_view, cli.socket.as_deref())
+        }),
         Command::Link { action } => match action.as_ref().unwrap_or(&LinkAction::Show) {
             LinkAction::Show => call(&cli, RequestBody::LinkShow).and_then(|b| match b {
                 ReplyBody::Links(l) => {

@@ -90,6 +90,19 @@ pub fn query(socket: &Path) -> Result<Vec<ViewDevice>, String> {
     Ok(out)
 }
 
+/// `rdma-emu run`'s hook: the view unless `opt_out` or [`ENV`] says no, the daemon at
+/// `socket` (else where the shim looks for it). A view that cannot be made is reported
+/// on stderr, and the program runs without it.
+pub fn before_exec(opt_out: bool, socket: Option<&Path>) {
+    if opt_out || !enabled_by_env() {
+        return;
+    }
+    let socket = socket.map_or_else(wire::client::socket_path, Path::to_path_buf);
+    if let Err(e) = enter(&socket) {
+        eprintln!("rdma-emu: running without the device view: {e}");
+    }
+}
+
 /// Shows the daemon's devices to this process and its future children. Call it just
 /// before `exec`, single-threaded.
 pub fn enter(socket: &Path) -> Result<mount::Mode, String> {
