@@ -105,6 +105,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "gcc",
     "tmux",
     "nftables",
+    "libfabric-bin",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
