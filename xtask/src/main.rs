@@ -105,6 +105,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "gcc",
     "tmux",
     "nftables",
+    "iperf3",
+    "sockperf",
+    "netcat-openbsd",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
