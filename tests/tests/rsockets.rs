@@ -282,3 +282,114 @@ fn iperf3_under_librspreload_over_roce() {
 fn iperf3_under_librspreload_over_iwarp() {
     iperf3(Kind::Iwarp);
 }
+
+/// Compiles `tests/c/rsock_stream.c` against librdmacm's rsocket API.
+fn rsock_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
+        let _ = cannot_run("librdmacm-dev is not installed");
+        return None;
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rsock_stream.c");
+    let exe = dir.join("rsock_stream");
+    let out = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lrdmacm")
+        .output()
+        .expect("cannot run gcc");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+/// Random rsend/rwrite/rwritev against random rrecv/rread/MSG_PEEK/MSG_WAITALL sizes,
+/// blocking or non-blocking with rpoll: the server checks every byte of the stream.
+/// `faults`: rules added to the client's device first (RoCE only: iWARP's TCP
+/// retransmits below the device).
+fn stream_property(kind: Kind, faults: &[&[&str]]) {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let _s = serial();
+    let Some(st) = Setup::new(kind) else {
+        return;
+    };
+    let Some(exe) = rsock_stream(st.dir.path()) else {
+        return;
+    };
+    let exe = exe.display().to_string();
+    for rule in faults {
+        let mut argv = vec!["fault", "add", kind.device()];
+        argv.extend_from_slice(rule);
+        st.b.cli(Some(&st.net.b), &argv).assert_success();
+    }
+    let mut runner = TestRunner::new(Config {
+        cases: 6,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let port = std::cell::Cell::new(7700u16);
+    let strategy = (
+        any::<u32>(),
+        1usize..3_000_000,
+        1usize..300_000,
+        any::<bool>(),
+    );
+    runner
+        .run(&strategy, |(seed, total, chunk, nonblock)| {
+            let p = port.get();
+            port.set(p + 1);
+            let ps = p.to_string();
+            let args = |role: &'static str| {
+                vec![
+                    exe.clone(),
+                    role.to_string(),
+                    st.net.addr_a.clone(),
+                    ps.clone(),
+                    seed.to_string(),
+                    total.to_string(),
+                    chunk.to_string(),
+                    u8::from(nonblock).to_string(),
+                ]
+            };
+            let (sa, ca) = (args("server"), args("client"));
+            let sa: Vec<&str> = sa.iter().map(String::as_str).collect();
+            let ca: Vec<&str> = ca.iter().map(String::as_str).collect();
+            let (s, c) = st.pair(&sa, &ca, p);
+            prop_assert!(
+                s.stdout.contains(&format!("{total} bytes ok")),
+                "{}",
+                s.stdout
+            );
+            prop_assert!(
+                c.stdout.contains(&format!("{total} bytes ok")),
+                "{}",
+                c.stdout
+            );
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    if !faults.is_empty() {
+        let fired = st.counter(&st.b, &st.net.b, "fault_dropped")
+            + st.counter(&st.b, &st.net.b, "fault_reordered");
+        assert!(fired > 0, "no fault fired");
+    }
+}
+
+#[test]
+fn stream_property_over_roce() {
+    stream_property(Kind::Roce, &[]);
+}
+
+#[test]
+fn stream_property_over_iwarp() {
+    stream_property(Kind::Iwarp, &[]);
+}
+
+#[test]
+fn stream_property_over_roce_with_loss_and_reordering() {
+    stream_property(Kind::Roce, &[&["drop", "1%"], &["reorder", "3%"]]);
+}

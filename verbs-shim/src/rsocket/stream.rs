@@ -84,6 +84,13 @@ pub struct Stream {
 // lock.
 unsafe impl Send for Stream {}
 
+/// Receives posted: the credits granted (`rq_size`, what the protocol counts) plus room
+/// for the peer's control messages, which take receives too: on iWARP a SEND finding no
+/// receive breaks the connection (no RNR retry as on InfiniBand).
+fn posted(sz: &Sizes) -> u16 {
+    sz.rq_size.saturating_add(2 * proto::QP_CTRL_SIZE as u16)
+}
+
 fn qp(id: *mut rdma_cm_id) -> *mut ibv_qp {
     // SAFETY: a live id.
     unsafe { (*id).qp }
@@ -109,7 +116,7 @@ impl Stream {
         }
         sz.sbuf_size = sz.sbuf_size.max(proto::SNDLOWAT * 2);
         sz.rbuf_size = sz.rbuf_size.max(proto::SNDLOWAT * 2) & !1;
-        sz.sq_inline = ep::create_qp(id, sz.sq_size, sz.rq_size, sz.sq_inline)?;
+        sz.sq_inline = ep::create_qp(id, sz.sq_size, posted(&sz), sz.sq_inline)?;
         if msg_send && sz.sq_inline < proto::MSG_SIZE as u32 {
             return Err(Errno::EOPNOTSUPP);
         }
@@ -123,7 +130,7 @@ impl Stream {
         )?;
         let target_mr = Mr::register(pd, &target, true)?;
         let msgs = if msg_send {
-            usize::from(sz.rq_size) * proto::MSG_SIZE
+            usize::from(posted(&sz)) * proto::MSG_SIZE
         } else {
             0
         };
@@ -162,7 +169,7 @@ impl Stream {
             sqe_avail: i32::from(sz.sq_size) - proto::QP_CTRL_SIZE as i32,
             cq_armed: false,
         };
-        for _ in 0..sz.rq_size {
+        for _ in 0..posted(&sz) {
             s.post_recv()?;
         }
         Ok(s)
@@ -232,7 +239,7 @@ impl Stream {
             wr.sg_list = &mut sge;
             wr.num_sge = 1;
             self.rbuf_msg_index += 1;
-            if self.rbuf_msg_index == u32::from(self.sz.rq_size) {
+            if self.rbuf_msg_index == u32::from(posted(&self.sz)) {
                 self.rbuf_msg_index = 0;
             }
         }
@@ -526,6 +533,12 @@ impl Stream {
             };
             if wc.wr_id & proto::WR_ID_RECV != 0 {
                 if wc.status != ep::WC_SUCCESS {
+                    // A flushed receive: the connection broke (rsocket.c learns it from
+                    // its CM service thread's DISCONNECTED event).
+                    if self.state & CONNECTED != 0 {
+                        self.state = ERROR;
+                        self.err = libc::ECONNRESET;
+                    }
                     continue;
                 }
                 reposts += 1;
@@ -536,7 +549,7 @@ impl Stream {
                     let mut b = [0u8; 4];
                     let off = self.sz.rbuf_size as usize + idx * proto::MSG_SIZE;
                     if wc.byte_len as usize != proto::MSG_SIZE
-                        || idx >= usize::from(self.sz.rq_size)
+                        || idx >= usize::from(posted(&self.sz))
                         || !self.rbuf.read(off, &mut b)
                     {
                         self.fail(libc::EPROTO);
