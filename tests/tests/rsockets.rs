@@ -393,3 +393,78 @@ fn stream_property_over_iwarp() {
 fn stream_property_over_roce_with_loss_and_reordering() {
     stream_property(Kind::Roce, &[&["drop", "1%"], &["reorder", "3%"]]);
 }
+
+/// A hostile peer (raw librdmacm and verbs, `tests/c/rsock_hostile.c`) against an rsocket
+/// server: malformed private data is rejected; an RDMA WRITE past the granted receive
+/// buffer fails at the NIC (remote access error, status 10); an announcement of more
+/// bytes than granted ends the server's connection (ECONNRESET) instead of a read past
+/// what was written. The server process survives to report it.
+#[test]
+fn hostile_peer_is_refused() {
+    let _s = serial();
+    let Some(st) = Setup::new(Kind::Roce) else {
+        return;
+    };
+    let Some(stream) = rsock_stream(st.dir.path()) else {
+        return;
+    };
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rsock_hostile.c");
+    let exe = st.dir.path().join("rsock_hostile");
+    let out = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("cannot run gcc");
+    assert!(
+        out.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (stream, exe) = (stream.display().to_string(), exe.display().to_string());
+    let addr = st.net.addr_a.clone();
+    for (port, mode, line) in [
+        (7660u16, "outside", "write outside the buffer: status 10"),
+        (7661, "oversized", "oversized announcement: status 0"),
+    ] {
+        let p = port.to_string();
+        let server = st.a.program(
+            Some(&st.net.a),
+            &[&stream, "server", &addr, &p, "1", "1000", "100", "0"],
+        );
+        assert!(
+            wait_cm_listening(&st.a, Some(&st.net.a), port, Duration::from_secs(20)),
+            "the rsocket server never listened"
+        );
+        let c =
+            st.b.program(Some(&st.net.b), &[&exe, &addr, &p, mode])
+                .wait(LIMIT);
+        let s = server.wait(LIMIT);
+        for refused in [
+            "short private data: refused",
+            "version 2: refused",
+            "target sgl of 1000 entries: refused",
+            "well-formed: accepted",
+            line,
+        ] {
+            assert!(
+                c.stdout.contains(refused),
+                "{mode}: no `{refused}` in:\n{}\n{}",
+                c.stdout,
+                c.stderr
+            );
+        }
+        // The server saw its connection end (no bytes, no crash): exit status 1.
+        assert_eq!(
+            s.status.and_then(|x| x.code()),
+            Some(1),
+            "{mode} server:\n{}\n{}",
+            s.stdout,
+            s.stderr
+        );
+        if mode == "oversized" {
+            assert!(s.stderr.contains("rrecv"), "{mode} server:\n{}", s.stderr);
+        }
+    }
+}
