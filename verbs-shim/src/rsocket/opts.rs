@@ -38,7 +38,8 @@ pub fn set(
             let on = read_int(v, len)?;
             // The CM's port reuse; a device that refuses it changes nothing for us.
             let mut val = on;
-            crate::cm::id::rdma_set_option(s.id, 0, 0, &mut val as *mut c_int as *mut c_void, 4);
+            // RDMA_OPTION_ID (0), RDMA_OPTION_ID_REUSEADDR (1).
+            crate::cm::id::rdma_set_option(s.id, 0, 1, &mut val as *mut c_int as *mut c_void, 4);
             flag(&mut s.so_opts, opt, on != 0);
         }
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => {
