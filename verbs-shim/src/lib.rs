@@ -15,7 +15,8 @@
 //! - [`misc`]: helpers and the operations rdma-emu does not implement;
 //! - [`shared_mr`]: opt-in shared memory regions (`RDMA_EMU_SHARED_MR=1`);
 //! - [`cm`]: librdmacm's RDMA CM over the daemon;
-//! - [`rdmacm`]: librdmacm's rsocket exports (no rsockets).
+//! - [`rsocket`]: librdmacm's rsockets (stream sockets over RC, rdma-core's protocol);
+//! - [`rdmacm`]: re-exports of the rsocket functions.
 //!
 //! `exports.txt` lists every exported symbol with its version node.
 //!
@@ -43,6 +44,7 @@ pub mod misc;
 pub mod mmap;
 pub mod qp;
 pub mod rdmacm;
+pub mod rsocket;
 pub mod shared_mr;
 pub mod verbs;
 pub mod wr_api;

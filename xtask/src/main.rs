@@ -109,6 +109,9 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "openmpi-bin",
     "libopenmpi-dev",
     "libfabric-bin",
+    "iperf3",
+    "sockperf",
+    "netcat-openbsd",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
