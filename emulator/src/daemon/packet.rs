@@ -618,31 +618,9 @@ pub(super) fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
             h
         })
         .collect();
-    let mut sent = 0;
-    while sent < hdrs.len() {
-        // SAFETY: the headers point at live frames for the call only; no names (the
-        // socket is bound to its interface and protocol).
-        let n = unsafe {
-            libc::sendmmsg(
-                fd,
-                hdrs[sent..].as_mut_ptr(),
-                (hdrs.len() - sent) as libc::c_uint,
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return if sent > 0 { Ok(sent) } else { Err(e) };
-        }
-        if n == 0 {
-            break;
-        }
-        sent += n as usize;
-    }
-    Ok(sent)
+    // SAFETY: the headers point at live frames for the call only; no names (the socket is
+    // bound to its interface and protocol).
+    super::mmsg::sent_or_error(unsafe { super::mmsg::send_headers(fd, &mut hdrs) })
 }
 
 #[cfg(test)]
