@@ -105,6 +105,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "gcc",
     "tmux",
     "nftables",
+    "ethtool",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

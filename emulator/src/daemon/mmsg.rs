@@ -86,8 +86,9 @@ pub const GSO_MAX_SEGMENTS: usize = 64;
 /// At most this many octets go into one GSO super-datagram: the largest UDP payload of an
 /// IPv4 datagram (the kernel refuses more with EMSGSIZE).
 pub const GSO_MAX_BYTES: usize = 65_507;
-/// A receive buffer that holds any datagram GRO coalesces (at most 64 KiB of IP packet).
-pub const GRO_BUF_LEN: usize = 65_536;
+/// A receive buffer that holds any datagram GRO coalesces (at most 64 KiB of IP packet),
+/// or a GSO super-frame with its Ethernet and `virtio_net_hdr` headers.
+pub const GRO_BUF_LEN: usize = 65_600;
 
 /// Buffers for receiving a batch of datagrams with one recvmmsg(2). With GRO a received
 /// datagram can hold several packets of equal size (the last may be shorter); they are
@@ -118,6 +119,17 @@ pub struct RecvBatch {
     names: Vec<libc::sockaddr_storage>,
     /// Ancillary data per datagram (8-byte aligned for `cmsghdr`).
     controls: Vec<[u64; CONTROL_WORDS]>,
+}
+
+/// Where a packet is in a [`RecvBatch`]'s buffers, and what came with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Packet {
+    pub buf: usize,
+    pub at: usize,
+    /// `None`: truncated.
+    pub len: Option<usize>,
+    pub src: Option<SocketAddr>,
+    pub tos: Option<u8>,
 }
 
 /// What the control messages of a received datagram say.
@@ -194,6 +206,16 @@ impl RecvBatch {
     /// Packet `i` is at the start of buffer `i` (what the raw backends fill in).
     pub fn one_packet_per_buffer(&mut self) {
         self.split = false;
+    }
+
+    /// Lays out the packets a raw backend found in the received buffers.
+    pub fn set_packets(&mut self, packets: &[Packet]) {
+        self.packets_room(packets.len());
+        for (i, p) in packets.iter().enumerate() {
+            (self.lens[i], self.srcs[i], self.tos[i], self.dsts[i]) = (p.len, p.src, p.tos, None);
+            self.spans[i] = (p.buf, p.at);
+        }
+        self.split = true;
     }
 
     /// Room for `n` packets in the per-packet fields.
@@ -319,7 +341,7 @@ fn shift_icrc_id(packet: &[u8], k: usize) -> Option<[u8; 4]> {
 /// Segment `k` of a coalesced IPv4 datagram: its ICRC, computed for the ID the segment
 /// carried on the wire when it came from a GSO sender, is made the one for ID 0, which
 /// the core checks first (any other ID is still found by solving for it).
-fn undo_gso_id(packet: &mut [u8], k: usize) {
+pub(super) fn undo_gso_id(packet: &mut [u8], k: usize) {
     if k == 0 {
         return;
     }
@@ -578,6 +600,12 @@ pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>], gso: bool) -> io::Result<Sen
         Some(e) if went == 0 => Err(e),
         _ => Ok(out),
     }
+}
+
+/// The ICRC of `packet` moved to the IP ID of GSO segment `k` (for the backends' tests).
+#[cfg(test)]
+pub fn tests_shift_icrc_id(packet: &[u8], k: usize) -> [u8; 4] {
+    shift_icrc_id(packet, k).expect("a packet with an ICRC")
 }
 
 /// The runs [`send_batch`] would make with GSO on (for the backend's tests).
