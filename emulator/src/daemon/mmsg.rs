@@ -310,7 +310,8 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
             if src.is_some_and(|s| s.is_ipv4()) {
                 undo_gso_id(&mut b.bufs[i][at..at + seg_len], k);
             }
-            (b.lens[p], b.srcs[p], b.tos[p], b.dsts[p]) = (Some(seg_len), src, r.tos, None);
+            let tos = segment_tos(r.tos, k);
+            (b.lens[p], b.srcs[p], b.tos[p], b.dsts[p]) = (Some(seg_len), src, tos, None);
             b.spans[p] = (i, at);
             p += 1;
         }
@@ -320,6 +321,18 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
         debug_assert_eq!(p, n);
     }
     Ok(p)
+}
+
+/// The TOS / traffic class octet segment `k` of a coalesced datagram is reported with: the
+/// datagram's, except that Congestion Experienced counts once, on the first segment. The
+/// network marked one packet (the super-frame veth carried whole, or a run that GRO
+/// merged, which it does only for equal TOS), so the notification point sees one mark, as
+/// a capture of that link shows one; it answers a flow with one CNP per interval anyway.
+pub(super) fn segment_tos(tos: Option<u8>, k: usize) -> Option<u8> {
+    match tos {
+        Some(t) if k > 0 && t & ECN_MASK == ECN_MASK => Some(t & !ECN_MASK | ECN_ECT0),
+        t => t,
+    }
 }
 
 /// The IPv4 identification the kernel gives segment `k` of a GSO super-datagram sent from

@@ -568,12 +568,12 @@ impl PacketLink {
                 None => accept(frame, local, self.ifindex).map(|r| vec![r]),
             };
             match got {
-                Ok(rs) => kept.extend(rs.into_iter().map(|r| Packet {
+                Ok(rs) => kept.extend(rs.into_iter().enumerate().map(|(k, r)| Packet {
                     buf: i,
                     at: skip + r.at,
                     len: Some(r.len),
                     src: Some(r.src),
-                    tos: Some(r.tos),
+                    tos: super::mmsg::segment_tos(Some(r.tos), k),
                 })),
                 Err(Refused::Icrc) => self.count(|c| c.rx_icrc_errors += 1),
                 Err(Refused::Malformed) => self.count(|c| c.rx_malformed += 1),

@@ -717,6 +717,15 @@ mod offload_tests {
     }
 
     #[test]
+    fn congestion_experienced_counts_once_per_coalesced_datagram() {
+        let ce = Some((24 << 2) | ECN_CE);
+        assert_eq!(mmsg::segment_tos(ce, 0), ce);
+        assert_eq!(mmsg::segment_tos(ce, 1), Some((24 << 2) | ECN_ECT0));
+        assert_eq!(mmsg::segment_tos(Some(ECN_ECT0), 5), Some(ECN_ECT0));
+        assert_eq!(mmsg::segment_tos(None, 3), None);
+    }
+
+    #[test]
     fn runs_break_at_another_destination_class_size_or_the_limits() {
         let d1: SocketAddr = "10.0.0.1:4791".parse().unwrap();
         let d2: SocketAddr = "10.0.0.2:4791".parse().unwrap();
