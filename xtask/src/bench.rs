@@ -18,6 +18,7 @@
 mod backends;
 mod limits;
 mod middleware;
+mod mtu;
 mod plot;
 mod site;
 
@@ -129,8 +130,12 @@ struct Scale {
     kib_per_qp: Figure,
 }
 
-pub fn run(_args: &[String]) -> Result<(), String> {
-    crate::ensure_debian_packages(&["perftest", "iproute2", "gcc", "libibverbs-dev"])?;
+pub fn run(args: &[String]) -> Result<(), String> {
+    crate::ensure_debian_packages(&["perftest", "iproute2", "gcc", "libibverbs-dev", "iperf3"])?;
+    if args.first().map(String::as_str) == Some("mtu") {
+        // `cargo xtask bench mtu`: only the two-namespace MTU table, printed.
+        return mtu::run_alone();
+    }
     let plot_tool = crate::ensure_debian_packages(&["python3-matplotlib"]);
     let (bin, lib) = crate::build_release()?;
     let started = Instant::now();
@@ -193,6 +198,7 @@ fn suite(
         }
     }
     let backend_rows = backends::measure(bin, lib, dir);
+    let mtu_rows = mtu::measure(bin, lib, dir);
     let scale = scale_one_host(bin, lib, dir, many_qps);
     let core = core_bench();
     match &core {
@@ -214,7 +220,7 @@ fn suite(
         &limits,
         &matrix,
         &shared,
-        &backend_rows,
+        (&backend_rows, &mtu_rows),
         &scale,
         &core,
         &plotted,
@@ -579,7 +585,7 @@ fn report(
     limits: &Limits,
     matrix: &Matrix,
     shared: &SharedRows,
-    backend_rows: &[backends::BackendRow],
+    (backend_rows, mtu_rows): (&[backends::BackendRow], &[mtu::MtuRow]),
     scale: &Scale,
     core: &Result<CoreBench, String>,
     plotted: &Result<(), String>,
@@ -708,6 +714,7 @@ fn report(
         );
     }
     backends::report(&mut d, &mut notes, limits, backend_rows);
+    mtu::report(&mut d, &mut notes, mtu_rows);
     let _ = writeln!(
         d,
         "\n### Scale and idle cost\n\n| what | value |\n|---|---|"

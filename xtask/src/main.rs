@@ -112,6 +112,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "iperf3",
     "sockperf",
     "netcat-openbsd",
+    "ethtool",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

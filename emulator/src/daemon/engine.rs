@@ -393,7 +393,7 @@ impl Engine {
                     continue;
                 };
                 let dst = self.rx.dsts[i].unwrap_or(dst);
-                let payload = &self.rx.bufs[i][..len];
+                let payload = self.rx.payload(i, len);
                 super::datapath::receive(d, now, src, dst, payload, &mut self.mem);
                 if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::udp::ECN_CE) {
                     d.nic.congestion_experienced(now, src, dst, payload);

@@ -22,7 +22,7 @@
 //!
 //! Needs CAP_NET_RAW. On `lo` the frames carry all-zero MACs and no neighbour is asked.
 
-use super::mmsg::RecvBatch;
+use super::mmsg::{Packet, RecvBatch};
 use super::neigh::Neighbours;
 use super::netdev::Netdev;
 use super::sys;
@@ -96,8 +96,10 @@ pub struct PacketLink {
     ifindex: u32,
     mac: [u8; 6],
     loopback: bool,
-    /// One socket per GID slot (`None`: an empty slot).
-    slots: Vec<Option<OwnedFd>>,
+    /// One socket per GID slot (`None`: an empty slot), and whether it was given
+    /// `PACKET_VNET_HDR` (each frame then comes and goes after a `virtio_net_hdr`, which
+    /// tells a UDP GSO super-frame apart).
+    slots: Vec<Option<(OwnedFd, bool)>>,
     next_id: Cell<u16>,
     neigh: RefCell<Neighbours>,
     /// Frames being sent (reused).
@@ -290,6 +292,7 @@ fn is_loopback(name: &str) -> bool {
 }
 
 /// Where a received frame's RoCE datagram is and what came with it.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Received {
     pub(super) at: usize,
     pub(super) len: usize,
@@ -306,6 +309,98 @@ pub(super) enum Refused {
 /// Checks one received frame for the slot's `local` address.
 pub(super) fn accept(buf: &[u8], local: IpAddr, ifindex: u32) -> Result<Received, Refused> {
     let f = frame::parse(buf).map_err(|_| Refused::Malformed)?;
+    if f.verify_icrc() != Some(true) {
+        // Not the frame's own ICRC (or not RoCE at all): `addressed` tells which.
+        addressed(&f, buf, local, ifindex)?;
+        return Err(Refused::Icrc);
+    }
+    addressed(&f, buf, local, ifindex)
+}
+
+/// The `virtio_net_hdr` a packet socket with `PACKET_VNET_HDR` puts before each frame
+/// (linux/virtio_net.h): flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
+const VNET_HDR_LEN: usize = 10;
+/// `PACKET_VNET_HDR` (linux/if_packet.h).
+const PACKET_VNET_HDR: libc::c_int = 15;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP GSO super-frame, cut at `gso_size`.
+const VNET_GSO_UDP_L4: u8 = 5;
+
+/// The segment size of a received frame's `virtio_net_hdr` when it is a UDP GSO
+/// super-frame (a kernel UDP sender's `UDP_SEGMENT` datagram that veth or loopback passed
+/// on whole).
+fn gso_size_of(vnet: &[u8]) -> Option<usize> {
+    let gso_type = *vnet.get(1)? & 0x7f;
+    let size = u16::from_le_bytes([*vnet.get(4)?, *vnet.get(5)?]);
+    (gso_type == VNET_GSO_UDP_L4 && size > 0).then_some(usize::from(size))
+}
+
+/// Checks a UDP GSO super-frame cut at `size` for the slot's `local` address: each
+/// segment's ICRC is verified over the headers it carries once segmented (IP ID counting
+/// up from the super-frame's, IP and UDP lengths of the segment; DESIGN decision 6), and
+/// moved to the super-frame's own ID, as the UDP backend's GRO split does. Every segment
+/// or none: a bad one refuses the frame.
+pub(super) fn accept_segments(
+    buf: &mut [u8],
+    local: IpAddr,
+    ifindex: u32,
+    size: usize,
+) -> Result<Vec<Received>, Refused> {
+    let (whole, mut ip, mut udp) = {
+        let f = frame::parse(buf).map_err(|_| Refused::Malformed)?;
+        let whole = addressed(&f, buf, local, ifindex)?;
+        let Transport::Udp { header, .. } = f.transport else {
+            return Err(Refused::Malformed);
+        };
+        let udp: [u8; 8] = header.try_into().map_err(|_| Refused::Malformed)?;
+        let ip: Vec<u8> = match f.ip {
+            IpHeader::V4 { header, .. } if header.len() == 20 => header.to_vec(),
+            IpHeader::V6 { header, .. } => header.to_vec(),
+            IpHeader::V4 { .. } => return Err(Refused::Malformed),
+        };
+        (whole, ip, udp)
+    };
+    let id0 = (ip.len() == 20).then(|| u16::from_be_bytes([ip[4], ip[5]]));
+    let mut out = Vec::with_capacity(whole.len.div_ceil(size));
+    for (k, at) in (0..whole.len).step_by(size).enumerate() {
+        let len = size.min(whole.len - at);
+        let seg = &mut buf[whole.at + at..whole.at + at + len];
+        let udp_len = (UDP_HEADER_LEN + len) as u16;
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        let ok = match id0 {
+            Some(id0) => {
+                let total = 20 + udp_len;
+                ip[2..4].copy_from_slice(&total.to_be_bytes());
+                ip[4..6].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
+                let hdr: &[u8; 20] = ip[..].try_into().map_err(|_| Refused::Malformed)?;
+                let ok = icrc::verify_ipv4(hdr, &udp, seg);
+                super::mmsg::undo_gso_id(seg, k);
+                ok
+            }
+            None => {
+                ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+                let hdr: &[u8; 40] = ip[..].try_into().map_err(|_| Refused::Malformed)?;
+                icrc::verify_ipv6(hdr, &udp, seg)
+            }
+        };
+        if !ok {
+            return Err(Refused::Icrc);
+        }
+        out.push(Received {
+            at: whole.at + at,
+            len,
+            ..whole
+        });
+    }
+    Ok(out)
+}
+
+/// Where the RoCE datagram of a parsed frame is, when it is one to `local`:4791.
+fn addressed(
+    f: &frame::Frame<'_>,
+    buf: &[u8],
+    local: IpAddr,
+    ifindex: u32,
+) -> Result<Received, Refused> {
     let Transport::Udp {
         src_port,
         dst_port,
@@ -318,16 +413,13 @@ pub(super) fn accept(buf: &[u8], local: IpAddr, ifindex: u32) -> Result<Received
     if dst_port != ROCE_V2_UDP_PORT || f.ip.dst() != local {
         return Err(Refused::Malformed);
     }
-    if f.verify_icrc() != Some(true) {
-        return Err(Refused::Icrc);
-    }
-    let (src_ip, tos) = match f.ip {
-        IpHeader::V4 { repr, tos, .. } => (IpAddr::V4(repr.src_addr), tos),
+    let (src_ip, tos) = match &f.ip {
+        IpHeader::V4 { repr, tos, .. } => (IpAddr::V4(repr.src_addr), *tos),
         IpHeader::V6 {
             repr,
             traffic_class,
             ..
-        } => (IpAddr::V6(repr.src_addr), traffic_class),
+        } => (IpAddr::V6(repr.src_addr), *traffic_class),
     };
     let src = match src_ip {
         // As a kernel socket reports it: link-local peers scoped to the interface.
@@ -379,10 +471,19 @@ impl PacketLink {
     /// Opens the socket of GID slot `slot`, serving `addr`.
     pub fn open_slot(&mut self, slot: usize, addr: IpAddr) -> io::Result<()> {
         let fd = open_socket(self.ifindex, addr).map_err(|e| open_error(e, &self.netdev))?;
+        let vnet = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_VNET_HDR, 1)
+            .map_err(|e| {
+                tracing::info!(
+                    "PACKET_VNET_HDR refused ({e}): UDP GSO super-frames from kernel senders \
+                     on {} fail their ICRC here",
+                    self.netdev
+                )
+            })
+            .is_ok();
         if self.slots.len() <= slot {
             self.slots.resize_with(slot + 1, || None);
         }
-        self.slots[slot] = Some(fd);
+        self.slots[slot] = Some((fd, vnet));
         Ok(())
     }
 
@@ -395,7 +496,15 @@ impl PacketLink {
 
     /// The socket of GID slot `slot`.
     pub fn fd(&self, slot: usize) -> Option<RawFd> {
-        self.slots.get(slot)?.as_ref().map(AsRawFd::as_raw_fd)
+        self.slots.get(slot)?.as_ref().map(|(fd, _)| fd.as_raw_fd())
+    }
+
+    /// Whether slot `slot`'s socket has `PACKET_VNET_HDR`.
+    fn vnet(&self, slot: usize) -> bool {
+        self.slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.1)
     }
 
     pub fn counters(&self) -> PacketCounters {
@@ -403,7 +512,7 @@ impl PacketLink {
             .slots
             .iter()
             .flatten()
-            .map(|fd| queue_drops(fd.as_raw_fd()))
+            .map(|(fd, _)| queue_drops(fd.as_raw_fd()))
             .sum();
         self.count(|c| c.rx_queue_drops += drops);
         self.counters.get()
@@ -433,31 +542,45 @@ impl PacketLink {
         let Some(fd) = self.fd(slot) else {
             return Ok(0);
         };
+        let vnet = self.vnet(slot);
+        if vnet {
+            batch.hold_coalesced();
+        }
+        let skip = if vnet { VNET_HDR_LEN } else { 0 };
         let n = super::mmsg::recv_batch(fd, batch)?;
-        let mut kept = 0;
-        for i in 0..n {
-            let Some(len) = batch.lens[i] else {
+        let lens: Vec<Option<usize>> = batch.lens[..n].to_vec();
+        let mut kept: Vec<Packet> = Vec::with_capacity(n);
+        for (i, len) in lens.into_iter().enumerate() {
+            let Some(len) = len.filter(|&l| l >= skip) else {
                 // Larger than a receive buffer: the engine counts it as truncated.
-                batch.bufs.swap(i, kept);
-                batch.lens.swap(i, kept);
-                batch.srcs[kept] = None;
-                kept += 1;
+                kept.push(Packet {
+                    buf: i,
+                    at: 0,
+                    len: None,
+                    src: None,
+                    tos: None,
+                });
                 continue;
             };
-            match accept(&batch.bufs[i][..len], local, self.ifindex) {
-                Ok(r) => {
-                    batch.bufs[i].copy_within(r.at..r.at + r.len, 0);
-                    batch.bufs.swap(i, kept);
-                    batch.lens[kept] = Some(r.len);
-                    batch.srcs[kept] = Some(r.src);
-                    batch.tos[kept] = Some(r.tos);
-                    kept += 1;
-                }
+            let (vnet_hdr, frame) = batch.bufs[i][..len].split_at_mut(skip);
+            let got = match gso_size_of(vnet_hdr) {
+                Some(size) => accept_segments(frame, local, self.ifindex, size),
+                None => accept(frame, local, self.ifindex).map(|r| vec![r]),
+            };
+            match got {
+                Ok(rs) => kept.extend(rs.into_iter().enumerate().map(|(k, r)| Packet {
+                    buf: i,
+                    at: skip + r.at,
+                    len: Some(r.len),
+                    src: Some(r.src),
+                    tos: super::mmsg::segment_tos(Some(r.tos), k),
+                })),
                 Err(Refused::Icrc) => self.count(|c| c.rx_icrc_errors += 1),
                 Err(Refused::Malformed) => self.count(|c| c.rx_malformed += 1),
             }
         }
-        Ok(kept)
+        batch.set_packets(&kept);
+        Ok(kept.len())
     }
 
     /// Writes the frame carrying `payload` (BTH through ICRC, the ICRC computed for IP
@@ -572,7 +695,13 @@ impl PacketLink {
             }
             ready += 1;
         }
-        send_frames(fd, &frames[..ready])
+        // A plain frame: a `virtio_net_hdr` of zeroes (no GSO, no checksum to fill in).
+        let prefix: &[u8] = if self.vnet(slot) {
+            &[0; VNET_HDR_LEN]
+        } else {
+            &[]
+        };
+        send_frames_after(fd, prefix, &frames[..ready])
     }
 
     /// Writes the frame of `m` from `src` into `buf`, to the next hop's MAC; false
@@ -601,224 +730,41 @@ impl PacketLink {
 
 /// Sends whole frames with sendmmsg(2) on a bound packet socket; returns how many went.
 pub(super) fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
-    let mut iovs: Vec<libc::iovec> = frames
-        .iter()
-        .map(|f| libc::iovec {
+    send_frames_after(fd, &[], frames)
+}
+
+/// Sends whole frames, each after `prefix` (a `virtio_net_hdr` on a socket with
+/// `PACKET_VNET_HDR`, else nothing); returns how many went.
+fn send_frames_after(fd: RawFd, prefix: &[u8], frames: &[Vec<u8>]) -> io::Result<usize> {
+    let per = if prefix.is_empty() { 1 } else { 2 };
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(per * frames.len());
+    for f in frames {
+        if !prefix.is_empty() {
+            iovs.push(libc::iovec {
+                iov_base: prefix.as_ptr() as *mut libc::c_void,
+                iov_len: prefix.len(),
+            });
+        }
+        iovs.push(libc::iovec {
             iov_base: f.as_ptr() as *mut libc::c_void,
             iov_len: f.len(),
-        })
-        .collect();
+        });
+    }
     let mut hdrs: Vec<libc::mmsghdr> = iovs
-        .iter_mut()
+        .chunks_exact_mut(per)
         .map(|iov| {
             // SAFETY: mmsghdr is plain old data; all zeroes is valid.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = iov;
-            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_iov = iov.as_mut_ptr();
+            h.msg_hdr.msg_iovlen = per;
             h
         })
         .collect();
-    let mut sent = 0;
-    while sent < hdrs.len() {
-        // SAFETY: the headers point at live frames for the call only; no names (the
-        // socket is bound to its interface and protocol).
-        let n = unsafe {
-            libc::sendmmsg(
-                fd,
-                hdrs[sent..].as_mut_ptr(),
-                (hdrs.len() - sent) as libc::c_uint,
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return if sent > 0 { Ok(sent) } else { Err(e) };
-        }
-        if n == 0 {
-            break;
-        }
-        sent += n as usize;
-    }
-    Ok(sent)
+    // SAFETY: the headers point at live frames for the call only; no names (the socket is
+    // bound to its interface and protocol).
+    super::mmsg::sent_or_error(unsafe { super::mmsg::send_headers(fd, &mut hdrs) })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use wire::roce::{Body, Header, Packet, PacketRepr, Psn, Qpn, Request, SendSeg};
-
-    fn link() -> PacketLink {
-        PacketLink {
-            netdev: "veth0".into(),
-            ifindex: 1,
-            mac: [0x02, 1, 2, 3, 4, 5],
-            loopback: false,
-            slots: Vec::new(),
-            next_id: Cell::new(0x1234),
-            neigh: RefCell::new(Neighbours::new(1)),
-            frames: RefCell::new(Vec::new()),
-            counters: Cell::new(PacketCounters::default()),
-        }
-    }
-
-    /// A RoCE packet from `src` to `dst` with its ICRC computed for IP ID 0, as the core
-    /// hands it out.
-    fn core_packet(src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
-        let payload = [7u8; 40];
-        let repr = PacketRepr {
-            header: Header::new(Qpn(17), Psn::new(5)),
-            body: Body::RcRequest(Request::Send(SendSeg::Only)),
-            payload: &payload,
-        };
-        let mut buf = vec![0; repr.buffer_len()];
-        repr.emit(&mut Packet::new_unchecked(&mut buf[..]));
-        let mut p = Packet::new_unchecked(&mut buf[..]);
-        let c = match (src.ip(), dst.ip()) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                icrc::for_udp4(s, d, src.port(), dst.port(), p.icrc_covered())
-            }
-            (IpAddr::V6(s), IpAddr::V6(d)) => {
-                icrc::for_udp6(s, d, src.port(), dst.port(), p.icrc_covered())
-            }
-            _ => unreachable!(),
-        };
-        p.set_icrc(c);
-        buf
-    }
-
-    #[test]
-    fn ipv4_frames_carry_the_promised_header_and_a_valid_icrc() {
-        let l = link();
-        let src: SocketAddr = "10.1.0.1:49153".parse().unwrap();
-        let dst: SocketAddr = "10.1.0.2:4791".parse().unwrap();
-        let pkt = core_packet(src, dst);
-        let mut buf = Vec::new();
-        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0, &pkt));
-        let f = frame::parse(&buf).expect("frame parses");
-        assert_eq!(f.ethernet.src_addr.0, [0x02, 1, 2, 3, 4, 5]);
-        assert_eq!(f.ethernet.dst_addr.0, [0x02, 9, 9, 9, 9, 9]);
-        let IpHeader::V4 {
-            header, ident, tos, ..
-        } = f.ip
-        else {
-            panic!("not IPv4")
-        };
-        assert_eq!(ident, 0x1234);
-        assert_eq!(tos, 0b10, "DSCP 0, ECT(0)");
-        assert_eq!(header[6] & 0x40, 0x40, "DF");
-        assert_eq!(header[8], 64, "TTL");
-        assert!(Ipv4Packet::new_unchecked(header).verify_checksum());
-        let Transport::Udp {
-            checksum,
-            src_port,
-            payload,
-            ..
-        } = f.transport
-        else {
-            panic!("not UDP")
-        };
-        assert_eq!((checksum, src_port), (0, 49153));
-        assert_eq!(payload.len(), pkt.len());
-        assert_eq!(f.verify_icrc(), Some(true));
-        // The next frame takes the next ID and still verifies.
-        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0, &pkt));
-        let f = frame::parse(&buf).unwrap();
-        assert!(matches!(f.ip, IpHeader::V4 { ident: 0x1235, .. }));
-        assert_eq!(f.verify_icrc(), Some(true));
-        let r = accept(&buf, dst.ip(), 1).ok().expect("accepted");
-        assert_eq!(&buf[r.at..r.at + r.len], &buf[buf.len() - pkt.len()..]);
-        assert_eq!((r.src, r.tos), (src, 0b10));
-    }
-
-    #[test]
-    fn frames_carry_the_traffic_class_dscp_with_ect0_and_still_verify() {
-        let l = link();
-        for (src, dst) in [
-            ("10.1.0.1:49153", "10.1.0.2:4791"),
-            ("[fd00::1]:50000", "[fd00::2]:4791"),
-        ] {
-            let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
-            let pkt = core_packet(src, dst);
-            let mut buf = Vec::new();
-            // DSCP 24 with stray ECN bits: the ECN field is the backend's own.
-            assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0x63, &pkt));
-            let f = frame::parse(&buf).expect("frame parses");
-            assert_eq!(f.verify_icrc(), Some(true));
-            let r = accept(&buf, dst.ip(), 1).ok().expect("accepted");
-            assert_eq!(r.tos, (24 << 2) | 0b10, "DSCP 24, ECT(0)");
-        }
-    }
-
-    #[test]
-    fn ipv6_frames_carry_a_udp_checksum_and_a_valid_icrc() {
-        let l = link();
-        let src: SocketAddr = "[fd00::1]:50000".parse().unwrap();
-        let dst: SocketAddr = "[fd00::2]:4791".parse().unwrap();
-        let pkt = core_packet(src, dst);
-        let mut buf = Vec::new();
-        assert!(l.emit(&mut buf, [0x02, 9, 9, 9, 9, 9], src, dst, 0, &pkt));
-        let f = frame::parse(&buf).expect("frame parses");
-        let IpHeader::V6 {
-            traffic_class,
-            header,
-            ..
-        } = f.ip
-        else {
-            panic!("not IPv6")
-        };
-        assert_eq!(traffic_class, 0b10);
-        assert_eq!(header[7], 64);
-        let udp = UdpPacket::new_unchecked(&buf[54..]);
-        assert_ne!(udp.checksum(), 0);
-        let v6 = |a: &str| IpAddress::Ipv6(a.parse().unwrap());
-        let (s, d) = (v6("fd00::1"), v6("fd00::2"));
-        assert!(udp.verify_checksum(&s, &d));
-        assert_eq!(f.verify_icrc(), Some(true));
-    }
-
-    #[test]
-    fn corrupted_or_misaddressed_frames_are_refused() {
-        let l = link();
-        let src: SocketAddr = "10.1.0.1:49153".parse().unwrap();
-        let dst: SocketAddr = "10.1.0.2:4791".parse().unwrap();
-        let mut buf = Vec::new();
-        assert!(l.emit(
-            &mut buf,
-            [0x02, 9, 9, 9, 9, 9],
-            src,
-            dst,
-            0,
-            &core_packet(src, dst)
-        ));
-        assert!(matches!(
-            accept(&buf, "10.1.0.3".parse().unwrap(), 1),
-            Err(Refused::Malformed)
-        ));
-        let n = buf.len();
-        buf[n - 10] ^= 0x01;
-        assert!(matches!(accept(&buf, dst.ip(), 1), Err(Refused::Icrc)));
-        assert!(matches!(
-            accept(&buf[..20], dst.ip(), 1),
-            Err(Refused::Malformed)
-        ));
-    }
-
-    #[test]
-    fn the_filters_end_in_accept_then_drop_and_jump_inside() {
-        for addr in ["10.1.0.2", "fe80::1"] {
-            let prog = roce_filter(addr.parse().unwrap());
-            let n = prog.len();
-            assert_eq!((prog[n - 2].code, prog[n - 2].k), (RET_K, ACCEPT));
-            assert_eq!((prog[n - 1].code, prog[n - 1].k), (RET_K, 0));
-            for (i, ins) in prog.iter().enumerate() {
-                if ins.code == JEQ_K || ins.code == JSET_K {
-                    let far = i + 1 + usize::from(ins.jt.max(ins.jf));
-                    assert_eq!(far, n - 1, "instruction {i} jumps to the drop");
-                }
-            }
-        }
-    }
-}
+#[path = "packet_tests.rs"]
+mod tests;

@@ -294,6 +294,7 @@ impl Engine {
                     counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
                     counters.push(("udp_tx_errors".into(), d.tx_errors));
                     counters.push(("udp_rx_truncated".into(), d.rx_truncated));
+                    counters.extend(d.udp.offload_counters());
                     if let Some((p, (resolved, unresolved))) = d.udp.packet_counters() {
                         counters.push(("packet_rx_icrc_errors".into(), p.rx_icrc_errors));
                         counters.push(("packet_rx_malformed".into(), p.rx_malformed));

@@ -10,6 +10,13 @@
 //! (`ensure_sender`), later ones reuse it; at most [`MAX_SENDERS`] per device. Receiving
 //! stays on 4791.
 //!
+//! GSO and GRO (DESIGN decision 5): a RoCE message is a run of equal-size packets to one
+//! destination, and such a run leaves as one GSO super-datagram (`UDP_SEGMENT`, `mmsg.rs`);
+//! the 4791 sockets receive with `UDP_GRO`, and a coalesced datagram is split into its
+//! packets before the core. Both are detected when the device binds (a kernel without them
+//! refuses the socket option) and switched off for the device, logged once and counted,
+//! when the kernel refuses a GSO send; `RDMA_EMU_UDP_OFFLOAD=0` switches both off.
+//!
 //! The 4791 sockets sit at the index of their address in the device's GID table
 //! (`gid_table.rs`), and keep it while the address stays: a socket's index is part of its
 //! epoll token, and the table's indices are stable, so an address coming or going opens or
@@ -18,6 +25,7 @@
 use super::packet::{self, PacketCounters, PacketLink};
 use super::xdp::{XdpCounters, XdpLink, XSK_BASE};
 use super::{mmsg, sys};
+use std::cell::Cell;
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -38,6 +46,43 @@ pub struct BoundSocket {
 /// smaller cap broke every QP pair past it (`ib_write_bw -q 1000`: retry exceeded).
 pub const MAX_SENDERS: usize = 0x4000;
 
+/// What GSO and GRO did on a device (`rdma-emu stat`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OffloadCounters {
+    /// GSO super-datagrams sent (two packets or more each), and the packets in them.
+    pub gso_datagrams: u64,
+    pub gso_packets: u64,
+    /// Coalesced datagrams received (GRO, two packets or more each), and the packets in them.
+    pub gro_datagrams: u64,
+    pub gro_packets: u64,
+    /// GSO sends the kernel refused (then GSO is off for the device and the packets go one
+    /// datagram each).
+    pub gso_refused: u64,
+}
+
+/// Whether the environment switches GSO and GRO off (`RDMA_EMU_UDP_OFFLOAD=0`).
+fn offload_wanted() -> bool {
+    std::env::var("RDMA_EMU_UDP_OFFLOAD").map_or(true, |v| v != "0")
+}
+
+/// Sets UDP socket option `name` (`UDP_GRO` on, or `UDP_SEGMENT` 0 as a probe); false,
+/// logged, when the kernel has no such option: the device then goes one datagram per packet.
+fn udp_offload(fd: RawFd, name: libc::c_int, value: libc::c_int, what: &str) -> bool {
+    sys::setsockopt_int(fd, libc::SOL_UDP, name, value)
+        .map_err(|e| tracing::info!("UDP {what} not available ({e}): one datagram per packet"))
+        .is_ok()
+}
+
+/// Turns GRO on for a receiving socket; false when the kernel has none.
+fn enable_gro(fd: RawFd) -> bool {
+    udp_offload(fd, libc::UDP_GRO, 1, "GRO")
+}
+
+/// Whether the kernel does GSO on a UDP socket (`UDP_SEGMENT`, Linux 4.18+).
+fn gso_available(fd: RawFd) -> bool {
+    udp_offload(fd, libc::UDP_SEGMENT, 0, "GSO")
+}
+
 /// The sockets of one device.
 #[derive(Debug, Default)]
 pub struct UdpBackend {
@@ -55,6 +100,11 @@ pub struct UdpBackend {
     packet: Option<PacketLink>,
     /// With `backend xdp`: the AF_XDP link, likewise (`xdp/mod.rs`).
     xdp: Option<XdpLink>,
+    /// Whether runs of packets leave as GSO super-datagrams, and whether the 4791 sockets
+    /// receive with GRO.
+    gso: Cell<bool>,
+    gro: bool,
+    offload: Cell<OffloadCounters>,
 }
 
 /// Which socket of a device a batch of packets leaves from.
@@ -133,10 +183,17 @@ impl UdpBackend {
     /// detection) is left out; one already bound by another daemon or rxe is an error.
     pub fn bind(addrs: &[IpAddr], port: u16, ifindex: u32) -> io::Result<UdpBackend> {
         let mut sockets = Vec::new();
+        let wanted = offload_wanted();
+        let (mut gso, mut gro) = (wanted, wanted);
         for &ip in addrs {
             let local = scoped_local(ip, port, ifindex);
             match open_socket(local, ifindex) {
-                Ok(s) => sockets.push(Some(s)),
+                Ok(s) => {
+                    let fd = s.socket.as_raw_fd();
+                    gso = gso && gso_available(fd);
+                    gro = gro && enable_gro(fd);
+                    sockets.push(Some(s))
+                }
                 // A tentative (DAD) or vanishing address: serve the others.
                 Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
                     tracing::warn!(%local, "address not available, left out of the GID table");
@@ -157,6 +214,9 @@ impl UdpBackend {
             mcast: Default::default(),
             packet: None,
             xdp: None,
+            gso: Cell::new(gso),
+            gro,
+            offload: Cell::new(OffloadCounters::default()),
         })
     }
 
@@ -227,6 +287,10 @@ impl UdpBackend {
     pub fn open_slot(&mut self, slot: usize, ip: IpAddr) -> io::Result<()> {
         debug_assert!(self.socket(slot).is_none(), "slot {slot} is taken");
         let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex), self.ifindex)?;
+        if self.gro && !enable_gro(s.socket.as_raw_fd()) {
+            // Receives one datagram per packet, which the batch takes as it is.
+            tracing::warn!(local = %s.local, "GRO refused on a new address");
+        }
         if let Some(link) = &mut self.packet {
             packet::drop_everything(s.socket.as_raw_fd())?;
             link.open_slot(slot, ip)?;
@@ -340,6 +404,7 @@ impl UdpBackend {
         batch: &mut mmsg::RecvBatch,
     ) -> io::Result<(usize, SocketAddr)> {
         let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        batch.one_packet_per_buffer();
         if let Some(link) = &self.xdp {
             if (XSK_BASE..super::mcast::MCAST_BASE).contains(&i) {
                 let local_of = |ip: IpAddr| {
@@ -357,8 +422,45 @@ impl UdpBackend {
             Some(link) if i < super::mcast::MCAST_BASE => {
                 Ok((link.recv_batch(i, s.local.ip(), batch)?, s.local))
             }
-            _ => Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local)),
+            _ => {
+                if self.gro && i < super::mcast::MCAST_BASE {
+                    batch.hold_coalesced();
+                }
+                let before = (batch.coalesced, batch.coalesced_packets);
+                let n = mmsg::recv_batch(s.socket.as_raw_fd(), batch)?;
+                if batch.coalesced != before.0 {
+                    self.count(|c| {
+                        c.gro_datagrams += batch.coalesced - before.0;
+                        c.gro_packets += batch.coalesced_packets - before.1;
+                    });
+                }
+                Ok((n, s.local))
+            }
         }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut OffloadCounters)) {
+        let mut c = self.offload.get();
+        f(&mut c);
+        self.offload.set(c);
+    }
+
+    /// What GSO and GRO did, by the names `rdma-emu stat` shows (the udp backend only).
+    pub fn offload_counters(&self) -> Vec<(String, u64)> {
+        if self.raw() {
+            return Vec::new();
+        }
+        let c = self.offload.get();
+        [
+            ("udp_tx_gso_datagrams", c.gso_datagrams),
+            ("udp_tx_gso_packets", c.gso_packets),
+            ("udp_rx_gro_datagrams", c.gro_datagrams),
+            ("udp_rx_gro_packets", c.gro_packets),
+            ("udp_tx_gso_refused", c.gso_refused),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
     }
 
     /// Makes sure a socket bound to `src` (address and port) exists when the port is a
@@ -467,7 +569,24 @@ impl UdpBackend {
         for m in msgs.iter_mut() {
             m.dst = self.scoped(i, m.dst);
         }
-        mmsg::send_batch(s.socket.as_raw_fd(), msgs)
+        let fd = s.socket.as_raw_fd();
+        let sent = mmsg::send_batch(fd, msgs, self.gso.get())?;
+        self.count(|c| {
+            c.gso_datagrams += sent.super_datagrams as u64;
+            c.gso_packets += sent.super_packets as u64;
+        });
+        if !sent.gso_refused {
+            return Ok(sent.packets);
+        }
+        // Logged once: GSO stays off for the device from here on.
+        tracing::warn!(local = %s.local, "the kernel refused a GSO send: one datagram per packet from now on");
+        self.gso.set(false);
+        self.count(|c| c.gso_refused += 1);
+        match mmsg::send_batch(fd, &msgs[sent.packets..], false) {
+            Ok(rest) => Ok(sent.packets + rest.packets),
+            Err(_) if sent.packets > 0 => Ok(sent.packets),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -542,5 +661,89 @@ mod batch_tests {
             let dscp = if i % 2 == 1 { 0x60 } else { 0 };
             assert_eq!(*tos, Some(dscp | ECN_ECT0), "datagram {i}");
         }
+    }
+}
+
+#[cfg(test)]
+mod offload_tests {
+    use super::*;
+
+    /// Receives until `want` packets arrived (or a generous bound passed).
+    fn receive(b: &UdpBackend, want: usize) -> Vec<Vec<u8>> {
+        let mut batch = mmsg::RecvBatch::new(8, 2048);
+        let mut got = Vec::new();
+        for _ in 0..2000 {
+            let (n, _) = b.recv_batch(0, &mut batch).unwrap();
+            for i in 0..n {
+                got.push(batch.payload(i, batch.lens[i].unwrap()).to_vec());
+            }
+            if got.len() >= want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got
+    }
+
+    #[test]
+    fn a_run_of_equal_packets_leaves_as_one_gso_datagram_and_comes_back_split() {
+        let a: IpAddr = "127.0.0.79".parse().unwrap();
+        let b = UdpBackend::bind(&[a], 0, 1).unwrap();
+        if !(b.gso.get() && b.gro) {
+            eprintln!("this kernel has no UDP GSO/GRO; nothing to check");
+            return;
+        }
+        let local = b.socket(0).unwrap().local;
+        // Five full packets and a short last one, then one to itself alone (other size).
+        let mut payloads: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i + 1; 1000]).collect();
+        payloads.push(vec![9; 300]);
+        payloads.push(vec![10; 1200]);
+        let mut msgs: Vec<mmsg::Outgoing<'_>> = payloads
+            .iter()
+            .map(|p| mmsg::Outgoing {
+                dst: local,
+                traffic_class: 0,
+                payload: p,
+            })
+            .collect();
+        assert_eq!(b.send_batch(Sock::Slot(0), &mut msgs).unwrap(), 7);
+        let c = b.offload.get();
+        assert_eq!((c.gso_datagrams, c.gso_packets), (1, 6));
+        let got = receive(&b, 7);
+        // Byte for byte as sent: the ICRC moved to each segment's IP ID is moved back.
+        assert_eq!(got, payloads);
+        let c = b.offload.get();
+        assert_eq!((c.gro_datagrams, c.gro_packets), (1, 6));
+    }
+
+    #[test]
+    fn congestion_experienced_counts_once_per_coalesced_datagram() {
+        let ce = Some((24 << 2) | ECN_CE);
+        assert_eq!(mmsg::segment_tos(ce, 0), ce);
+        assert_eq!(mmsg::segment_tos(ce, 1), Some((24 << 2) | ECN_ECT0));
+        assert_eq!(mmsg::segment_tos(Some(ECN_ECT0), 5), Some(ECN_ECT0));
+        assert_eq!(mmsg::segment_tos(None, 3), None);
+    }
+
+    #[test]
+    fn runs_break_at_another_destination_class_size_or_the_limits() {
+        let d1: SocketAddr = "10.0.0.1:4791".parse().unwrap();
+        let d2: SocketAddr = "10.0.0.2:4791".parse().unwrap();
+        let big = [0u8; 4000];
+        let small = [0u8; 100];
+        let m = |dst, traffic_class, payload| mmsg::Outgoing {
+            dst,
+            traffic_class,
+            payload,
+        };
+        let mut msgs = vec![m(d1, 0, &big[..]); 20];
+        msgs.push(m(d1, 0, &small[..]));
+        msgs.push(m(d1, 0, &small[..]));
+        msgs.push(m(d2, 0, &small[..]));
+        msgs.push(m(d2, 0x60, &small[..]));
+        let lens: Vec<usize> = mmsg::tests_runs(&msgs).iter().map(|r| r.len()).collect();
+        // 16 × 4000 fits 65507, the 17th does not; then 4 more and the short one close
+        // that run; the second short one, d2, and d2 with another class stand alone.
+        assert_eq!(lens, vec![16, 5, 1, 1, 1]);
     }
 }

@@ -9,6 +9,7 @@
 //! deframer; the MPA Request/Reply frames tell which FPDUs carry CRCs and markers.
 
 mod format;
+mod gso;
 mod stream;
 
 use std::fmt::Write as _;
@@ -163,6 +164,13 @@ impl Decoder {
             emit(&line);
             return;
         };
+        if let Some(frames) = gso::split(&ethernet) {
+            self.summary.frames -= 1;
+            for f in frames {
+                self.frame(DataLink::ETHERNET, ts, &f, emit);
+            }
+            return;
+        }
         match wire::frame::parse(&ethernet) {
             // ARP, LLDP and the like share the wire with RoCE and iWARP: not ours to judge.
             Err(wire::frame::Error::UnsupportedEtherType(t)) => {
