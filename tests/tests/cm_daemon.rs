@@ -7,7 +7,7 @@
 //! Every daemon runs in a network namespace of its own (UDP port 4791 and the loopback
 //! addresses are then ours alone): these tests need root, and skip without it.
 
-use emulator::daemon::client::{CallError, Client};
+use emulator::client::{CallError, Client};
 use rdma_emu_tests::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -8,7 +8,6 @@
 
 pub mod backend;
 pub mod capture;
-pub mod client;
 mod cm;
 pub mod config;
 mod control;
@@ -32,7 +31,6 @@ mod reload;
 pub mod shared_pages;
 pub mod siw;
 mod slice;
-pub mod stub_nic;
 pub mod sys;
 pub mod udp;
 pub mod xdp;
