@@ -8,7 +8,7 @@
 use super::engine::{Engine, MAX_OBJECTS_PER_SESSION};
 use super::objects::{Channel, Ctx, Kind, Object, SessionId};
 use super::sys::{self, Mapping};
-use super::{config, device::Device};
+use super::{config, device::ServedDevice};
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
@@ -66,7 +66,7 @@ impl Engine {
         &mut self,
         session: SessionId,
         ctx: Handle,
-    ) -> Result<&mut Device, i32> {
+    ) -> Result<&mut ServedDevice, i32> {
         let dev = match &self.lookup(session, ctx)?.kind {
             Kind::Ctx(c) => c.dev,
             _ => return Err(libc::EINVAL),
@@ -164,7 +164,12 @@ impl Engine {
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.hello = true;
                 }
-                let devices = self.devices.iter().flatten().map(Device::summary).collect();
+                let devices = self
+                    .devices
+                    .iter()
+                    .flatten()
+                    .map(ServedDevice::summary)
+                    .collect();
                 ok(ReplyBody::Hello {
                     version: PROTOCOL_VERSION,
                     devices,
@@ -422,7 +427,7 @@ impl Engine {
                 self.devices
                     .iter()
                     .flatten()
-                    .map(Device::link_info)
+                    .map(ServedDevice::link_info)
                     .collect(),
             )),
             R::LinkAdd {
@@ -462,7 +467,7 @@ impl Engine {
                 if self.device_index(&name).is_some() {
                     return Err(libc::EEXIST);
                 }
-                let dev = Device::open_on(
+                let dev = ServedDevice::open_on(
                     &spec,
                     backend,
                     self.factory,

@@ -2,7 +2,7 @@
 //! the shared-memory rings and the network, with adaptive polling.
 
 use super::config::{Config, PollMode};
-use super::device::{Device, NicFactory};
+use super::device::{NicFactory, ServedDevice};
 use super::memory::ProcMem;
 use super::objects::{Kind, Object, SessionId};
 use super::sys::{self, Epoll};
@@ -101,7 +101,7 @@ pub struct Engine {
     timer: OwnedFd,
     shutdown: Shutdown,
     pub(super) factory: NicFactory,
-    pub(super) devices: Vec<Option<Device>>,
+    pub(super) devices: Vec<Option<ServedDevice>>,
     pub(super) sessions: HashMap<SessionId, Session>,
     pub(super) objects: BTreeMap<Handle, Object>,
     /// QPs and SRQs whose rings the engine drains.
@@ -133,7 +133,7 @@ impl Engine {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut devices = Vec::new();
         for spec in &cfg.devices {
-            devices.push(Some(Device::open(
+            devices.push(Some(ServedDevice::open(
                 spec,
                 factory,
                 cfg.seed,
@@ -202,7 +202,7 @@ impl Engine {
     }
 
     /// Registers a device's sockets and makes it visible to clients.
-    pub(super) fn add_device(&mut self, mut dev: Device) -> io::Result<usize> {
+    pub(super) fn add_device(&mut self, mut dev: ServedDevice) -> io::Result<usize> {
         dev.set_cm_timers(self.cfg.cm_response_timeout, self.cfg.cm_max_retries);
         let index = self
             .devices

@@ -32,7 +32,7 @@ pub use nic::SiwNic;
 
 use super::backend::{check_smoltcp_addrs, Backend};
 use super::config::DeviceSpec;
-use super::device::Device;
+use super::device::ServedDevice as Device;
 use super::netdev;
 use super::nic::Limits;
 use super::udp::UdpBackend;
