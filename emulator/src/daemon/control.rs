@@ -508,7 +508,7 @@ impl Engine {
                 self.remove_device(&name)?;
                 ok(ReplyBody::Ok)
             }
-            R::Fault(req) => self.fault_request(now, req),
+            R::Fault(req) => self.faults().request(now, req),
             R::QpList { device } => self.qp_list(device),
             R::AttachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;

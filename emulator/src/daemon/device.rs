@@ -105,6 +105,13 @@ pub type NicFactory = fn(
     seed: u64,
 ) -> Box<dyn Nic + Send>;
 
+/// The index of the device named `name` among the served ones (removed ones are `None`).
+pub(super) fn index_of(devices: &[Option<ServedDevice>], name: &str) -> Option<usize> {
+    devices
+        .iter()
+        .position(|d| d.as_ref().is_some_and(|d| d.name() == name))
+}
+
 impl ServedDevice {
     /// Looks up the interface, builds the GID table and binds the sockets. Packets leave
     /// from `udp_src_port` (`Some(4791)`: `--udp-src-port fixed`), or, with `None`, from the

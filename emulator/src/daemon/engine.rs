@@ -122,8 +122,8 @@ pub struct Engine {
     pub(super) reload: Option<super::reload::Reload>,
     /// rtnetlink address notifications (None: the kernel refused the socket).
     pub(super) netlink: Option<OwnedFd>,
-    /// The id the next fault rule gets (`rdma-emu fault add`).
-    pub(super) next_fault_id: u32,
+    /// The ids of fault rules (`rdma-emu fault add`).
+    fault_ids: super::fault_control::FaultIds,
 }
 
 impl Engine {
@@ -192,12 +192,13 @@ impl Engine {
             cm: super::cm::CmTables::new(cfg_seed),
             reload: None,
             netlink,
-            next_fault_id: 1,
+            fault_ids: super::fault_control::FaultIds::new(),
         };
         for dev in devices {
             engine.add_device(dev.expect("just opened"))?;
         }
-        engine.initial_faults()?;
+        let configured = std::mem::take(&mut engine.cfg.faults);
+        engine.faults().initial(configured)?;
         Ok(engine)
     }
 
@@ -230,9 +231,17 @@ impl Engine {
     }
 
     pub(super) fn device_index(&self, name: &str) -> Option<usize> {
-        self.devices
-            .iter()
-            .position(|d| d.as_ref().is_some_and(|d| d.name() == name))
+        super::device::index_of(&self.devices, name)
+    }
+
+    /// The parts of the engine a fault request touches.
+    pub(super) fn faults(&mut self) -> super::fault_control::FaultCtx<'_> {
+        super::fault_control::FaultCtx {
+            devices: &mut self.devices,
+            objects: &self.objects,
+            ids: &mut self.fault_ids,
+            seed: self.cfg.seed,
+        }
     }
 
     /// A fresh handle, never 0, never one in use.

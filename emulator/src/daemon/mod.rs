@@ -16,6 +16,7 @@ mod datapath;
 pub mod device;
 mod engine;
 pub mod fault;
+mod fault_control;
 pub mod gid_table;
 mod mcast;
 pub mod memory;
