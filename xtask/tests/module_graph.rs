@@ -499,6 +499,8 @@ fn read_file(name: String, module: Vec<String>, src: &str) -> (File, Vec<(String
                 if (k == "crate" || k == "super" || k == "self" || kids.contains(k))
                     && toks.get(i + 1) == Some(&Tok::Path)
                     && !(i >= 1 && toks[i - 1] == Tok::Punct('$'))
+                    // `pub(in crate::x)` names a visibility, not an item.
+                    && !(i >= 2 && ident(i - 1) == Some("in") && toks[i - 2] == Tok::Punct('('))
                     && !(i >= 1 && toks[i - 1] == Tok::Path) =>
             {
                 let mut p = vec![k.clone()];
@@ -809,6 +811,7 @@ fn the_parser_sees_uses_paths_and_reexports() {
         use crate::x::*;
         pub(crate) use self::kid::Thing;
         mod kid;
+        pub(in crate::vis) struct S;
         fn f() { let s = "crate::not::this"; crate::y::z(); kid::g(); super::super::w::V; }
         use crate::engine::Engine;
         impl Engine { fn more(&self) {} }
@@ -834,7 +837,7 @@ fn the_parser_sees_uses_paths_and_reexports() {
     }
     assert!(!refs
         .iter()
-        .any(|r| r.contains("nothing") || r.contains("not")));
+        .any(|r| r.contains("nothing") || r.contains("not") || r.contains("vis")));
     assert_eq!(f.reexports["Thing"].join("::"), "p::q::kid::Thing");
     assert!(f.defines.contains("f"));
     let impls: Vec<String> = f.impls.iter().map(|r| r.join("::")).collect();
