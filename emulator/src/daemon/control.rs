@@ -62,15 +62,20 @@ impl Engine {
         }
     }
 
+    /// The index of the device the session's context `ctx` is open on.
+    fn ctx_device(&self, session: SessionId, ctx: Handle) -> Result<usize, i32> {
+        match &self.lookup(session, ctx)?.kind {
+            Kind::Ctx(c) => Ok(c.dev),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
     pub(super) fn device_of(
         &mut self,
         session: SessionId,
         ctx: Handle,
     ) -> Result<&mut ServedDevice, i32> {
-        let dev = match &self.lookup(session, ctx)?.kind {
-            Kind::Ctx(c) => c.dev,
-            _ => return Err(libc::EINVAL),
-        };
+        let dev = self.ctx_device(session, ctx)?;
         self.devices
             .get_mut(dev)
             .and_then(Option::as_mut)
@@ -512,13 +517,34 @@ impl Engine {
             R::QpList { device } => self.qp_list(device),
             R::AttachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
-                self.mcast_verb(session, ctx, qpn, gid, lid, true)
+                self.mcast(session, ctx, qpn, gid, lid, true)
             }
             R::DetachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
-                self.mcast_verb(session, ctx, qpn, gid, lid, false)
+                self.mcast(session, ctx, qpn, gid, lid, false)
             }
         }
+    }
+
+    /// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx` (`mcast.rs`).
+    fn mcast(
+        &mut self,
+        session: SessionId,
+        ctx: Handle,
+        qpn: u32,
+        gid: [u8; 16],
+        lid: u16,
+        attach: bool,
+    ) -> Answer {
+        let dev = self.ctx_device(session, ctx)?;
+        let d = self
+            .devices
+            .get_mut(dev)
+            .and_then(Option::as_mut)
+            .ok_or(libc::ENODEV)?;
+        let token = |slot| super::engine::udp_token(dev, slot);
+        super::mcast::mcast_verb(d, &self.epoll, token, qpn, gid, lid, attach)?;
+        ok(ReplyBody::Ok)
     }
 
     fn srq(&self, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {

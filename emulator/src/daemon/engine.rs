@@ -572,7 +572,9 @@ impl Engine {
             d.nic.release_client(now, ctx.0);
             d.open_ctxs = d.open_ctxs.saturating_sub(1);
         }
-        let _ = self.sync_mcast(dev);
+        if let Some(Some(d)) = self.devices.get_mut(dev) {
+            let _ = super::mcast::sync_mcast(d, &self.epoll, |slot| udp_token(dev, slot));
+        }
         let children: Vec<Handle> = self
             .objects
             .iter()
