@@ -12,7 +12,7 @@
 #   --log FILE      the daemon's log (printed when COMMAND fails)   [RDMA_EMU_LOG]
 #   --install-only  build and install, start nothing
 #
-# Needs cargo (Rust >= 1.85) and a C linker to build; no root. Builds the sources this
+# Needs cargo (Rust >= 1.87) and a C linker to build; no root. Builds the sources this
 # script belongs to (CARGO_TARGET_DIR is honoured). docs/ci.md has the GitHub Actions and
 # GitLab CI forms; ci/Dockerfile runs this same script.
 set -eu

@@ -56,7 +56,7 @@ fn start(tag: &str, third_octet: u8) -> Running {
 #[test]
 fn rdma_emud_exits_zero_on_sigterm_and_tells_clients_device_fatal() {
     let mut r = start("sigterm", 201);
-    let (mut c, _) = emulator::daemon::client::Client::connect(&r.socket).unwrap();
+    let (mut c, _) = emulator::client::Client::connect(&r.socket).unwrap();
     let ctx = open_device(&mut c);
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(r.child.id() as i32, libc::SIGTERM) };
@@ -180,7 +180,7 @@ fn idle_daemon_with_100_clients_uses_under_one_percent_cpu() {
     let r = start("idle", 203);
     let mut clients = Vec::new();
     for _ in 0..100 {
-        let (mut c, _) = emulator::daemon::client::Client::connect(&r.socket).unwrap();
+        let (mut c, _) = emulator::client::Client::connect(&r.socket).unwrap();
         let ctx = open_device(&mut c);
         clients.push((c, ctx));
     }
@@ -225,7 +225,7 @@ fn daemonize_writes_the_pid_file_before_returning() {
         .parse()
         .unwrap();
     assert!(socket.exists());
-    emulator::daemon::client::Client::connect(&socket).expect("the background daemon serves");
+    emulator::client::Client::connect(&socket).expect("the background daemon serves");
     // SAFETY: signalling the daemon we started.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let gone = wait_for(Duration::from_secs(10), || {

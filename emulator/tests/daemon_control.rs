@@ -15,7 +15,7 @@ fn pipe() -> (OwnedFd, OwnedFd) {
     emulator::daemon::sys::pipe().expect("pipe")
 }
 
-fn alloc_pd(c: &mut emulator::daemon::client::Client, ctx: Handle) -> Handle {
+fn alloc_pd(c: &mut emulator::client::Client, ctx: Handle) -> Handle {
     match c
         .call(RequestBody::AllocPd { ctx }, &[])
         .expect("alloc pd")
@@ -26,11 +26,7 @@ fn alloc_pd(c: &mut emulator::daemon::client::Client, ctx: Handle) -> Handle {
     }
 }
 
-fn create_cq(
-    c: &mut emulator::daemon::client::Client,
-    ctx: Handle,
-    cqe: u32,
-) -> (Handle, MappedRing) {
+fn create_cq(c: &mut emulator::client::Client, ctx: Handle, cqe: u32) -> (Handle, MappedRing) {
     let (body, fds) = c
         .call(
             RequestBody::CreateCq {
@@ -73,7 +69,7 @@ fn rc_init(cq: Handle) -> QpInitAttr {
 }
 
 fn create_qp(
-    c: &mut emulator::daemon::client::Client,
+    c: &mut emulator::client::Client,
     pd: Handle,
     init: QpInitAttr,
 ) -> (Handle, u32, QpCap, MappedRing) {
@@ -98,7 +94,7 @@ fn create_qp(
 #[test]
 fn hello_lists_rxe0_and_open_device_hands_over_three_descriptors() {
     let d = TestDaemon::start();
-    let (mut c, hello) = emulator::daemon::client::Client::connect(&d.socket).unwrap();
+    let (mut c, hello) = emulator::client::Client::connect(&d.socket).unwrap();
     let ReplyBody::Hello { devices, .. } = hello else {
         panic!("{hello:?}")
     };
@@ -631,7 +627,7 @@ fn a_second_daemon_on_the_same_socket_is_refused() {
 }
 
 /// The counters of `rxe0` (`rdma-emu stat rxe0`).
-fn device_counters(c: &mut emulator::daemon::client::Client) -> Vec<(String, u64)> {
+fn device_counters(c: &mut emulator::client::Client) -> Vec<(String, u64)> {
     let request = RequestBody::Stat {
         device: Some("rxe0".into()),
         qpn: None,
@@ -643,7 +639,7 @@ fn device_counters(c: &mut emulator::daemon::client::Client) -> Vec<(String, u64
 }
 
 /// One counter of `rxe0` (the memory counters are daemon-wide).
-fn device_counter(c: &mut emulator::daemon::client::Client, name: &str) -> u64 {
+fn device_counter(c: &mut emulator::client::Client, name: &str) -> u64 {
     device_counters(c)
         .into_iter()
         .find(|(k, _)| k == name)

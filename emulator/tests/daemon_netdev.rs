@@ -8,7 +8,7 @@ mod common;
 
 use common::side::*;
 use common::*;
-use emulator::daemon::client::Client;
+use emulator::client::Client;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! Every daemon runs in a network namespace of its own (UDP port 4791 and the loopback
 //! addresses are then ours alone): these tests need root, and skip without it.
 
-use emulator::daemon::client::{CallError, Client};
+use emulator::client::{CallError, Client};
 use rdma_emu_tests::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -708,14 +708,9 @@ struct Captured {
     ib: Vec<u8>,
 }
 
-/// The REQ (first ConnectRequest MAD) of a capture in `shared/corpora/rxe`.
+/// The REQ (first ConnectRequest MAD) of a capture in `tests/corpora/rxe`.
 fn captured_req(name: &str) -> Option<Captured> {
-    let rel = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpora/rxe");
-    let dir = if rel.exists() {
-        rel
-    } else {
-        std::path::PathBuf::from("/work/shared/corpora/rxe")
-    };
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpora/rxe");
     let file = std::fs::File::open(dir.join(name)).ok()?;
     let mut r = pcap_file::pcap::PcapReader::new(file).ok()?;
     while let Some(p) = r.next_packet() {

@@ -35,8 +35,11 @@ mod field {
 /// The MAC Control opcodes understood here (802.3 Annex 31A).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Opcode {
+    /// 0x0001: 802.3 PAUSE, stop all traffic for a time.
     Pause,
+    /// 0x0101: 802.1Qbb priority-based flow control, stop chosen priorities.
     Pfc,
+    /// Any other MAC Control opcode, kept as its raw value.
     Unknown(u16),
 }
 
@@ -78,6 +81,7 @@ pub struct Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
+    /// A view without a length check; the accessors may then panic on a short buffer.
     pub fn new_unchecked(buffer: T) -> Self {
         Packet { buffer }
     }
@@ -110,6 +114,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         u16::from_be_bytes([b[at], b[at + 1]])
     }
 
+    /// The MAC Control opcode (the payload's first two octets).
     pub fn opcode(&self) -> Opcode {
         Opcode::from(self.u16_at(field::OPCODE.start))
     }
@@ -129,12 +134,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     fn set_u16_at(&mut self, at: usize, v: u16) {
         self.buffer.as_mut()[at..at + 2].copy_from_slice(&v.to_be_bytes());
     }
+
+    /// Writes the MAC Control opcode.
     pub fn set_opcode(&mut self, o: Opcode) {
         self.set_u16_at(field::OPCODE.start, o.into());
     }
+
+    /// Writes the PAUSE time (PAUSE) or the priority-enable vector (PFC).
     pub fn set_param(&mut self, v: u16) {
         self.set_u16_at(field::PARAM.start, v);
     }
+
+    /// Writes priority `p`'s pause time of a PFC frame (`p` < 8).
     pub fn set_time(&mut self, p: usize, v: u16) {
         self.set_u16_at(field::TIMES.start + 2 * p, v);
     }
@@ -144,16 +155,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Repr {
     /// 802.3 PAUSE: stop everything for `quanta`.
-    Pause { quanta: u16 },
+    Pause {
+        /// The pause time in quanta of 512 bit times; 0 resumes at once.
+        quanta: u16,
+    },
     /// 802.1Qbb PFC: for each priority whose bit is set in `enabled`, stop it for its
     /// `quanta`; the others are untouched.
-    Pfc { enabled: u8, quanta: [u16; 8] },
+    Pfc {
+        /// The priority-enable vector: bit `p` set means `quanta[p]` applies.
+        enabled: u8,
+        /// The pause time of each priority in quanta of 512 bit times, priority 0 first.
+        quanta: [u16; 8],
+    },
 }
 
 /// The minimum MAC Control payload (an Ethernet frame's 46 octets of minimum payload).
 pub const MIN_PAYLOAD_LEN: usize = 46;
 
 impl Repr {
+    /// Parses a checked view; an error for an opcode other than PAUSE or PFC.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr, Error> {
         p.check_len()?;
         match p.opcode() {

@@ -139,9 +139,13 @@ pub const CNP_INTERVAL: Duration = Duration::from_micros(50);
 /// A snapshot of one QP (`Device::qp_statuses`).
 #[derive(Debug, Clone)]
 pub struct QpStatus {
+    /// The QP's number on this device.
     pub qpn: Qpn,
+    /// The client (session) that created the QP.
     pub owner: ClientId,
+    /// The transport service (RC, UC, UD, ...).
     pub qp_type: QpType,
+    /// The QP's current state in the IBA state machine (IBA 10.3.1).
     pub state: QpState,
     /// The connected peer's QP (RC, UC).
     pub dest_qpn: Option<Qpn>,
@@ -161,6 +165,7 @@ pub struct QpStatus {
     pub recv_posted: usize,
     /// Waiting out an RNR NAK's timer.
     pub rnr_waiting: bool,
+    /// The QP's share of the device's protocol counters (retransmissions, NAKs, drops).
     pub counters: Counters,
 }
 

@@ -37,6 +37,47 @@
 //!   hashed from the QP pair into `0xC000..=0xFFFF` (or `DeviceConfig::udp_src_port`),
 //!   `dst` = dgid:4791, and an ICRC computed as a kernel UDP socket with DF sends them
 //!   (IPv4 ID 0).
+//!
+//! # Example: a device, a PD, a CQ and an RC QP
+//!
+//! ```
+//! use emu_core::sim::node_config;
+//! use emu_core::*;
+//!
+//! let mut dev = Device::new(node_config(0, Mtu::Mtu1024, 7));
+//! let client = ClientId(1);
+//! let pd = dev.alloc_pd(client)?;
+//! let (cq, cqe) = dev.create_cq(client, 16)?;
+//! assert!(cqe >= 16);
+//! let init = QpInitAttr {
+//!     pd,
+//!     send_cq: cq,
+//!     recv_cq: cq,
+//!     srq: None,
+//!     cap: QpCap {
+//!         max_send_wr: 8,
+//!         max_recv_wr: 8,
+//!         max_send_sge: 1,
+//!         max_recv_sge: 1,
+//!         max_inline_data: 0,
+//!     },
+//!     qp_type: QpType::Rc,
+//!     sq_sig_all: false,
+//! };
+//! let (qpn, _cap) = dev.create_qp(client, &init)?;
+//! let (attr, _) = dev.query_qp(qpn)?;
+//! assert_eq!(attr.qp_state, QpState::Reset);
+//! // A QP that does not exist is EINVAL, as rdma-core says.
+//! assert_eq!(dev.query_qp(Qpn(0xdead)).unwrap_err(), Errno::EINVAL);
+//! # Ok::<(), Errno>(())
+//! ```
+//!
+//! Two devices that exchange packets are easiest to drive through the simulator; see the
+//! example in [`sim`].
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 pub mod attr;
 pub mod cm;

@@ -1,4 +1,4 @@
-//! The CM against real rxe traffic (`shared/corpora/rxe/rdma_cm.pcap`: `ib_send_bw -R`,
+//! The CM against real rxe traffic (`tests/corpora/rxe/rdma_cm.pcap`: `ib_send_bw -R`,
 //! `rping.pcap`): every CM MAD parses and re-emits to the same bytes; the agent answers
 //! the captured REQ with a REP, RTU, DREP laid out exactly like the captured ones, and
 //! builds the captured REQ itself from the same parameters. Fields that differ are only
@@ -33,13 +33,9 @@ impl Frame {
 }
 
 fn corpus(name: &str) -> PathBuf {
-    let rel = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpora/rxe");
-    let dir = if rel.exists() {
-        rel
-    } else {
-        PathBuf::from("/work/shared/corpora/rxe")
-    };
-    dir.join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/corpora/rxe")
+        .join(name)
 }
 
 /// The RoCE v2 frames to QP1 of a capture.

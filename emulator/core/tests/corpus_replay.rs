@@ -18,7 +18,7 @@ struct Frame {
 
 fn frames(name: &str) -> Vec<Frame> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/corpora/rxe")
+        .join("../../tests/corpora/rxe")
         .join(name);
     let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(path).unwrap()).unwrap();
     let mut out = Vec::new();

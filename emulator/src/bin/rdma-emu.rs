@@ -1,8 +1,8 @@
 //! `rdma-emu`: run programs on the emulated devices, manage devices, read counters.
 
 use clap::{Parser, Subcommand};
+use emulator::client::{CallError, Client};
 use emulator::daemon::backend::Backend;
-use emulator::daemon::client::{CallError, Client};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -8,6 +8,8 @@
 //! AF_PACKET socket with an address of the device's own (CAP_NET_RAW; `siw/smol.rs`).
 
 use std::fmt;
+use std::io;
+use std::net::IpAddr;
 
 /// A backend this daemon can run a device on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,6 +127,49 @@ impl fmt::Display for BackendError {
 }
 
 impl std::error::Error for BackendError {}
+
+/// Most addresses a smoltcp device serves (smoltcp's interface holds two).
+pub const SMOLTCP_MAX_ADDRS: usize = 2;
+
+/// Checks the addresses of a siw device on smoltcp: its own (given), unicast, at most
+/// [`SMOLTCP_MAX_ADDRS`], none of them one the kernel has (`kernel_has`), whose TCP
+/// would answer the device's peers with RST. The error says what to do.
+pub fn check_smoltcp_addrs(
+    device: &str,
+    netdev: &str,
+    addrs: &[IpAddr],
+    kernel_has: impl Fn(IpAddr) -> bool,
+) -> Result<(), io::Error> {
+    let invalid = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
+    if addrs.is_empty() {
+        return invalid(format!(
+            "device {device}: backend smoltcp needs an address of its own, one the kernel              does not have: link add {device} … addr IP, or addrs = [\"IP\"] in the config"
+        ));
+    }
+    if addrs.len() > SMOLTCP_MAX_ADDRS {
+        return invalid(format!(
+            "device {device}: backend smoltcp serves at most {SMOLTCP_MAX_ADDRS} addresses"
+        ));
+    }
+    for &a in addrs {
+        if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+            return invalid(format!(
+                "device {device}: {a} cannot be a device's address (unicast only)"
+            ));
+        }
+        if kernel_has(a) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "device {device}: {a} is also an address of the kernel (on {netdev} or \
+                     another interface), whose TCP would answer the device's peers with RST; \
+                     give the smoltcp device an address of its own on {netdev}'s subnet"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {

@@ -277,7 +277,7 @@ impl DeviceSpec {
             "siw" if self.backend() == Ok(Backend::Smoltcp) => {
                 let addrs = self.addrs.as_deref().unwrap_or_default();
                 // Whether the kernel has them too is seen when the device opens.
-                super::siw::check_smoltcp_addrs(&self.name, &self.netdev, addrs, |_| false)
+                super::backend::check_smoltcp_addrs(&self.name, &self.netdev, addrs, |_| false)
                     .map_err(|e| e.to_string())
             }
             "siw" => Ok(()),
@@ -448,7 +448,7 @@ impl Config {
     pub fn set_src_port_mode(&mut self, mode: SrcPortMode) {
         self.udp_src_port = match mode {
             SrcPortMode::Hash => None,
-            SrcPortMode::Fixed => Some(super::udp::ROCE_V2_PORT),
+            SrcPortMode::Fixed => Some(wire::roce::ROCE_V2_UDP_PORT),
         };
     }
 

@@ -8,7 +8,7 @@
 use super::engine::{Engine, MAX_OBJECTS_PER_SESSION};
 use super::objects::{Channel, Ctx, Kind, Object, SessionId};
 use super::sys::{self, Mapping};
-use super::{config, device::Device};
+use super::{config, device::ServedDevice};
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
@@ -62,15 +62,20 @@ impl Engine {
         }
     }
 
+    /// The index of the device the session's context `ctx` is open on.
+    fn ctx_device(&self, session: SessionId, ctx: Handle) -> Result<usize, i32> {
+        match &self.lookup(session, ctx)?.kind {
+            Kind::Ctx(c) => Ok(c.dev),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
     pub(super) fn device_of(
         &mut self,
         session: SessionId,
         ctx: Handle,
-    ) -> Result<&mut Device, i32> {
-        let dev = match &self.lookup(session, ctx)?.kind {
-            Kind::Ctx(c) => c.dev,
-            _ => return Err(libc::EINVAL),
-        };
+    ) -> Result<&mut ServedDevice, i32> {
+        let dev = self.ctx_device(session, ctx)?;
         self.devices
             .get_mut(dev)
             .and_then(Option::as_mut)
@@ -164,7 +169,12 @@ impl Engine {
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.hello = true;
                 }
-                let devices = self.devices.iter().flatten().map(Device::summary).collect();
+                let devices = self
+                    .devices
+                    .iter()
+                    .flatten()
+                    .map(ServedDevice::summary)
+                    .collect();
                 ok(ReplyBody::Hello {
                     version: PROTOCOL_VERSION,
                     devices,
@@ -422,7 +432,7 @@ impl Engine {
                 self.devices
                     .iter()
                     .flatten()
-                    .map(Device::link_info)
+                    .map(ServedDevice::link_info)
                     .collect(),
             )),
             R::LinkAdd {
@@ -462,7 +472,7 @@ impl Engine {
                 if self.device_index(&name).is_some() {
                     return Err(libc::EEXIST);
                 }
-                let dev = Device::open_on(
+                let dev = ServedDevice::open_on(
                     &spec,
                     backend,
                     self.factory,
@@ -503,17 +513,38 @@ impl Engine {
                 self.remove_device(&name)?;
                 ok(ReplyBody::Ok)
             }
-            R::Fault(req) => self.fault_request(now, req),
+            R::Fault(req) => self.faults().request(now, req),
             R::QpList { device } => self.qp_list(device),
             R::AttachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
-                self.mcast_verb(session, ctx, qpn, gid, lid, true)
+                self.mcast(session, ctx, qpn, gid, lid, true)
             }
             R::DetachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
-                self.mcast_verb(session, ctx, qpn, gid, lid, false)
+                self.mcast(session, ctx, qpn, gid, lid, false)
             }
         }
+    }
+
+    /// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx` (`mcast.rs`).
+    fn mcast(
+        &mut self,
+        session: SessionId,
+        ctx: Handle,
+        qpn: u32,
+        gid: [u8; 16],
+        lid: u16,
+        attach: bool,
+    ) -> Answer {
+        let dev = self.ctx_device(session, ctx)?;
+        let d = self
+            .devices
+            .get_mut(dev)
+            .and_then(Option::as_mut)
+            .ok_or(libc::ENODEV)?;
+        let token = |slot| super::engine::udp_token(dev, slot);
+        super::mcast::mcast_verb(d, &self.epoll, token, qpn, gid, lid, attach)?;
+        ok(ReplyBody::Ok)
     }
 
     fn srq(&self, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {

@@ -1,7 +1,7 @@
 //! The data path: draining SQ/RQ/SRQ rings into the core, driving the core's timers and
 //! output (transmits, completions into CQ rings, async events into pipes).
 
-use super::device::Device;
+use super::device::ServedDevice;
 use super::engine::Engine;
 use super::fault::{self, PacketView};
 use super::mmsg::Outgoing;
@@ -27,7 +27,7 @@ const MAX_SLOT: usize = 1024;
 const TX_ROUNDS: usize = 16;
 
 /// Whether `dst` is one of the device's own bound addresses (the local path's test).
-fn is_local(d: &Device, dst: SocketAddr) -> bool {
+fn is_local(d: &ServedDevice, dst: SocketAddr) -> bool {
     // Multicast always goes through the kernel, which loops it back to this device's
     // group sockets as to every other listener (IP_MULTICAST_LOOP).
     !dst.ip().is_multicast()
@@ -40,7 +40,7 @@ fn is_local(d: &Device, dst: SocketAddr) -> bool {
 /// True when anything was delivered locally: the core may then have new output (ACKs,
 /// READ responses) that must leave before this pass hands out completions.
 pub(super) fn transmit(
-    d: &mut Device,
+    d: &mut ServedDevice,
     bufs: &[Vec<u8>],
     meta: &[TxMeta],
     local: bool,
@@ -86,7 +86,7 @@ pub(super) fn transmit(
 /// Sends (or delivers) the packets the fault rules held back whose time has come.
 /// Whether anything was released.
 pub(super) fn release_held(
-    d: &mut Device,
+    d: &mut ServedDevice,
     local: bool,
     now: Instant,
     mem: &mut super::memory::ProcMem,
@@ -117,7 +117,7 @@ pub(super) fn release_held(
 /// A datagram arrived for the device (from its socket or its own local path): through
 /// the fault rules, then into the CM agent or the core.
 pub(super) fn receive(
-    d: &mut Device,
+    d: &mut ServedDevice,
     now: Instant,
     src: SocketAddr,
     dst: SocketAddr,
@@ -162,7 +162,7 @@ pub(super) fn receive(
 /// Sends staged packets, batching consecutive ones that leave from the same socket.
 /// With `local`, packets addressed to the device itself go straight to its receive path.
 fn transmit_now(
-    d: &mut Device,
+    d: &mut ServedDevice,
     bufs: &[Vec<u8>],
     meta: &[TxMeta],
     local: bool,

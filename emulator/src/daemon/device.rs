@@ -36,8 +36,11 @@ const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 26); // CM_SUP | IP_BASED_GIDS
 /// Vendor id rxe reports (no vendor-specific code path of perftest matches it).
 const VENDOR_ID: u32 = 0x00ff_ffff;
 
-/// A device and everything the engine keeps about it.
-pub struct Device {
+/// A device the daemon serves (`rxe0`, `siw0`) and everything the engine keeps about it:
+/// its interface, GID table, backend sockets and transport engine (a [`Nic`] that wraps
+/// an `emu_core::Device`). Named apart from the core's `Device`, which is only the
+/// transport.
+pub struct ServedDevice {
     pub spec: DeviceSpec,
     pub netdev: Netdev,
     /// GID table: index → address (all RoCE v2), indices stable while addresses come and
@@ -102,7 +105,14 @@ pub type NicFactory = fn(
     seed: u64,
 ) -> Box<dyn Nic + Send>;
 
-impl Device {
+/// The index of the device named `name` among the served ones (removed ones are `None`).
+pub(super) fn index_of(devices: &[Option<ServedDevice>], name: &str) -> Option<usize> {
+    devices
+        .iter()
+        .position(|d| d.as_ref().is_some_and(|d| d.name() == name))
+}
+
+impl ServedDevice {
     /// Looks up the interface, builds the GID table and binds the sockets. Packets leave
     /// from `udp_src_port` (`Some(4791)`: `--udp-src-port fixed`), or, with `None`, from the
     /// port the core hashes from the QP pair (RoCE v2 entropy; see `UdpBackend::send_socket`).
@@ -111,14 +121,14 @@ impl Device {
         factory: NicFactory,
         seed: u64,
         udp_src_port: Option<u16>,
-    ) -> io::Result<Device> {
+    ) -> io::Result<ServedDevice> {
         let backend = spec
             .backend()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Device::open_on(spec, backend, factory, seed, udp_src_port)
+        ServedDevice::open_on(spec, backend, factory, seed, udp_src_port)
     }
 
-    /// [`Device::open`] on a chosen backend (`link add … backend B`; one that fits the
+    /// [`ServedDevice::open`] on a chosen backend (`link add … backend B`; one that fits the
     /// device type, see [`Backend::choose`]). The packet backend fails, saying why and
     /// what to use instead, without CAP_NET_RAW.
     pub fn open_on(
@@ -127,7 +137,7 @@ impl Device {
         factory: NicFactory,
         seed: u64,
         udp_src_port: Option<u16>,
-    ) -> io::Result<Device> {
+    ) -> io::Result<ServedDevice> {
         if spec.link_type == "siw" {
             return super::siw::open_device(spec, backend, seed); // siw hook
         }
@@ -210,7 +220,7 @@ impl Device {
             }
             _ => None,
         };
-        Ok(Device {
+        Ok(ServedDevice {
             spec: spec.clone(),
             node_guid,
             netdev,

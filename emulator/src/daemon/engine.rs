@@ -2,7 +2,7 @@
 //! the shared-memory rings and the network, with adaptive polling.
 
 use super::config::{Config, PollMode};
-use super::device::{Device, NicFactory};
+use super::device::{NicFactory, ServedDevice};
 use super::memory::ProcMem;
 use super::objects::{Kind, Object, SessionId};
 use super::sys::{self, Epoll};
@@ -101,7 +101,7 @@ pub struct Engine {
     timer: OwnedFd,
     shutdown: Shutdown,
     pub(super) factory: NicFactory,
-    pub(super) devices: Vec<Option<Device>>,
+    pub(super) devices: Vec<Option<ServedDevice>>,
     pub(super) sessions: HashMap<SessionId, Session>,
     pub(super) objects: BTreeMap<Handle, Object>,
     /// QPs and SRQs whose rings the engine drains.
@@ -122,8 +122,8 @@ pub struct Engine {
     pub(super) reload: Option<super::reload::Reload>,
     /// rtnetlink address notifications (None: the kernel refused the socket).
     pub(super) netlink: Option<OwnedFd>,
-    /// The id the next fault rule gets (`rdma-emu fault add`).
-    pub(super) next_fault_id: u32,
+    /// The ids of fault rules (`rdma-emu fault add`).
+    fault_ids: super::fault_control::FaultIds,
 }
 
 impl Engine {
@@ -133,7 +133,7 @@ impl Engine {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut devices = Vec::new();
         for spec in &cfg.devices {
-            devices.push(Some(Device::open(
+            devices.push(Some(ServedDevice::open(
                 spec,
                 factory,
                 cfg.seed,
@@ -192,17 +192,18 @@ impl Engine {
             cm: super::cm::CmTables::new(cfg_seed),
             reload: None,
             netlink,
-            next_fault_id: 1,
+            fault_ids: super::fault_control::FaultIds::new(),
         };
         for dev in devices {
             engine.add_device(dev.expect("just opened"))?;
         }
-        engine.initial_faults()?;
+        let configured = std::mem::take(&mut engine.cfg.faults);
+        engine.faults().initial(configured)?;
         Ok(engine)
     }
 
     /// Registers a device's sockets and makes it visible to clients.
-    pub(super) fn add_device(&mut self, mut dev: Device) -> io::Result<usize> {
+    pub(super) fn add_device(&mut self, mut dev: ServedDevice) -> io::Result<usize> {
         dev.set_cm_timers(self.cfg.cm_response_timeout, self.cfg.cm_max_retries);
         let index = self
             .devices
@@ -230,9 +231,17 @@ impl Engine {
     }
 
     pub(super) fn device_index(&self, name: &str) -> Option<usize> {
-        self.devices
-            .iter()
-            .position(|d| d.as_ref().is_some_and(|d| d.name() == name))
+        super::device::index_of(&self.devices, name)
+    }
+
+    /// The parts of the engine a fault request touches.
+    pub(super) fn faults(&mut self) -> super::fault_control::FaultCtx<'_> {
+        super::fault_control::FaultCtx {
+            devices: &mut self.devices,
+            objects: &self.objects,
+            ids: &mut self.fault_ids,
+            seed: self.cfg.seed,
+        }
     }
 
     /// A fresh handle, never 0, never one in use.
@@ -563,7 +572,9 @@ impl Engine {
             d.nic.release_client(now, ctx.0);
             d.open_ctxs = d.open_ctxs.saturating_sub(1);
         }
-        let _ = self.sync_mcast(dev);
+        if let Some(Some(d)) = self.devices.get_mut(dev) {
+            let _ = super::mcast::sync_mcast(d, &self.epoll, |slot| udp_token(dev, slot));
+        }
         let children: Vec<Handle> = self
             .objects
             .iter()

@@ -9,20 +9,10 @@
 //! packet: it tells the core's responder to answer it with that response instead of
 //! executing it, which keeps the responder's PSN state exact.
 
-use super::control::{ok, Answer};
-use super::datapath::send_event;
-use super::engine::Engine;
-use super::objects::Kind;
 use emu_core::ForcedResponse;
-use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use wire::client::fault::{
-    parse_list, Direction, FaultAction, FaultInfo, FaultKind, FaultRequest, FaultRule, FaultSpec,
-    NakKind, PPM_ALL,
-};
-use wire::client::verbs::event_type;
-use wire::client::ReplyBody;
+use wire::client::fault::{Direction, FaultInfo, FaultKind, FaultRule, NakKind, PPM_ALL};
 use wire::roce::{NakCode, Op, Opcode, TransportType};
 
 /// How long a reordered packet waits at most for a packet to overtake it.
@@ -410,156 +400,9 @@ pub(super) fn corrupt(bytes: &mut [u8]) {
 /// (`DEVICE WORDS…` entries separated by `;`, as `rdma-emu fault add` takes them).
 pub const FAULTS_ENV: &str = "RDMA_EMU_FAULTS";
 
-impl Engine {
-    /// `rdma-emu fault add|list|clear`.
-    pub(super) fn fault_request(&mut self, now: Instant, req: FaultRequest) -> Answer {
-        match req {
-            FaultRequest::Add { device, spec } => {
-                let dev = self.device_index(&device).ok_or(libc::ENODEV)?;
-                match spec {
-                    FaultSpec::Rule(rule) => {
-                        let info = self.add_fault_rule(dev, rule)?;
-                        ok(ReplyBody::Faults(vec![info]))
-                    }
-                    FaultSpec::Action(action) => {
-                        self.fault_action(now, dev, action)?;
-                        ok(ReplyBody::Faults(Vec::new()))
-                    }
-                }
-            }
-            FaultRequest::List { device } => {
-                let mut out = Vec::new();
-                for d in self.devices.iter().flatten() {
-                    if device.as_deref().is_none_or(|n| n == d.name()) {
-                        out.extend(d.faults.list(d.name()));
-                    }
-                }
-                if out.is_empty()
-                    && device
-                        .as_deref()
-                        .is_some_and(|n| self.device_index(n).is_none())
-                {
-                    return Err(libc::ENODEV);
-                }
-                ok(ReplyBody::Faults(out))
-            }
-            FaultRequest::Clear { device, id } => {
-                if device
-                    .as_deref()
-                    .is_some_and(|n| self.device_index(n).is_none())
-                {
-                    return Err(libc::ENODEV);
-                }
-                let mut out = Vec::new();
-                for d in self.devices.iter_mut().flatten() {
-                    if device.as_deref().is_none_or(|n| n == d.name()) {
-                        let name = d.name().to_string();
-                        out.extend(d.faults.clear(&name, id));
-                    }
-                }
-                if id.is_some() && out.is_empty() {
-                    return Err(libc::ENOENT);
-                }
-                ok(ReplyBody::Faults(out))
-            }
-        }
-    }
-
-    /// Adds a packet rule to device `dev`. Packet rules act on RoCE datagrams: an iWARP
-    /// device's packets are the kernel's TCP segments (EOPNOTSUPP).
-    pub(super) fn add_fault_rule(&mut self, dev: usize, rule: FaultRule) -> Result<FaultInfo, i32> {
-        let id = self.next_fault_id;
-        let seed = default_seed(self.cfg.seed, id);
-        let d = self
-            .devices
-            .get_mut(dev)
-            .and_then(Option::as_mut)
-            .ok_or(libc::ENODEV)?;
-        if super::siw::is_siw(d) {
-            return Err(libc::EOPNOTSUPP);
-        }
-        self.next_fault_id += 1;
-        d.faults.add(id, rule, seed);
-        tracing::info!(device = d.name(), id, rule = %rule, "fault added");
-        let name = d.name().to_string();
-        Ok(d.faults.list(&name).pop().expect("just added"))
-    }
-
-    /// Link down/up and QP kills happen at once.
-    fn fault_action(&mut self, now: Instant, dev: usize, action: FaultAction) -> Result<(), i32> {
-        let d = self
-            .devices
-            .get_mut(dev)
-            .and_then(Option::as_mut)
-            .ok_or(libc::ENODEV)?;
-        match action {
-            FaultAction::LinkDown | FaultAction::LinkUp => {
-                let down = action == FaultAction::LinkDown;
-                if d.faults.link_down == down {
-                    return Ok(());
-                }
-                d.faults.link_down = down;
-                tracing::info!(device = d.name(), down, "link state changed by a fault");
-                let event = if down {
-                    event_type::PORT_ERR
-                } else {
-                    event_type::PORT_ACTIVE
-                };
-                for (h, obj) in &self.objects {
-                    if let Kind::Ctx(c) = &obj.kind {
-                        if c.dev == dev {
-                            send_event(&self.objects, *h, event, 1);
-                        }
-                    }
-                }
-            }
-            FaultAction::KillQp(qpn) => {
-                let h = *d.qp_by_qpn.get(&qpn).ok_or(libc::ENOENT)?;
-                d.nic.qp_to_error(now, qpn);
-                tracing::info!(device = d.name(), qpn, "QP killed by a fault");
-                if let Some(obj) = self.objects.get(&h) {
-                    send_event(&self.objects, obj.ctx, event_type::QP_FATAL, h.0);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Applies the configuration's `faults`, then `RDMA_EMU_FAULTS` (a daemon starting
-    /// with faults in place).
-    pub(super) fn initial_faults(&mut self) -> io::Result<()> {
-        let configured = std::mem::take(&mut self.cfg.faults);
-        self.apply_faults("faults", configured)?;
-        if let Ok(text) = std::env::var(FAULTS_ENV) {
-            let parsed = parse_list(&text).map_err(|e| {
-                io::Error::new(io::ErrorKind::InvalidInput, format!("{FAULTS_ENV}: {e}"))
-            })?;
-            self.apply_faults(FAULTS_ENV, parsed)?;
-        }
-        Ok(())
-    }
-
-    fn apply_faults(&mut self, origin: &str, faults: Vec<(String, FaultSpec)>) -> io::Result<()> {
-        let bad =
-            |msg: String| io::Error::new(io::ErrorKind::InvalidInput, format!("{origin}: {msg}"));
-        let now = Instant::now();
-        for (device, spec) in faults {
-            let dev = self
-                .device_index(&device)
-                .ok_or_else(|| bad(format!("no device {device}")))?;
-            let result = match spec {
-                FaultSpec::Rule(rule) => self.add_fault_rule(dev, rule).map(drop),
-                FaultSpec::Action(action) => self.fault_action(now, dev, action),
-            };
-            result.map_err(|e| bad(format!("{device}: {}", io::Error::from_raw_os_error(e))))?;
-        }
-        Ok(())
-    }
-}
-
 /// A rule's seed when it names none: the daemon's seed and the rule's id, mixed, so the
 /// same rules added in the same order to a daemon with the same seed draw the same.
-fn default_seed(daemon_seed: u64, id: u32) -> u64 {
+pub(super) fn default_seed(daemon_seed: u64, id: u32) -> u64 {
     let mut r = Rule {
         id,
         rule: FaultRule {

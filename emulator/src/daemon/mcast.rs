@@ -14,15 +14,11 @@
 //! (IP_MULTICAST_IF) and loop it back to local listeners (IP_MULTICAST_LOOP), this daemon
 //! included, so the local path never short-circuits multicast.
 
-use super::control::Answer;
-use super::engine::{Engine, T_UDP};
-use super::objects::{Kind, SessionId};
-use super::sys;
+use super::device::ServedDevice;
+use super::sys::{self, Epoll};
 use super::udp::{BoundSocket, ROCE_V2_PORT};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;
-use wire::client::proto::Handle;
-use wire::client::ReplyBody;
 
 /// Socket indices of group sockets start here (below: the device's unicast sockets).
 pub const MCAST_BASE: usize = 0x8000;
@@ -92,102 +88,88 @@ fn open_group_socket(group: IpAddr, ifindex: u32) -> std::io::Result<BoundSocket
     })
 }
 
-impl Engine {
-    /// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx`. A group the
-    /// interface cannot join fails the attach with the socket's errno (rxe returns what
-    /// `dev_mc_add` returns) and leaves nothing attached.
-    pub(super) fn mcast_verb(
-        &mut self,
-        session: SessionId,
-        ctx: Handle,
-        qpn: u32,
-        gid: [u8; 16],
-        lid: u16,
-        attach: bool,
-    ) -> Answer {
-        let dev = match &self.lookup(session, ctx)?.kind {
-            Kind::Ctx(c) => c.dev,
-            _ => return Err(libc::EINVAL),
-        };
-        let d = self
-            .devices
-            .get_mut(dev)
-            .and_then(Option::as_mut)
-            .ok_or(libc::ENODEV)?;
-        let was_member = d.nic.mcast_groups().contains(&gid);
-        if attach {
-            d.nic.attach_mcast(qpn, gid, lid)?;
-        } else {
-            d.nic.detach_mcast(qpn, gid, lid)?;
-        }
-        if let Err(e) = self.sync_mcast(dev) {
-            if attach && !was_member {
-                if let Some(Some(d)) = self.devices.get_mut(dev) {
-                    let _ = d.nic.detach_mcast(qpn, gid, lid);
-                }
-                let _ = self.sync_mcast(dev);
-                return Err(e.raw_os_error().unwrap_or(libc::EINVAL));
-            }
-        }
-        Ok((ReplyBody::Ok, Vec::new()))
+/// `AttachMcast` / `DetachMcast` of QP `qpn` on device `d`. A group the interface cannot
+/// join fails the attach with the socket's errno (rxe returns what `dev_mc_add` returns)
+/// and leaves nothing attached. `token` gives the epoll token of the device's multicast
+/// socket slot `i` (the engine owns the token space).
+pub(super) fn mcast_verb(
+    d: &mut ServedDevice,
+    epoll: &Epoll,
+    token: impl Fn(usize) -> u64,
+    qpn: u32,
+    gid: [u8; 16],
+    lid: u16,
+    attach: bool,
+) -> Result<(), i32> {
+    let was_member = d.nic.mcast_groups().contains(&gid);
+    if attach {
+        d.nic.attach_mcast(qpn, gid, lid)?;
+    } else {
+        d.nic.detach_mcast(qpn, gid, lid)?;
     }
-
-    /// Joins the IP groups device `dev` has attached QPs for and leaves the others. The
-    /// first error (a group that could not be joined) is returned after the rest is done.
-    pub(super) fn sync_mcast(&mut self, dev: usize) -> std::io::Result<()> {
-        let Some(Some(d)) = self.devices.get_mut(dev) else {
-            return Ok(());
-        };
-        let wanted: Vec<IpAddr> = d.nic.mcast_groups().into_iter().map(group_ip).collect();
-        let ifindex = d.netdev.index;
-        let stale: Vec<usize> = d
-            .udp
-            .mcast
-            .joined()
-            .filter(|(_, ip)| !wanted.contains(ip))
-            .map(|(i, _)| i)
-            .collect();
-        for i in stale {
-            if let Some(s) = d.udp.mcast.slots[i].take() {
-                self.epoll.remove(s.socket.as_raw_fd());
-                let _ = sys::mcast_membership(s.socket.as_raw_fd(), s.local.ip(), ifindex, false);
-                tracing::debug!(device = d.name(), group = %s.local.ip(), "left multicast group");
-            }
+    if let Err(e) = sync_mcast(d, epoll, &token) {
+        if attach && !was_member {
+            let _ = d.nic.detach_mcast(qpn, gid, lid);
+            let _ = sync_mcast(d, epoll, &token);
+            return Err(e.raw_os_error().unwrap_or(libc::EINVAL));
         }
-        let mut result = Ok(());
-        for group in wanted {
-            if d.udp.mcast.joined().any(|(_, ip)| ip == group) {
+    }
+    Ok(())
+}
+
+/// Joins the IP groups device `d` has attached QPs for and leaves the others. The first
+/// error (a group that could not be joined) is returned after the rest is done.
+pub(super) fn sync_mcast(
+    d: &mut ServedDevice,
+    epoll: &Epoll,
+    token: impl Fn(usize) -> u64,
+) -> std::io::Result<()> {
+    let wanted: Vec<IpAddr> = d.nic.mcast_groups().into_iter().map(group_ip).collect();
+    let ifindex = d.netdev.index;
+    let stale: Vec<usize> = d
+        .udp
+        .mcast
+        .joined()
+        .filter(|(_, ip)| !wanted.contains(ip))
+        .map(|(i, _)| i)
+        .collect();
+    for i in stale {
+        if let Some(s) = d.udp.mcast.slots[i].take() {
+            epoll.remove(s.socket.as_raw_fd());
+            let _ = sys::mcast_membership(s.socket.as_raw_fd(), s.local.ip(), ifindex, false);
+            tracing::debug!(device = d.name(), group = %s.local.ip(), "left multicast group");
+        }
+    }
+    let mut result = Ok(());
+    for group in wanted {
+        if d.udp.mcast.joined().any(|(_, ip)| ip == group) {
+            continue;
+        }
+        let slot = match d.udp.mcast.slots.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if d.udp.mcast.slots.len() < 0x10000 - MCAST_BASE => {
+                d.udp.mcast.slots.push(None);
+                d.udp.mcast.slots.len() - 1
+            }
+            None => {
+                result = result.and(Err(std::io::Error::from_raw_os_error(libc::ENOMEM)));
                 continue;
             }
-            let slot = match d.udp.mcast.slots.iter().position(Option::is_none) {
-                Some(i) => i,
-                None if d.udp.mcast.slots.len() < 0x10000 - MCAST_BASE => {
-                    d.udp.mcast.slots.push(None);
-                    d.udp.mcast.slots.len() - 1
-                }
-                None => {
-                    result = result.and(Err(std::io::Error::from_raw_os_error(libc::ENOMEM)));
-                    continue;
-                }
-            };
-            let opened = open_group_socket(group, ifindex).and_then(|s| {
-                self.epoll.add(
-                    s.socket.as_raw_fd(),
-                    T_UDP | (dev as u64) << 16 | (MCAST_BASE + slot) as u64,
-                )?;
-                Ok(s)
-            });
-            match opened {
-                Ok(s) => {
-                    tracing::debug!(device = d.name(), %group, "joined multicast group");
-                    d.udp.mcast.slots[slot] = Some(s);
-                }
-                Err(e) => {
-                    tracing::info!(device = d.name(), %group, error = %e, "cannot join multicast group");
-                    result = result.and(Err(e));
-                }
+        };
+        let opened = open_group_socket(group, ifindex).and_then(|s| {
+            epoll.add(s.socket.as_raw_fd(), token(MCAST_BASE + slot))?;
+            Ok(s)
+        });
+        match opened {
+            Ok(s) => {
+                tracing::debug!(device = d.name(), %group, "joined multicast group");
+                d.udp.mcast.slots[slot] = Some(s);
+            }
+            Err(e) => {
+                tracing::info!(device = d.name(), %group, error = %e, "cannot join multicast group");
+                result = result.and(Err(e));
             }
         }
-        result
     }
+    result
 }

@@ -8,7 +8,6 @@
 
 pub mod backend;
 pub mod capture;
-pub mod client;
 mod cm;
 pub mod config;
 mod control;
@@ -17,6 +16,7 @@ mod datapath;
 pub mod device;
 mod engine;
 pub mod fault;
+mod fault_control;
 pub mod gid_table;
 mod mcast;
 pub mod memory;
@@ -32,7 +32,6 @@ mod reload;
 pub mod shared_pages;
 pub mod siw;
 mod slice;
-pub mod stub_nic;
 pub mod sys;
 pub mod udp;
 pub mod xdp;

@@ -21,7 +21,7 @@
 //! Clients of a device whose table changed get `IBV_EVENT_GID_CHANGE`, as rxe's do.
 
 use super::config::Config;
-use super::device::Device;
+use super::device::ServedDevice;
 use super::engine::{udp_token, Engine, T_RELOAD};
 use super::objects::Kind;
 use super::sys;
@@ -91,7 +91,7 @@ impl Engine {
                 kept.push(spec.clone());
                 continue;
             }
-            match Device::open(spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
+            match ServedDevice::open(spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
                 .and_then(|d| self.add_device(d))
             {
                 Ok(_) => kept.push(spec.clone()),

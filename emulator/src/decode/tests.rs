@@ -11,7 +11,7 @@ use wire::iwarp::{FpduConfig, RdmapMessage, Stag};
 use super::*;
 
 fn corpus() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpora/rxe")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpora/rxe")
 }
 
 fn decode(bytes: &[u8]) -> (Result<Summary, DecodeError>, Vec<String>) {

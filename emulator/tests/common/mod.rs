@@ -4,7 +4,7 @@
 
 pub mod side;
 
-use emulator::daemon::client::{CallError, Client};
+use emulator::client::{CallError, Client};
 use emulator::daemon::sys::Mapping;
 use emulator::daemon::{Config, Daemon, DeviceSpec, PollMode};
 use std::net::{IpAddr, Ipv4Addr};

@@ -2,7 +2,7 @@
 //! QP, posting WQEs into its rings and polling its CQ ring as the shim does.
 
 use super::*;
-use emulator::daemon::client::Client;
+use emulator::client::Client;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;

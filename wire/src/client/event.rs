@@ -17,11 +17,14 @@ pub const EVENT_RECORD_LEN: usize = 8;
 /// port number for port events, 0 for device events (`IBV_EVENT_DEVICE_FATAL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AsyncEventRecord {
+    /// The event, numbered as `enum ibv_event_type`.
     pub event_type: u32,
+    /// What the event concerns: a QP, CQ or SRQ handle, a port number, or 0.
     pub element: u32,
 }
 
 impl AsyncEventRecord {
+    /// The record as the daemon writes it on the event socket (little-endian).
     pub fn to_bytes(&self) -> [u8; EVENT_RECORD_LEN] {
         let mut b = [0u8; EVENT_RECORD_LEN];
         b[..4].copy_from_slice(&self.event_type.to_le_bytes());
@@ -29,6 +32,7 @@ impl AsyncEventRecord {
         b
     }
 
+    /// The record from the octets the daemon wrote; any octets are a record.
     pub fn from_bytes(b: [u8; EVENT_RECORD_LEN]) -> Self {
         let [a0, a1, a2, a3, e0, e1, e2, e3] = b;
         AsyncEventRecord {
@@ -41,10 +45,12 @@ impl AsyncEventRecord {
 /// A completion event: the CQ's handle as a little-endian u64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompEventRecord {
+    /// The CQ that has a completion for an armed notification.
     pub cq: Handle,
 }
 
 impl CompEventRecord {
+    /// The record as the daemon writes it on the completion channel.
     pub fn to_bytes(&self) -> [u8; EVENT_RECORD_LEN] {
         u64::from(self.cq.0).to_le_bytes()
     }

@@ -78,7 +78,9 @@ pub struct FaultFilter {
 /// Which way a packet goes through the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Direction {
+    /// Packets arriving from the network, before the device handles them.
     Rx,
+    /// Packets the device sends, before they reach the network.
     Tx,
 }
 
@@ -168,9 +170,11 @@ impl OpcodeClass {
 /// A packet rule: what, how often, to which packets, how many times, with which seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultRule {
+    /// What happens to a packet the rule fires on.
     pub kind: FaultKind,
     /// Probability per matching packet, in parts per million.
     pub ppm: u32,
+    /// Which packets the rule considers.
     pub filter: FaultFilter,
     /// Fire at most this many times.
     pub count: Option<u64>,
@@ -193,7 +197,9 @@ pub enum FaultAction {
 /// A parsed `rdma-emu fault add` argument list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FaultSpec {
+    /// A rule applied to packets from now on.
     Rule(FaultRule),
+    /// An event applied once, at once.
     Action(FaultAction),
 }
 
@@ -202,12 +208,22 @@ pub enum FaultSpec {
 pub enum FaultRequest {
     /// Add a rule or perform an action on `device`. Reply `Faults` with the new rule
     /// (empty for an action).
-    Add { device: String, spec: FaultSpec },
+    Add {
+        /// The device's name (`rxe0`).
+        device: String,
+        /// The rule or the action.
+        spec: FaultSpec,
+    },
     /// Reply `Faults` with every rule (of one device).
-    List { device: Option<String> },
+    List {
+        /// Only this device's rules; `None` for every device.
+        device: Option<String>,
+    },
     /// Remove rules: all, a device's, or one by id. Reply `Faults` with the removed ones.
     Clear {
+        /// Only this device's rules; `None` for every device.
         device: Option<String>,
+        /// Only the rule with this id (as `fault list` shows it).
         id: Option<u32>,
     },
 }
@@ -215,8 +231,11 @@ pub enum FaultRequest {
 /// A rule as the daemon holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultInfo {
+    /// The rule's id, unique in the daemon, for `fault clear --id`.
     pub id: u32,
+    /// The device the rule applies to.
     pub device: String,
+    /// The rule as it was added.
     pub rule: FaultRule,
     /// The seed in use (the rule's, or the one the daemon picked).
     pub seed: u64,

@@ -32,8 +32,11 @@ const CONSUMER_WORD: usize = 64 / 8;
 const ARM_WORD: usize = 128 / 8;
 
 /// `arm` values of a CQ ring (`ibv_req_notify_cq`).
+/// Not armed: no completion event is due.
 pub const ARM_NONE: u64 = 0;
+/// Armed for the next completion of any kind (`solicited_only` = 0).
 pub const ARM_NEXT: u64 = 1;
+/// Armed for the next solicited or error completion only (`solicited_only` = 1).
 pub const ARM_SOLICITED: u64 = 2;
 
 /// Where one ring lies in its memfd.
@@ -125,6 +128,7 @@ impl<'a> RingView<'a> {
         })
     }
 
+    /// Where this ring lies in its memfd (offset, entries, slot size).
     pub fn layout(&self) -> RingLayout {
         self.layout
     }
@@ -214,6 +218,7 @@ impl<'a> Producer<'a> {
         }
     }
 
+    /// The ring this producer writes to.
     pub fn view(&self) -> &RingView<'a> {
         &self.view
     }
@@ -283,6 +288,7 @@ impl<'a> Consumer<'a> {
         Consumer { view, tail }
     }
 
+    /// The ring this consumer reads from.
     pub fn view(&self) -> &RingView<'a> {
         &self.view
     }
@@ -351,10 +357,14 @@ impl<'a> SessionPage<'a> {
         (!words.is_empty()).then_some(SessionPage { words })
     }
 
+    /// Whether the engine announced that it is about to sleep (clients must then ring
+    /// the doorbell after publishing work).
     pub fn sleeping(&self) -> bool {
         self.words[0].load(Ordering::SeqCst) & 0xffff_ffff != 0
     }
 
+    /// The engine's announcement: set before its last check of the rings, cleared when
+    /// it wakes.
     pub fn set_sleeping(&self, sleeping: bool) {
         self.words[0].store(u64::from(sleeping), Ordering::SeqCst);
     }

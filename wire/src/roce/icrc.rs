@@ -5,7 +5,7 @@
 //! fields set to ones (IPv4: TOS, TTL, header checksum; IPv6: traffic class, flow label,
 //! hop limit), the UDP header with its checksum set to ones, the BTH with byte 4
 //! (`resv8a`: FECN, BECN) set to ones, then the rest of the IB packet up to the ICRC.
-//! Linux rxe stores the result little-endian (the corpora in `shared/corpora/rxe` say so);
+//! Linux rxe stores the result little-endian (the corpora in `tests/corpora/rxe` say so);
 //! [`super::Packet::icrc`] reads it that way.
 //!
 //! The IPv4 identification field is *not* masked, and a kernel UDP socket does not reveal

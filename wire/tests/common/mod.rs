@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use pcap_file::pcap::PcapReader;
 
-/// The rxe corpus directory (shared/ sits beside the repository).
+/// The rxe corpus directory (`tests/corpora/rxe` in the repository).
 pub fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpora/rxe")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpora/rxe")
 }
 
 /// Every .pcap of rxe/ and rxe/nccl/.

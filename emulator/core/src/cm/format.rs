@@ -1,5 +1,5 @@
 //! Building the CM MADs a connection sends, with the field values the Linux CM/CMA put
-//! in them on rxe (checked against `shared/corpora/rxe/rdma_cm.pcap` and `rping.pcap`).
+//! in them on rxe (checked against `tests/corpora/rxe/rdma_cm.pcap` and `rping.pcap`).
 
 use wire::cm::cma::CMA_HEADER_LEN;
 use wire::cm::messages::{CommIds, Dreq, Mra, Rej, Rep, Req, SidrRep, SidrReq};

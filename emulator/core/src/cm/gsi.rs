@@ -1,5 +1,5 @@
 //! CM MADs on the wire: a UD SEND_ONLY from QP1 to QP1 (the GSI, IBA ch. 13), as rxe sends
-//! them over RoCE v2 (checked against `shared/corpora/rxe/rdma_cm.pcap`):
+//! them over RoCE v2 (checked against `tests/corpora/rxe/rdma_cm.pcap`):
 //! BTH (opcode 0x64, P_Key 0xffff, destination QP 1, AckReq set, PSN of QP1's send
 //! queue), DETH (Q_Key 0x80010000, source QP 1), the 256-octet MAD, ICRC; UDP source
 //! port 0xd872 on both sides (rxe derives a QP's port from its number, and QP1 is QP1

@@ -2,17 +2,13 @@
 //! through the kernel's routing (`rdma_resolve_addr`) and route resolution
 //! (`rdma_resolve_route`), as the kernel's CMA does them on RoCE.
 
-use super::{event, CmPath, IdState};
+use super::tables::{IdState, EPHEMERAL};
 use crate::daemon::engine::Engine;
 use crate::daemon::objects::SessionId;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
-use std::ops::RangeInclusive;
+use wire::client::cm::{event, CmPath};
 use wire::client::proto::Handle;
-
-/// Ports `rdma_bind_addr` picks from for port 0 (Linux's default
-/// `ip_local_port_range`).
-pub(super) const EPHEMERAL: RangeInclusive<u16> = 32768..=60999;
 
 /// Ports below this need privilege (`PROT_SOCK`).
 const PRIVILEGED_BELOW: u16 = 1024;

@@ -1,8 +1,9 @@
 //! The verbs of an id: options, listening, connecting, accepting, and
 //! `rdma_init_qp_attr`.
 
+use super::addr;
 use super::rerequest::ReRequest;
-use super::{addr, option, port_space, IdState, MAX_BACKLOG};
+use super::tables::{option, port_space, IdState, MAX_BACKLOG};
 use crate::daemon::engine::Engine;
 use crate::daemon::objects::SessionId;
 use emu_core::cm::{self as core_cm, ConnParams, Route, RDMA_UDP_QKEY};

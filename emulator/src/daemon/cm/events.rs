@@ -3,12 +3,13 @@
 //! sessions and devices.
 
 use super::addr::canonical;
-use super::{event, CmId, IdState};
+use super::tables::{CmId, IdState};
 use crate::daemon::engine::Engine;
 use crate::daemon::objects::{Kind, SessionId};
 use emu_core::cm::{reason, CmEvent, ConnId, PeerInfo, ServiceId};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
+use wire::client::cm::event;
 use wire::client::cm::{CmConnParam, CmEventParam, CmEventRecord, CmPath};
 use wire::client::proto::{AhAttr, GlobalRoute, Handle};
 
@@ -300,7 +301,7 @@ impl Engine {
             };
             if id.state != IdState::Listen
                 || src.port() != port
-                || super::port_space(id.ps) != space
+                || super::tables::port_space(id.ps) != space
             {
                 continue;
             }
@@ -471,7 +472,7 @@ impl Engine {
         let mut children = Vec::new();
         if state == IdState::Listen {
             if let Some(src) = src {
-                let sid = ServiceId::rdma_ip(super::port_space(ps), src.port());
+                let sid = ServiceId::rdma_ip(super::tables::port_space(ps), src.port());
                 let devs: Vec<usize> = self
                     .cm
                     .listens
@@ -559,7 +560,7 @@ impl Engine {
                 let src = id.src?;
                 src.ip()
                     .is_unspecified()
-                    .then(|| ServiceId::rdma_ip(super::port_space(id.ps), src.port()))
+                    .then(|| ServiceId::rdma_ip(super::tables::port_space(id.ps), src.port()))
             })
             .collect();
         for sid in sids {

@@ -3,7 +3,7 @@
 //! (`emu_core::cm::gsi`) through the same transmit path as every other packet (local
 //! delivery, captures, sendmmsg).
 
-use crate::daemon::device::Device;
+use crate::daemon::device::ServedDevice;
 use crate::daemon::memory::ProcMem;
 use crate::daemon::nic::{AppMemory, TxMeta};
 use crate::daemon::udp::ROCE_V2_PORT;
@@ -40,7 +40,7 @@ fn icrc_ok(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> bool {
     }
 }
 
-impl Device {
+impl ServedDevice {
     /// A received RoCE v2 datagram: QP1 traffic to the CM agent, the rest to the core.
     pub(in crate::daemon) fn deliver(
         &mut self,
@@ -100,7 +100,7 @@ fn requested_service(mad: &[u8]) -> Option<u64> {
     }
 }
 
-impl Device {
+impl ServedDevice {
     /// Holds back a REQ/SIDR_REQ for a service nobody listens on (see [`LISTEN_GRACE`]).
     fn park_if_unlistened(
         &mut self,
@@ -151,7 +151,7 @@ impl Device {
 /// Sends every MAD the device's agent has queued, as GSI packets from the device's
 /// socket for the MAD's source address to the peer's port 4791. Whether any left.
 pub(in crate::daemon) fn stage_gsi_transmits(
-    d: &mut Device,
+    d: &mut ServedDevice,
     bufs: &mut [Vec<u8>],
     meta: &mut Vec<TxMeta>,
     local_path: bool,

@@ -10,12 +10,13 @@
 //! ESTABLISHED directly (no CONNECT_RESPONSE).
 
 use super::addr::canonical;
-use super::{event, CmId, IdState};
+use super::tables::{CmId, IdState};
 use crate::daemon::engine::Engine;
 use crate::daemon::objects::{Kind, SessionId};
 use crate::daemon::siw::{self, ConnId, ConnParams, ListenerId, SiwCmEvent, SiwNic};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+use wire::client::cm::event;
 
 /// How long an iWARP connection request whose listener is gone waits for a new one
 /// (as long as a closed listener lingers, `siw::tcp::LISTEN_LINGER`).

@@ -13,7 +13,7 @@
 //! `ucma_cleanup_mc_events`). Joining one group twice on an id is allowed, as in the
 //! kernel (each join reports its own event).
 
-use super::IdState;
+use super::tables::IdState;
 use crate::daemon::engine::Engine;
 use crate::daemon::objects::SessionId;
 use emu_core::cm::RDMA_UDP_QKEY;

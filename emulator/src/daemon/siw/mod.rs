@@ -30,9 +30,9 @@ mod tcp;
 pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 pub use nic::SiwNic;
 
-use super::backend::Backend;
+use super::backend::{check_smoltcp_addrs, Backend};
 use super::config::DeviceSpec;
-use super::device::Device;
+use super::device::ServedDevice as Device;
 use super::netdev;
 use super::nic::Limits;
 use super::udp::UdpBackend;
@@ -145,49 +145,6 @@ fn netdev_speed(name: &str) -> u32 {
         .and_then(|s| s.trim().parse::<i64>().ok())
         .filter(|&s| s > 0)
         .map_or(1000, |s| u32::try_from(s).unwrap_or(u32::MAX))
-}
-
-/// Most addresses a smoltcp device serves (smoltcp's interface holds two).
-pub const SMOLTCP_MAX_ADDRS: usize = 2;
-
-/// Checks the addresses of a siw device on smoltcp: its own (given), unicast, at most
-/// [`SMOLTCP_MAX_ADDRS`], none of them one the kernel has (`kernel_has`), whose TCP
-/// would answer the device's peers with RST. The error says what to do.
-pub fn check_smoltcp_addrs(
-    device: &str,
-    netdev: &str,
-    addrs: &[IpAddr],
-    kernel_has: impl Fn(IpAddr) -> bool,
-) -> Result<(), io::Error> {
-    let invalid = |msg: String| Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
-    if addrs.is_empty() {
-        return invalid(format!(
-            "device {device}: backend smoltcp needs an address of its own, one the kernel              does not have: link add {device} … addr IP, or addrs = [\"IP\"] in the config"
-        ));
-    }
-    if addrs.len() > SMOLTCP_MAX_ADDRS {
-        return invalid(format!(
-            "device {device}: backend smoltcp serves at most {SMOLTCP_MAX_ADDRS} addresses"
-        ));
-    }
-    for &a in addrs {
-        if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
-            return invalid(format!(
-                "device {device}: {a} cannot be a device's address (unicast only)"
-            ));
-        }
-        if kernel_has(a) {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!(
-                    "device {device}: {a} is also an address of the kernel (on {netdev} or \
-                     another interface), whose TCP would answer the device's peers with RST; \
-                     give the smoltcp device an address of its own on {netdev}'s subnet"
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Whether the kernel has `ip` (a socket can be bound to it), on interface `scope` for

@@ -14,8 +14,9 @@ pub(crate) struct Frame {
     pub ib: Vec<u8>,
 }
 
+/// The rxe corpus directory (`tests/corpora/rxe` in the repository).
 pub(crate) fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/corpora/rxe")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/corpora/rxe")
 }
 
 fn corpus_files() -> Vec<PathBuf> {

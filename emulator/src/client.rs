@@ -1,6 +1,6 @@
 //! A blocking client of the control protocol, for the `rdma-emu` tool and the tests.
 
-use super::sys;
+use crate::daemon::sys;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
