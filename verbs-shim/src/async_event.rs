@@ -23,23 +23,15 @@ use core::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use wire::client::verbs::event_type as ev;
 
-/// The kind of object an event's element points at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventObject {
-    Cq,
-    Qp,
-    Srq,
-}
+pub use crate::device::EventObject;
 
-impl EventObject {
-    /// Which object an event of `event_type` names; `None` for port and device events.
-    fn of(event_type: u32) -> Option<EventObject> {
-        match event_type {
-            ev::CQ_ERR => Some(EventObject::Cq),
-            ev::QP_FATAL..=ev::PATH_MIG_ERR | ev::QP_LAST_WQE_REACHED => Some(EventObject::Qp),
-            ev::SRQ_ERR | ev::SRQ_LIMIT_REACHED => Some(EventObject::Srq),
-            _ => None,
-        }
+/// Which object an event of `event_type` names; `None` for port and device events.
+fn object_of(event_type: u32) -> Option<EventObject> {
+    match event_type {
+        ev::CQ_ERR => Some(EventObject::Cq),
+        ev::QP_FATAL..=ev::PATH_MIG_ERR | ev::QP_LAST_WQE_REACHED => Some(EventObject::Qp),
+        ev::SRQ_ERR | ev::SRQ_LIMIT_REACHED => Some(EventObject::Srq),
+        _ => None,
     }
 }
 
@@ -108,7 +100,7 @@ pub extern "C" fn ibv_get_async_event(
                 event_type,
                 element,
             } = wire::client::AsyncEventRecord::from_bytes(rec);
-            let ptr = match EventObject::of(event_type) {
+            let ptr = match object_of(event_type) {
                 None => element as usize,
                 Some(kind) => {
                     let mut objects = ctx.objects.lock().unwrap_or_else(|p| p.into_inner());
@@ -138,7 +130,7 @@ pub extern "C" fn ibv_get_async_event(
 pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     ffi::value((), || {
         let Ok(e) = ffi::nonnull(event) else { return };
-        let Some(kind) = EventObject::of(e.event_type as u32) else {
+        let Some(kind) = object_of(e.event_type as u32) else {
             return;
         };
         if e.element.is_null() {

@@ -94,8 +94,8 @@ pub struct Objects {
     pub cqs: HashMap<u32, usize>,
     pub qps: HashMap<u32, usize>,
     pub srqs: HashMap<u32, usize>,
-    /// Async events handed to the application per object (see `async_event`).
-    pub events_reported: HashMap<(crate::async_event::EventObject, u32), u32>,
+    /// Async events handed to the application per object (see `crate::async_event`).
+    pub events_reported: HashMap<(EventObject, u32), u32>,
 }
 
 impl Context {
@@ -673,4 +673,12 @@ pub extern "C" fn ibv_get_pkey_index(context: *mut ibv_context, port_num: u8, pk
 
 impl Errno {
     pub const ENOENT: Errno = Errno(libc::ENOENT);
+}
+
+/// The kind of object an event's element points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventObject {
+    Cq,
+    Qp,
+    Srq,
 }

@@ -11,7 +11,7 @@
 pub mod mount;
 pub mod tree;
 
-use crate::daemon::client::{CallError, Client};
+use crate::client::{CallError, Client};
 use std::path::Path;
 use tree::ViewDevice;
 use wire::client::{ReplyBody, RequestBody};

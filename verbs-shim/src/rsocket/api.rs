@@ -1,20 +1,17 @@
 //! The exported rsocket functions, each in the shape of [`crate::ffi`]: panics caught,
 //! -1 with `errno` on failure (rsocket.c's `ERR(e)`), except `rclose`, which like
 //! rsocket.c answers an unknown socket with a positive EBADF.
+use super::sock::RSock;
 use super::sock::{self, Phase, Sock, Want};
 use super::stream::{self, Stream};
-use super::{iomap, lookup, proto, RSock};
+use super::table::{self, lookup};
+use super::{iomap, proto};
 use crate::ffi::{self, Errno, VResult};
 use core::ffi::{c_int, c_long, c_void};
 use libc::{iovec, msghdr, sockaddr, socklen_t};
 use std::sync::Arc;
 
-/// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
-pub const SOL_RDMA: c_int = 0x10000;
-pub const RDMA_SQSIZE: c_int = 0;
-pub const RDMA_RQSIZE: c_int = 1;
-pub const RDMA_INLINE: c_int = 2;
-pub const RDMA_IOMAPSIZE: c_int = 3;
+pub use super::opts::{RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_RQSIZE, RDMA_SQSIZE, SOL_RDMA};
 
 fn ssize(f: impl FnOnce() -> VResult<usize>) -> isize {
     ffi::value(-1, || match f() {
@@ -52,7 +49,7 @@ pub extern "C" fn rsocket(domain: c_int, type_: c_int, protocol: c_int) -> c_int
             return Err(Errno::EOPNOTSUPP);
         }
         let s = Sock::new(type_ & libc::SOCK_NONBLOCK != 0)?;
-        Ok(super::insert(s))
+        Ok(table::insert(s))
     })
 }
 
@@ -71,7 +68,7 @@ pub extern "C" fn raccept(socket: c_int, addr: *mut sockaddr, len: *mut socklen_
     int(|| {
         let rs = get(socket)?;
         let new = rs.lock().accept()?;
-        let fd = super::insert(new);
+        let fd = table::insert(new);
         if !addr.is_null() && !len.is_null() {
             rgetpeername(fd, addr, len);
         }
@@ -356,7 +353,7 @@ fn shutdown(rs: &RSock, how: c_int) -> VResult<()> {
 #[no_mangle]
 pub extern "C" fn rclose(socket: c_int) -> c_int {
     ffi::value(libc::EBADF, || {
-        let Some(rs) = super::remove(socket) else {
+        let Some(rs) = table::remove(socket) else {
             return libc::EBADF;
         };
         let connected = rs
@@ -448,7 +445,7 @@ pub extern "C" fn riomap(
             let s = g.stream.as_ref().ok_or(Errno::EINVAL)?;
             let pd = s.pd();
             let index = if prot & libc::PROT_WRITE != 0 {
-                Some(s.free_iomap_index(&g.maps)?)
+                Some(iomap::free_index(s, &g.maps)?)
             } else {
                 None
             };
@@ -506,7 +503,7 @@ pub extern "C" fn riowrite(
         let mut olen = proto::OLAP_START_SIZE;
         while done < count {
             let off = (offset as u64).wrapping_add(done as u64);
-            let Some((start, sge)) = stream(&mut g)?.find_iomap(off) else {
+            let Some((start, sge)) = iomap::find(stream(&mut g)?, off) else {
                 break;
             };
             if !stream(&mut g)?.can_send() {

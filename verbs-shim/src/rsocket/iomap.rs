@@ -36,30 +36,28 @@ pub fn entry(m: &IoMap, swap: bool) -> [u8; proto::IOMAP_LEN] {
     out
 }
 
-impl Stream {
-    /// The peer's mapping that holds `offset` (`rs_find_iomap`), read from the table it
-    /// wrote into our target buffer: (start offset, SGE).
-    pub fn find_iomap(&self, offset: u64) -> Option<(u64, RemoteSge)> {
-        let swap = self.swap();
-        for i in 0..usize::from(self.sz.target_iomap_size) {
-            let at = proto::SGE_LEN * proto::SGL_SIZE + i * proto::IOMAP_LEN;
-            let head = self.target.read16(at);
-            let mut off = u64::from_ne_bytes(head[..8].try_into().unwrap_or([0; 8]));
-            if swap {
-                off = off.swap_bytes();
-            }
-            let sge = RemoteSge::read(&self.target.read16(at + 8), swap);
-            if offset >= off && offset < off.saturating_add(u64::from(sge.length)) {
-                return Some((off, sge));
-            }
+/// The peer's mapping that holds `offset` (`rs_find_iomap`), read from the table it
+/// wrote into our target buffer: (start offset, SGE).
+pub fn find(stream: &Stream, offset: u64) -> Option<(u64, RemoteSge)> {
+    let swap = stream.swap();
+    for i in 0..usize::from(stream.sz.target_iomap_size) {
+        let at = proto::SGE_LEN * proto::SGL_SIZE + i * proto::IOMAP_LEN;
+        let head = stream.target.read16(at);
+        let mut off = u64::from_ne_bytes(head[..8].try_into().unwrap_or([0; 8]));
+        if swap {
+            off = off.swap_bytes();
         }
-        None
+        let sge = RemoteSge::read(&stream.target.read16(at + 8), swap);
+        if offset >= off && offset < off.saturating_add(u64::from(sge.length)) {
+            return Some((off, sge));
+        }
     }
+    None
+}
 
-    /// The first free slot of the peer's table (`rs_get_iomap_mr`).
-    pub fn free_iomap_index(&self, maps: &[IoMap]) -> VResult<u32> {
-        (0..self.remote_iomap.length)
-            .find(|i| !maps.iter().any(|m| m.index == Some(*i)))
-            .ok_or(Errno::ENOMEM)
-    }
+/// The first free slot of the peer's table (`rs_get_iomap_mr`).
+pub fn free_index(stream: &Stream, maps: &[IoMap]) -> VResult<u32> {
+    (0..stream.remote_iomap.length)
+        .find(|i| !maps.iter().any(|m| m.index == Some(*i)))
+        .ok_or(Errno::ENOMEM)
 }

@@ -11,6 +11,7 @@
 //! - [`sock`]: socket states (bind, listen, accept, connect, shutdown, options);
 //! - [`opts`]: socket options;
 //! - [`poll`]: `rpoll`/`rselect` over rsockets and ordinary descriptors;
+//! - [`table`]: the process's rsockets by descriptor;
 //! - [`api`]: the exported C functions.
 //!
 //! An rsocket's number is a real descriptor, as in rdma-core: the event channel of its
@@ -25,50 +26,4 @@ pub mod proto;
 pub mod recv;
 pub mod sock;
 pub mod stream;
-
-use sock::Sock;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-
-/// One rsocket: its state behind a lock, and a second lock that serialises sleeping on
-/// its completion channel (so `rsend` and `rrecv` of two threads both progress, as
-/// rsocket.c's `cq_lock`/`cq_wait_lock` allow).
-pub struct RSock {
-    pub fd: i32,
-    pub inner: Mutex<Sock>,
-    pub wait: Mutex<()>,
-}
-
-impl RSock {
-    pub fn lock(&self) -> MutexGuard<'_, Sock> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-fn table() -> MutexGuard<'static, HashMap<i32, Arc<RSock>>> {
-    static T: OnceLock<Mutex<HashMap<i32, Arc<RSock>>>> = OnceLock::new();
-    T.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
-
-pub fn lookup(fd: i32) -> Option<Arc<RSock>> {
-    table().get(&fd).cloned()
-}
-
-pub fn insert(s: Sock) -> i32 {
-    let fd = s.fd();
-    table().insert(
-        fd,
-        Arc::new(RSock {
-            fd,
-            inner: Mutex::new(s),
-            wait: Mutex::new(()),
-        }),
-    );
-    fd
-}
-
-pub fn remove(fd: i32) -> Option<Arc<RSock>> {
-    table().remove(&fd)
-}
+pub mod table;

@@ -1,12 +1,18 @@
 //! `rsetsockopt`/`rgetsockopt`: the options rsocket.c knows (and librspreload sets).
 //! Options with no meaning on a reliable connection are accepted and remembered, as
 //! rsocket.c does; sizes only change before the connection exists.
-use super::api::{RDMA_INLINE, RDMA_IOMAPSIZE, RDMA_RQSIZE, RDMA_SQSIZE, SOL_RDMA};
 use super::proto;
 use super::sock::Sock;
 use crate::ffi::{self, Errno, VResult};
 use core::ffi::{c_int, c_void};
 use libc::socklen_t;
+
+/// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
+pub const SOL_RDMA: c_int = 0x10000;
+pub const RDMA_SQSIZE: c_int = 0;
+pub const RDMA_RQSIZE: c_int = 1;
+pub const RDMA_INLINE: c_int = 2;
+pub const RDMA_IOMAPSIZE: c_int = 3;
 
 fn read_int(v: *const c_void, len: socklen_t) -> VResult<c_int> {
     if v.is_null() || (len as usize) < core::mem::size_of::<c_int>() {

@@ -4,9 +4,11 @@
 //! channel (or, listening, its CM channel) is polled with the ordinary descriptors, then
 //! everything is checked again (rsocket.c's `rs_poll_check`/`rs_poll_arm`/
 //! `rs_poll_events`).
+use super::ep;
 use super::sock::Phase;
+use super::sock::RSock;
 use super::stream;
-use super::{ep, lookup, RSock};
+use super::table::lookup;
 use crate::ffi::{self, Errno, VResult};
 use core::ffi::c_int;
 use libc::{pollfd, POLLERR, POLLHUP, POLLIN, POLLOUT};

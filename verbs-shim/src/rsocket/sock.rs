@@ -3,10 +3,10 @@
 //! RDMA CM synchronously on the socket's own id (a synchronous id: its event channel is
 //! the socket's descriptor); a non-blocking listener accepts only once a request is
 //! waiting.
+use super::ep;
 use super::iomap::IoMap;
 use super::proto::{self, ConnData};
 use super::stream::{self, Sizes, Stream};
-use super::{ep, RSock};
 use crate::cm::abi::{rdma_cm_id, rdma_conn_param};
 use crate::cm::id::{
     rdma_bind_addr, rdma_create_id, rdma_listen, rdma_resolve_addr, rdma_resolve_route,
@@ -14,7 +14,7 @@ use crate::cm::id::{
 use crate::ffi::{Errno, VResult};
 use core::ffi::c_int;
 use libc::sockaddr;
-use std::sync::MutexGuard;
+use std::sync::{Mutex, MutexGuard};
 use wire::client::cm::ps;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,5 +365,20 @@ pub fn wait<'a>(
         if let Some(s) = g.stream.as_mut() {
             s.cq_armed = false;
         }
+    }
+}
+
+/// One rsocket: its state behind a lock, and a second lock that serialises sleeping on
+/// its completion channel (so `rsend` and `rrecv` of two threads both progress, as
+/// rsocket.c's `cq_lock`/`cq_wait_lock` allow).
+pub struct RSock {
+    pub fd: i32,
+    pub inner: Mutex<Sock>,
+    pub wait: Mutex<()>,
+}
+
+impl RSock {
+    pub fn lock(&self) -> MutexGuard<'_, Sock> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
