@@ -97,6 +97,13 @@ fn device(t: &mut Vec<(String, Node)>, d: &ViewDevice) {
         // rxe's own attribute: the netdev it is bound to.
         file("parent", format!("{}\n", d.netdev));
     }
+    if !d.netdev.is_empty() {
+        // Where a NIC's PCI function shows its interfaces; rdma-core's pyverbs tests and
+        // topology tools list `device/net/` to find the device's netdev and its address.
+        t.push((format!("{base}/device"), Node::Dir));
+        t.push((format!("{base}/device/net"), Node::Dir));
+        t.push((format!("{base}/device/net/{}", d.netdev), Node::Dir));
+    }
     t.push((format!("{base}/ports"), Node::Dir));
     for (i, p) in d.ports.iter().enumerate() {
         let num = i + 1;
@@ -301,6 +308,11 @@ mod tests {
         assert_eq!(text(&t, &format!("{d}/node_type")), "1: CA\n");
         assert_eq!(text(&t, &format!("{d}/node_guid")), "0211:22ff:fe33:4455\n");
         assert_eq!(text(&t, &format!("{d}/parent")), "veth0\n");
+        assert_eq!(
+            get(&t, &format!("{d}/device/net/veth0")),
+            Some(&Node::Dir),
+            "the netdev under device/net/"
+        );
         let p = format!("{d}/ports/1");
         assert_eq!(text(&t, &format!("{p}/state")), "4: ACTIVE\n");
         assert_eq!(text(&t, &format!("{p}/phys_state")), "5: LinkUp\n");
