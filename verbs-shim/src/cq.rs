@@ -92,20 +92,6 @@ pub struct CqPoll {
     pub current: wire::client::slot::CqeRepr,
     /// Polls in a row that found the CQ empty (see [`crate::datapath::empty_poll`]).
     pub empty: u32,
-    /// Receive completions polled, by QP number: a QP's receive queue frees a slot
-    /// when its completion is polled (as mlx5 frees it), so a queue reported
-    /// `max_recv_wr` deep never holds more (`ibv_post_recv` answers ENOMEM).
-    pub recv_polled: std::collections::HashMap<u32, u64>,
-}
-
-impl CqPoll {
-    /// Notes a CQE taken off the ring.
-    pub fn took(&mut self, e: &wire::client::slot::CqeRepr) {
-        // IBV_WC_RECV and IBV_WC_RECV_RDMA_WITH_IMM (flushed receives carry IBV_WC_RECV).
-        if e.opcode & 0x80 != 0 {
-            *self.recv_polled.entry(e.qp_num).or_default() += 1;
-        }
-    }
 }
 
 pub fn cq_of<'a>(p: *mut ibv_cq) -> VResult<&'a Cq> {
@@ -175,7 +161,6 @@ pub fn create_cq(
             tail,
             current: Default::default(),
             empty: 0,
-            recv_polled: Default::default(),
         }),
     }));
     if let Some(c) = ch {

@@ -98,7 +98,6 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
         poll.empty = 0;
         poll.tail = consumer.index();
         let e = CqeRepr::parse(&Cqe::new_unchecked(&buf[..])).map_err(|_| Errno::EIO)?;
-        poll.took(&e);
         poll.current = e;
         // SAFETY: the application-visible fields of this CQ, written as providers do.
         unsafe {

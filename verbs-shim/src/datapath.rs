@@ -293,12 +293,10 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
     })
 }
 
-/// Stages the WR list on a receive ring; `room` receives at most (ENOMEM past it).
 fn post_recv_ring(
     q_ring: &crate::mmap::Mapping,
     rq: &mut RecvQueue,
     max_sge: u32,
-    mut room: u64,
     wr: *mut ibv_recv_wr,
     failed: &mut *mut ibv_recv_wr,
 ) -> VResult<()> {
@@ -310,9 +308,6 @@ fn post_recv_ring(
         // SAFETY: the application's WR list.
         let w = unsafe { &*cur };
         let r = (|| {
-            if room == 0 {
-                return Err(Errno::ENOMEM);
-            }
             let n = usize::try_from(w.num_sge).map_err(|_| Errno::EINVAL)?;
             if n > max_sge as usize {
                 return Err(Errno::EINVAL);
@@ -336,10 +331,7 @@ fn post_recv_ring(
             }
             .emit(&mut rq.slot)
             .map_err(|_| Errno::EINVAL)?;
-            producer.stage(&rq.slot).map_err(ring_err)?;
-            room -= 1;
-            rq.posted += 1;
-            Ok(())
+            producer.stage(&rq.slot).map_err(ring_err)
         })();
         if let Err(e) = r {
             *failed = cur;
@@ -364,17 +356,7 @@ unsafe extern "C" fn post_recv(
         crate::qp::refuse_in_reset(q)?;
         let rq = q.rq.as_ref().ok_or(Errno::EINVAL)?;
         let mut rq = rq.lock().unwrap_or_else(|p| p.into_inner());
-        let polled = cq_of(q.qpx.qp_base.recv_cq)?
-            .poll
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .recv_polled
-            .get(&q.qpx.qp_base.qp_num)
-            .copied()
-            .unwrap_or(0);
-        let outstanding = rq.posted.saturating_sub(polled);
-        let room = u64::from(q.cap.max_recv_wr).saturating_sub(outstanding);
-        let r = post_recv_ring(&q.ring, &mut rq, q.cap.max_recv_sge, room, wr, &mut failed);
+        let r = post_recv_ring(&q.ring, &mut rq, q.cap.max_recv_sge, wr, &mut failed);
         Context::from_ibv(q.qpx.qp_base.context)?.ring_doorbell();
         r
     });
@@ -394,7 +376,7 @@ unsafe extern "C" fn post_srq_recv(
     let rc = ffi::errno(|| {
         let s = srq_of(srq)?;
         let mut rq = s.rq.lock().unwrap_or_else(|p| p.into_inner());
-        let r = post_recv_ring(&s.ring, &mut rq, s.max_sge, u64::MAX, wr, &mut failed);
+        let r = post_recv_ring(&s.ring, &mut rq, s.max_sge, wr, &mut failed);
         Context::from_ibv(s.srq.context)?.ring_doorbell();
         r
     });
@@ -456,7 +438,6 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
             }
             let e = CqeRepr::parse(&wire::client::slot::Cqe::new_unchecked(&buf[..]))
                 .map_err(|_| Errno::EIO)?;
-            poll.took(&e);
             // SAFETY: the caller provides num_entries ibv_wc slots at wc.
             let out = unsafe { &mut *wc.add(n as usize) };
             *out = ibv_wc {

@@ -31,8 +31,6 @@ pub struct SendQueue {
 pub struct RecvQueue {
     pub layout: RingLayout,
     pub head: u64,
-    /// Receives posted since creation (QPs; see `CqPoll::recv_polled`).
-    pub posted: u64,
     pub slot: Vec<u8>,
     pub sges: Vec<wire::client::slot::Sge>,
 }
@@ -120,7 +118,6 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
         Some(l) => Some(Mutex::new(RecvQueue {
             layout: l,
             head: view(l)?.producer_index(),
-            posted: 0,
             slot: vec![0; l.slot_size as usize],
             sges: Vec::with_capacity(cap.max_recv_sge as usize),
         })),
@@ -378,13 +375,6 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         let q = qp_of(qp)?;
         let ctx = Context::from_ibv(q.qpx.qp_base.context)?;
         ctx.call(RequestBody::DestroyQp { qp: q.handle })?;
-        if let Ok(c) = cq_of(q.qpx.qp_base.recv_cq) {
-            c.poll
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .recv_polled
-                .remove(&q.qpx.qp_base.qp_num);
-        }
         ctx.objects
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -409,7 +409,6 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
             rq: Mutex::new(crate::qp::RecvQueue {
                 layout: ring,
                 head,
-                posted: 0,
                 slot: vec![0; ring.slot_size as usize],
                 sges: Vec::with_capacity(attr.max_sge as usize),
             }),
