@@ -786,6 +786,7 @@ pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
 pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
 pub const IBV_WR_RDMA_WRITE: c_int = 0;

@@ -102,6 +102,7 @@ unsafe extern "C" fn post_send(
     let mut failed = core::ptr::null_mut();
     let rc = ffi::errno(|| {
         let q = qp_of(qp)?;
+        crate::qp::refuse_in_reset(q)?;
         let mut guard = q.sq.lock().unwrap_or_else(|p| p.into_inner());
         let sq = &mut *guard;
         let view = RingView::new(q.ring.words(), sq.layout).map_err(|_| Errno::EIO)?;
@@ -352,6 +353,7 @@ unsafe extern "C" fn post_recv(
     let mut failed = core::ptr::null_mut();
     let rc = ffi::errno(|| {
         let q = qp_of(qp)?;
+        crate::qp::refuse_in_reset(q)?;
         let rq = q.rq.as_ref().ok_or(Errno::EINVAL)?;
         let mut rq = rq.lock().unwrap_or_else(|p| p.into_inner());
         let r = post_recv_ring(&q.ring, &mut rq, q.cap.max_recv_sge, wr, &mut failed);

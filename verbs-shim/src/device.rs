@@ -83,6 +83,8 @@ pub struct Context {
     pub ports: Vec<PortAttr>,
     pub gids: Vec<GidEntry>,
     pub async_fd: OwnedFd,
+    /// Behind `ibv_context.cmd_fd` (see `command_fd`).
+    pub cmd_fd: OwnedFd,
     pub doorbell: OwnedFd,
     pub session_page: Mapping,
     /// CQs, QPs and SRQs by daemon handle (events name them this way).
@@ -343,7 +345,7 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
     };
     let session_page = Mapping::map(&page_fd, wire::client::ring::SESSION_PAGE_LEN)?;
     let async_raw = async_fd.as_raw_fd();
-    let cmd_fd = session_cmd_fd(&session);
+    let cmd_fd = command_fd()?;
     let ctx_box = Box::new(Context {
         vctx: verbs_context {
             query_port: Some(vctx_query_port),
@@ -389,8 +391,9 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
             context: ibv_context {
                 device,
                 ops: crate::datapath::context_ops(),
-                cmd_fd,
+                cmd_fd: cmd_fd.as_raw_fd(),
                 async_fd: async_raw,
+                // The daemon's limit (emu_core::NUM_COMP_VECTORS): one completion path.
                 num_comp_vectors: 1,
                 // SAFETY: an all-zero pthread_mutex_t is PTHREAD_MUTEX_INITIALIZER on glibc.
                 mutex: unsafe { core::mem::zeroed() },
@@ -403,6 +406,7 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
         ports,
         gids,
         async_fd,
+        cmd_fd,
         doorbell,
         session_page,
         objects: Mutex::new(Objects::default()),
@@ -412,10 +416,18 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
     Ok(unsafe { &mut (*ctx).vctx.context as *mut ibv_context })
 }
 
-fn session_cmd_fd(_s: &Session) -> c_int {
-    // No uverbs command fd exists; programs that poll it get a descriptor that is
-    // never readable. /dev/null would be readable; -1 is what a closed one looks like.
-    -1
+/// `ibv_context.cmd_fd`: rdma-core's is the uverbs device. No uverbs device exists here,
+/// but programs dup it (pyverbs' shared-PD tests), pass it to `ibv_import_device`, or
+/// poll it: an eventfd that is never signalled is a real descriptor that never
+/// becomes readable. Closed with the context.
+fn command_fd() -> VResult<OwnedFd> {
+    // SAFETY: eventfd(2) with constant flags; the result is checked.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: a fresh descriptor this function owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[no_mangle]
@@ -621,7 +633,18 @@ pub extern "C" fn _ibv_query_gid_table(
         if flags != 0 || entry_size < core::mem::size_of::<ibv_gid_entry>() {
             return Err(Errno::EINVAL);
         }
-        let valid: Vec<&GidEntry> = ctx.gids.iter().filter(|g| g.gid != [0; 16]).collect();
+        // What ibv_query_gid_ex reports, entry by entry, as rdma-core's fallback
+        // (query_gid_table_fb) builds it: the list given at open may be stale or, on
+        // siw, name the MAC-derived GID where the port's table holds the addresses.
+        let mut valid = Vec::new();
+        for (p, port) in ctx.ports.iter().enumerate() {
+            let port_num = u8::try_from(p + 1).map_err(|_| Errno::EINVAL)?;
+            for index in 0..port.gid_tbl_len.max(0) as u32 {
+                if let Some(e) = gid_lookup(context, port_num, index)? {
+                    valid.push(e);
+                }
+            }
+        }
         if valid.len() > max_entries {
             return Err(Errno::EINVAL);
         }

@@ -46,8 +46,21 @@ pub struct Qp {
     pub sq_sig_all: bool,
     /// Created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: `ibv_qp_to_qp_ex` answers.
     pub extended: bool,
+    /// A QP of an iWARP device.
+    pub iwarp: bool,
     pub sq: Mutex<SendQueue>,
     pub rq: Option<Mutex<RecvQueue>>,
+}
+
+/// The immediate error of posting to a QP in RESET (IBA C10-97.2.1 for receives; rxe
+/// refuses both queues, librxe from `ibv_qp.state`, as here): EINVAL. On iWARP devices
+/// the daemon keeps the state (the connection moves the QP, not `ibv_modify_qp`), as
+/// the kernel's siw does.
+pub fn refuse_in_reset(q: &Qp) -> VResult<()> {
+    if !q.iwarp && q.qpx.qp_base.state as u32 == wire::client::verbs::qp_state::RESET {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
 }
 
 pub fn qp_of<'a>(p: *mut ibv_qp) -> VResult<&'a Qp> {
@@ -143,6 +156,8 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
         cap,
         sq_sig_all: init.sq_sig_all != 0,
         extended,
+        // SAFETY: a context this shim opened points at one of its ibv_devices.
+        iwarp: unsafe { (*(*p.pd.context).device).transport_type } == IBV_TRANSPORT_IWARP,
         sq: Mutex::new(SendQueue {
             layout: sq,
             head: sq_head,
@@ -168,7 +183,10 @@ pub extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) ->
     ffi::ptr(|| create_qp(pd, ffi::nonnull(init)?, false))
 }
 
-const SUPPORTED_INIT_MASK: u32 = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+/// `create_flags` is read only with IBV_QP_INIT_ATTR_CREATE_FLAGS; the bit with no flag
+/// set asks for nothing (pyverbs sets it whenever a `QPInitAttrEx` names the field).
+const SUPPORTED_INIT_MASK: u32 =
+    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 
 /// `verbs_context.create_qp_ex`: plain QPs plus the `ibv_wr_*` send API.
 ///
@@ -184,7 +202,7 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
         if a.comp_mask & !SUPPORTED_INIT_MASK != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
             return Err(Errno::EOPNOTSUPP);
         }
-        if a.create_flags != 0 {
+        if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
         if Context::from_ibv(context).is_err() {

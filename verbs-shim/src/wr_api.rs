@@ -156,6 +156,11 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
         let mut guard = q.sq.lock().unwrap_or_else(|p| p.into_inner());
         let sq = &mut *guard;
         flush(sq, q.cap.max_inline_data);
+        if let Err(e) = crate::qp::refuse_in_reset(q) {
+            sq.error = None;
+            sq.batch.clear();
+            return Err(e);
+        }
         if let Some(e) = sq.error.take() {
             sq.batch.clear();
             return Err(e);

@@ -156,7 +156,18 @@ fn verbs_reach_the_daemon_and_the_data_path_uses_the_rings() {
     wr.num_sge = 2;
     wr.sg_list = sges.as_mut_ptr();
     let mut bad = std::ptr::null_mut();
+    // A QP in RESET refuses posts with EINVAL, as librxe (the mock moves it unchecked).
     // SAFETY: ops were installed by open_device; arguments are live.
+    let rc = unsafe { ((*ctx).ops.post_send.unwrap())(qp, &mut wr, &mut bad) };
+    assert_eq!(rc, libc::EINVAL);
+    // SAFETY: all-zero is a valid ibv_qp_attr.
+    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    attr.qp_state = wire::client::verbs::qp_state::RTS as _;
+    assert_eq!(
+        ibv_modify_qp(qp, &mut attr, wire::client::verbs::qp_attr_mask::STATE as _),
+        0
+    );
+    // SAFETY: as above.
     let rc = unsafe { ((*ctx).ops.post_send.unwrap())(qp, &mut wr, &mut bad) };
     assert_eq!(rc, 0);
     let qp_fd = rings.lock().unwrap().qp.take().expect("qp ring");
@@ -310,6 +321,10 @@ fn verbs_reach_the_daemon_and_the_data_path_uses_the_rings() {
     ud_init.qp_type = IBV_QPT_UD;
     let ud = ibv_create_qp(pd, &mut ud_init);
     assert!(!ud.is_null());
+    assert_eq!(
+        ibv_modify_qp(ud, &mut attr, wire::client::verbs::qp_attr_mask::STATE as _),
+        0
+    );
     let ud_fd = rings.lock().unwrap().qp.take().expect("ud ring");
     let ud_map = Mapping::map(&ud_fd, 8192).unwrap();
     // SAFETY: all-zero is valid for the WR; `ud` is the member used on UD QPs.
@@ -399,6 +414,14 @@ fn verbs_reach_the_daemon_and_the_data_path_uses_the_rings() {
     assert!(!qp2.is_null());
     let qpx = ibv_qp_to_qp_ex(qp2);
     assert!(!qpx.is_null());
+    assert_eq!(
+        ibv_modify_qp(
+            qp2,
+            &mut attr,
+            wire::client::verbs::qp_attr_mask::STATE as _
+        ),
+        0
+    );
     let qp_fd = rings.lock().unwrap().qp.take().expect("qp ring");
     let qp2_map = Mapping::map(&qp_fd, 8192).unwrap();
     let mut consumer = Consumer::new(RingView::new(qp2_map.words(), SQ_RING).unwrap());

@@ -5,12 +5,15 @@
 //!   `target/<profile>/rdma-emu-lib/`.
 //! - `test`: build everything in release mode (daemon, CLI, shim libraries), then run every
 //!   test of the workspace, end-to-end tests with unmodified RDMA programs included.
+//! - `stub-maps TREE...`: regenerate the version scripts of the vendor stand-ins from
+//!   rdma-core source trees (see `stubs.rs`).
 //! - `bench`: rdma-emu's figures next to this machine's limits measured in the same run.
 //! - `demo`: the main job: start `rdma-emud`, run perftest's `ib_read_bw -a` server and
 //!   client over it through `rdma-emu run`, and print perftest's own table.
 mod bench;
 mod demo;
 mod shim;
+mod stubs;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -23,9 +26,10 @@ fn main() -> ExitCode {
         Some("test") => test(rest),
         Some("demo") => demo::run(rest),
         Some("bench") => bench::run(rest),
+        Some("stub-maps") => stubs::generate_maps(rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask shim [--debug]\n       cargo xtask test [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench"
+                "usage: cargo xtask shim [--debug]\n       cargo xtask test [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench\n       cargo xtask stub-maps RDMA_CORE_TREE..."
             );
             return ExitCode::from(2);
         }
@@ -113,6 +117,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "sockperf",
     "netcat-openbsd",
     "ethtool",
+    "python3-pyverbs",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

@@ -6,8 +6,8 @@
 //! `verbs-shim/exports.txt`. One object serves both sonames: `libibverbs.so.1` is
 //! the file, `librdmacm.so.1` a symlink to it (glibc's loader recognises the same
 //! file and maps it once, so the two libraries share their state). The vendor
-//! stand-ins `libmlx5.so.1` and `libefa.so.1` (perftest links them) are compiled
-//! from `verbs-shim/stubs/*.c`.
+//! stand-ins `libmlx5.so.1` and `libefa.so.1` (perftest, pyverbs, UCX and libfabric
+//! link them) are compiled from `verbs-shim/stubs/*.c` (see `stubs.rs`).
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -68,21 +68,28 @@ pub fn build(release: bool) -> Result<PathBuf, String> {
     symlink("libibverbs.so.1", &out.join("libibverbs.so"))?;
     symlink("librdmacm.so.1", &out.join("librdmacm.so"))?;
 
-    let stubs = shim_dir.join("stubs");
-    for (name, soname) in [("mlx5", "libmlx5.so.1"), ("efa", "libefa.so.1")] {
-        let mut cc = Command::new("gcc");
-        cc.args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
-            .arg(out.join(soname))
-            .arg(format!("-Wl,-soname,{soname}"))
-            .arg(format!(
-                "-Wl,--version-script={}",
-                stubs.join(format!("{name}.map")).display()
-            ))
-            .arg(stubs.join(format!("{name}.c")));
-        run(&mut cc)?;
+    for (name, soname, _) in crate::stubs::STUBS {
+        compile_stub(name, soname, &out)?;
     }
     println!("{}", out.display());
     Ok(out)
+}
+
+/// Compiles the vendor stand-in `verbs-shim/stubs/NAME.c` into `dir/SONAME` with the
+/// version nodes of `NAME.map`; a name of the map that the C file lacks fails the link.
+pub fn compile_stub(name: &str, soname: &str, dir: &Path) -> Result<(), String> {
+    let stubs = workspace_root().join("verbs-shim").join("stubs");
+    let mut cc = Command::new("gcc");
+    cc.args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(dir.join(soname))
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg(format!(
+            "-Wl,--version-script={}",
+            stubs.join(format!("{name}.map")).display()
+        ))
+        .arg("-Wl,--no-undefined-version")
+        .arg(stubs.join(format!("{name}.c")));
+    run(&mut cc)
 }
 
 fn workspace_root() -> PathBuf {
@@ -101,18 +108,8 @@ type Nodes<'a> = BTreeMap<(String, Vec<u32>), (String, Vec<&'a str>)>;
 fn version_script(exports: &str) -> Result<String, String> {
     let mut nodes: Nodes<'_> = BTreeMap::new();
     let mut add = |node: &str| -> Result<(), String> {
-        let (family, ver) = node
-            .rsplit_once('_')
-            .ok_or_else(|| format!("bad version node {node}"))?;
-        let ver = ver
-            .split('.')
-            .map(|p| {
-                p.parse::<u32>()
-                    .map_err(|_| format!("bad version node {node}"))
-            })
-            .collect::<Result<Vec<u32>, String>>()?;
         nodes
-            .entry((family.to_string(), ver))
+            .entry(crate::stubs::node_key(node)?)
             .or_insert_with(|| (node.to_string(), Vec::new()));
         Ok(())
     };

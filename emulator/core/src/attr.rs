@@ -357,6 +357,19 @@ pub struct DeviceLimits {
     pub max_total_mcast_qp_attach: u32,
 }
 
+/// `ibv_context.num_comp_vectors` of every device: completions reach the application
+/// through one path. The kernel's uverbs refuses a CQ whose `comp_vector` is not below
+/// it with EINVAL (`ib_uverbs_create_cq`), before any driver sees the request.
+pub const NUM_COMP_VECTORS: u32 = 1;
+
+/// `ibv_create_cq`'s check of `comp_vector`, as uverbs makes it for every driver.
+pub fn check_comp_vector(comp_vector: u32) -> Result<(), crate::Errno> {
+    if comp_vector >= NUM_COMP_VECTORS {
+        return Err(crate::Errno::EINVAL);
+    }
+    Ok(())
+}
+
 impl Default for DeviceLimits {
     fn default() -> Self {
         DeviceLimits {

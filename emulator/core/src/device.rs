@@ -534,13 +534,15 @@ impl Device {
         attr: SrqAttr,
     ) -> Result<SrqHandle, Errno> {
         let l = &self.cfg.limits;
-        if attr.max_wr == 0
-            || attr.max_wr > l.max_srq_wr
-            || attr.max_sge == 0
-            || attr.max_sge > l.max_srq_sge
-        {
+        if attr.max_wr == 0 || attr.max_wr > l.max_srq_wr || attr.max_sge > l.max_srq_sge {
             return Err(Errno::EINVAL);
         }
+        // rxe_srq_chk_init raises max_sge to RXE_MIN_SRQ_SGE (1): an SRQ asked for with
+        // no SGE (TensorPipe does so) takes one-SGE receives.
+        let attr = SrqAttr {
+            max_sge: attr.max_sge.max(1),
+            ..attr
+        };
         if self.o.srqs.len() >= l.max_srq as usize {
             return Err(Errno::ENOMEM);
         }

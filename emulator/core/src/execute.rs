@@ -81,6 +81,8 @@ pub(crate) fn execute(
                 return Outcome::Done(1);
             }
             conn.resp.msn = conn.resp.msn.wrapping_add(1);
+            // rxe sets IBV_WC_GRH on every receive completion it gives a user CQ, RC
+            // and UC included (rxe_resp.c do_complete); programs compare wc_flags to it.
             let (imm, flags) = match seg {
                 SendSeg::LastImm(i) | SendSeg::OnlyImm(i) => (imm_to_wc(*i), WcFlags::WITH_IMM),
                 SendSeg::LastInv(k) | SendSeg::OnlyInv(k) => {
@@ -100,7 +102,7 @@ pub(crate) fn execute(
                 byte_len: offset,
                 imm_data: imm,
                 qp_num: qpn,
-                wc_flags: flags,
+                wc_flags: flags | WcFlags::GRH,
                 ..Default::default()
             };
             o.push_wc(qp.init.recv_cq, wc);
@@ -201,7 +203,7 @@ pub(crate) fn execute(
                     byte_len: total,
                     imm_data: imm_to_wc(i),
                     qp_num: qpn,
-                    wc_flags: WcFlags::WITH_IMM,
+                    wc_flags: WcFlags::WITH_IMM | WcFlags::GRH,
                     ..Default::default()
                 };
                 o.push_wc(qp.init.recv_cq, wc);

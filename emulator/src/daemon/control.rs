@@ -337,8 +337,11 @@ impl Engine {
                 ctx,
                 cqe,
                 channel,
-                comp_vector: _,
-            } => self.create_cq(session, ctx, cqe, channel),
+                comp_vector,
+            } => {
+                emu_core::check_comp_vector(comp_vector).map_err(|e| e.0)?;
+                self.create_cq(session, ctx, cqe, channel)
+            }
             R::DestroyCq { cq } => {
                 let (ctx, id) = match self.lookup(session, cq)? {
                     Object {

@@ -104,11 +104,8 @@ impl Engine {
         let (ctx, pd_id) = self.pd(session, pd)?;
         let d = self.device_of(session, ctx)?;
         let l = d.nic.limits();
-        if attr.max_wr == 0
-            || attr.max_wr > l.max_srq_wr
-            || attr.max_sge == 0
-            || attr.max_sge > l.max_srq_sge
-        {
+        // max_sge 0 is the device's to raise (rxe makes it 1).
+        if attr.max_wr == 0 || attr.max_wr > l.max_srq_wr || attr.max_sge > l.max_srq_sge {
             return Err(libc::EINVAL);
         }
         let (id, actual) = d.nic.create_srq(ctx.0, pd_id, &attr)?;

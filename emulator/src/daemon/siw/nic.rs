@@ -390,7 +390,9 @@ impl Nic for SiwNic {
                 recv_cq: init.recv_cq,
                 cap,
                 sq_sig_all: init.sq_sig_all,
-                state: qp_state::RESET,
+                // An iWARP QP starts Idle (RDMAC verbs have no Reset), which reads as
+                // INIT, as rdma-core's suite expects of RNICs (see compatibility.md).
+                state: qp_state::INIT,
                 access: 0,
                 conn: None,
                 pending_recvs: Vec::new(),
@@ -435,7 +437,9 @@ impl Nic for SiwNic {
                     qp.state = qp_state::SQD;
                     let _ = self.io.disconnect(conn);
                     self.pump_all();
-                } else if qp.state != qp_state::SQD {
+                } else if qp.state != qp_state::SQD && qp.state != qp_state::ERR {
+                    // siw_qp_modify ignores CLOSING asked of a QP in ERROR, so
+                    // rdma_disconnect after the peer's disconnect succeeds.
                     return Err(libc::EINVAL);
                 }
             }

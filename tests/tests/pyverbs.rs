@@ -1,0 +1,273 @@
+//! rdma-core's own test suite, from Debian's python3-pyverbs (the tests rdma-core and its
+//! drivers are checked with), unmodified under `rdma-emu run` on rxe0 and on siw0.
+//!
+//! Every test must pass or skip. Each skip reason the suite prints must be one that
+//! docs/compatibility.md lists (section "rdma-core's pyverbs suite"), so a skip cannot
+//! hide a regression: a verb that starts failing with EOPNOTSUPP prints a new reason.
+use rdma_emu_tests::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Where python3-pyverbs puts the suite (some files gzipped, as Debian compresses docs).
+const SUITE: &str = "/usr/share/doc/rdma-core/tests";
+/// Debian's pyverbs is built for Debian's python3.
+const PYTHON: &str = "/usr/bin/python3";
+const LIMIT: Duration = Duration::from_secs(900);
+
+/// Skip reasons that belong to work under way elsewhere, not to a missing feature: the
+/// RDMA CM tests look for the device's net interface in sysfs, which `rdma-emu run`
+/// does not show yet (the device view of the middleware work).
+const TEMPORARY: &[&str] = &[
+    "Device rxe0 doesn't have net interface",
+    "Device siw0 doesn't have net interface",
+];
+
+/// On siw0 the suite connects RC QPs by exchanging QP numbers and moving them to RTS
+/// with `ibv_modify_qp`, as on InfiniBand. An iWARP QP reaches RTS only through its
+/// TCP connection (the RDMA CM), so siw answers EINVAL ("no socket"), the kernel's
+/// siw as rdma-emu's; docs/compatibility.md says so in the same words.
+const IWARP_NEEDS_CM: &str = "Failed to modify QP state to RTS. Errno: 22, Invalid argument";
+
+/// What one run of the suite printed, read from unittest's verbose output.
+#[derive(Debug, Default)]
+struct Summary {
+    ran: usize,
+    failures: usize,
+    errors: usize,
+    skipped: usize,
+    /// The reason of every skipped test, as printed.
+    skip_reasons: Vec<String>,
+    /// (`ERROR: test` or `FAIL: test`, the last line of its traceback).
+    problems: Vec<(String, String)>,
+}
+
+fn count(line: &str, key: &str) -> usize {
+    line.split(['(', ',', ')'])
+        .filter_map(|p| p.trim().strip_prefix(key)?.strip_prefix('='))
+        .find_map(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Parses `python3 -m unittest -v` output (unittest writes it all to stderr).
+fn parse(out: &str) -> Summary {
+    let mut s = Summary::default();
+    let lines: Vec<&str> = out.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        if let Some(rest) = line.split(" ... skipped ").nth(1) {
+            // A Python repr: quoted with ' unless the text holds one, then with ".
+            let r = rest.trim();
+            s.skip_reasons
+                .push(r.get(1..r.len().saturating_sub(1)).unwrap_or(r).to_string());
+        }
+        if let Some(n) = line.strip_prefix("Ran ") {
+            s.ran = n
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+        }
+        if line.starts_with("OK") || line.starts_with("FAILED") {
+            s.failures = count(line, "failures");
+            s.errors = count(line, "errors");
+            s.skipped = count(line, "skipped");
+        }
+        if line.starts_with("ERROR: ") || line.starts_with("FAIL: ") {
+            let last = lines[i + 1..]
+                .iter()
+                .take_while(|l| !l.starts_with("=====") && !l.starts_with("Ran "))
+                .filter(|l| !l.trim().is_empty() && !l.starts_with("-----"))
+                .last()
+                .copied()
+                .unwrap_or("");
+            s.problems.push((line.to_string(), last.trim().to_string()));
+        }
+    }
+    s
+}
+
+/// The skip reasons docs/compatibility.md lists: the first cell, in backticks, of each
+/// table row of its pyverbs section.
+fn documented_reasons() -> (Vec<String>, String) {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/compatibility.md");
+    let text = std::fs::read_to_string(&doc).expect("docs/compatibility.md");
+    let section = text
+        .split("\n## ")
+        .find(|s| s.starts_with("rdma-core's pyverbs suite"))
+        .expect("docs/compatibility.md has a section \"rdma-core's pyverbs suite\"")
+        .to_string();
+    let reasons = section
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("| `")?
+                .split_once("` |")
+                .map(|(r, _)| r.to_string())
+        })
+        .collect();
+    (reasons, section)
+}
+
+/// A private copy of the suite with its gzipped files unpacked.
+fn suite_copy(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(SUITE) else {
+        return !cannot_run(&format!("{SUITE} is missing (Debian's python3-pyverbs)"));
+    };
+    for e in entries.flatten() {
+        let from = e.path();
+        let name = e.file_name();
+        std::fs::copy(&from, dir.join(&name)).expect("copy a file of the suite");
+        if from.extension().is_some_and(|x| x == "gz") {
+            let status = Command::new("gunzip")
+                .arg("-f")
+                .arg(dir.join(&name))
+                .status()
+                .expect("gunzip runs");
+            assert!(status.success(), "gunzip {}", name.to_string_lossy());
+        }
+    }
+    true
+}
+
+fn run_suite(dev: &str) -> Option<Summary> {
+    let _s = serial();
+    if missing(&[PYTHON, "gunzip"]) {
+        return None;
+    }
+    let probe = Command::new(PYTHON)
+        .args(["-c", "import pyverbs.device"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        let _ = cannot_run("Debian's python3-pyverbs is not installed");
+        return None;
+    }
+    let dir = TempDir::new("pyverbs");
+    if !suite_copy(dir.path()) {
+        return None;
+    }
+    // In a namespace of its own where possible: the default devices bind the RoCE port
+    // on loopback, which another daemon on this host may hold.
+    let ns = loopback_ns(&format!("pyv{dev}"), false);
+    let daemon = Daemon::start_with(ns.as_ref(), &[]);
+    let script = dir.path().join("run_tests.py");
+    let script = script.to_string_lossy();
+    let out = daemon
+        .program(ns.as_ref(), &[PYTHON, &script, "--dev", dev, "-v"])
+        .wait(LIMIT);
+    let text = format!("{}\n{}", out.stdout, out.stderr);
+    let s = parse(&text);
+    assert!(
+        s.ran > 200,
+        "the suite did not load on {dev} (ran {}):\n{text}",
+        s.ran
+    );
+    eprintln!(
+        "{dev}: ran {}, failures {}, errors {}, skipped {}",
+        s.ran, s.failures, s.errors, s.skipped
+    );
+    Some(s)
+}
+
+/// Asserts every skip reason is documented (or temporary) and returns how many passed.
+fn check(dev: &str, s: &Summary, allowed_errors: &[&str]) -> usize {
+    let (documented, section) = documented_reasons();
+    let mut unknown: Vec<&String> = s
+        .skip_reasons
+        .iter()
+        .filter(|r| !documented.contains(r) && !TEMPORARY.contains(&r.as_str()))
+        .collect();
+    unknown.sort();
+    unknown.dedup();
+    assert!(
+        unknown.is_empty(),
+        "{dev}: skip reasons docs/compatibility.md does not list: {unknown:#?}"
+    );
+    assert_eq!(
+        s.skip_reasons.len(),
+        s.skipped,
+        "{dev}: every skip has its reason"
+    );
+    for allowed in allowed_errors {
+        assert!(
+            section.contains(allowed),
+            "docs/compatibility.md explains `{allowed}`"
+        );
+    }
+    let unexplained: Vec<_> = s
+        .problems
+        .iter()
+        .filter(|(head, last)| {
+            !(head.starts_with("ERROR: ") && allowed_errors.iter().any(|a| last.ends_with(a)))
+        })
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "{dev}: failures and errors: {unexplained:#?}"
+    );
+    assert_eq!(
+        s.problems.len(),
+        s.failures + s.errors,
+        "{dev}: every failure and error was read"
+    );
+    s.ran - s.skipped - s.failures - s.errors
+}
+
+/// The one failure left on rxe0, documented in docs/compatibility.md: posted receives
+/// move from the ring into the daemon's RQ, so together they take more than the
+/// `max_recv_wr` reported (to be fixed in the daemon's ring accounting).
+const FULL_RQ: &str =
+    "FAIL: test_full_rq_bad_flow (tests.test_qpex.QpExTestCase.test_full_rq_bad_flow)";
+
+#[test]
+fn rdma_core_pyverbs_suite_passes_on_rxe0() {
+    let Some(s) = run_suite("rxe0") else { return };
+    assert_eq!(s.errors, 0, "{:#?}", s.problems);
+    let unexpected: Vec<_> = s.problems.iter().filter(|(h, _)| h != FULL_RQ).collect();
+    assert!(unexpected.is_empty(), "rxe0: {unexpected:#?}");
+    let (_, section) = documented_reasons();
+    assert!(
+        section.contains("test_full_rq_bad_flow"),
+        "the known failure is documented"
+    );
+    let s = Summary {
+        failures: s.failures - s.problems.len(),
+        problems: Vec::new(),
+        ..s
+    };
+    let passed = check("rxe0", &s, &[]);
+    // The kernel's rxe passes 86 of this suite; rdma-emu passes what it does.
+    assert!(passed >= 80, "rxe0: only {passed} tests passed");
+}
+
+#[test]
+fn rdma_core_pyverbs_suite_passes_on_siw0() {
+    let Some(s) = run_suite("siw0") else { return };
+    assert_eq!(s.failures, 0, "{:#?}", s.problems);
+    let passed = check("siw0", &s, &[IWARP_NEEDS_CM]);
+    assert!(passed >= 20, "siw0: only {passed} tests passed");
+}
+
+#[test]
+fn unittest_output_is_read_whole() {
+    let out = "test_a (tests.t.T.test_a) ... ok\n\
+               Doc line of b ... skipped 'Create XRCD is not supported'\n\
+               test_c (tests.t.T.test_c) ... skipped \"Device rxe0 doesn't have net interface\"\n\
+               test_d (tests.t.T.test_d) ... ERROR\n\
+               \n======================================================================\n\
+               ERROR: test_d (tests.t.T.test_d)\n\
+               ----------------------------------------------------------------------\n\
+               Traceback (most recent call last):\n  File \"x\", line 1\n\
+               pyverbs.pyverbs_error.PyverbsRDMAError: boom\n\
+               \n----------------------------------------------------------------------\n\
+               Ran 4 tests in 0.1s\n\nFAILED (errors=1, skipped=2)\n";
+    let s = parse(out);
+    assert_eq!((s.ran, s.failures, s.errors, s.skipped), (4, 0, 1, 2));
+    assert_eq!(
+        s.skip_reasons,
+        [
+            "Create XRCD is not supported",
+            "Device rxe0 doesn't have net interface"
+        ]
+    );
+    assert_eq!(s.problems.len(), 1);
+    assert!(s.problems[0].1.ends_with("boom"));
+}
