@@ -15,14 +15,6 @@ const SUITE: &str = "/usr/share/doc/rdma-core/tests";
 const PYTHON: &str = "/usr/bin/python3";
 const LIMIT: Duration = Duration::from_secs(900);
 
-/// Skip reasons that belong to work under way elsewhere, not to a missing feature: the
-/// RDMA CM tests look for the device's net interface in sysfs, which `rdma-emu run`
-/// does not show yet (the device view of the middleware work).
-const TEMPORARY: &[&str] = &[
-    "Device rxe0 doesn't have net interface",
-    "Device siw0 doesn't have net interface",
-];
-
 /// On siw0 the suite connects RC QPs by exchanging QP numbers and moving them to RTS
 /// with `ibv_modify_qp`, as on InfiniBand. An iWARP QP reaches RTS only through its
 /// TCP connection (the RDMA CM), so siw answers EINVAL ("no socket"), the kernel's
@@ -167,13 +159,13 @@ fn run_suite(dev: &str) -> Option<Summary> {
     Some(s)
 }
 
-/// Asserts every skip reason is documented (or temporary) and returns how many passed.
+/// Asserts every skip reason is documented and returns how many passed.
 fn check(dev: &str, s: &Summary, allowed_errors: &[&str]) -> usize {
     let (documented, section) = documented_reasons();
     let mut unknown: Vec<&String> = s
         .skip_reasons
         .iter()
-        .filter(|r| !documented.contains(r) && !TEMPORARY.contains(&r.as_str()))
+        .filter(|r| !documented.contains(r))
         .collect();
     unknown.sort();
     unknown.dedup();
