@@ -3,4 +3,5 @@
 pub use emu_core as core;
 pub mod daemon;
 pub mod decode;
+pub mod signals;
 pub mod top;

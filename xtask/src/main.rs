@@ -3,14 +3,17 @@
 //! - `shim [--debug]`: build verbs-shim and link it into libibverbs.so.1 / librdmacm.so.1
 //!   (with rdma-core's symbol versions) and the stand-in vendor libraries, in
 //!   `target/<profile>/rdma-emu-lib/`.
-//! - `test`: build everything in release mode (daemon, CLI, shim libraries), then run every
-//!   test of the workspace, end-to-end tests with unmodified RDMA programs included.
+//! - `test [--stress[=N]]`: build everything in release mode (daemon, CLI, shim libraries),
+//!   then run every test of the workspace, end-to-end tests with unmodified RDMA programs
+//!   included; `--stress` (or `RDMA_EMU_STRESS=N`) runs N CPU hogs per core beside them
+//!   (`stress.rs`, docs/reliability.md).
 //! - `bench`: rdma-emu's figures next to this machine's limits measured in the same run.
 //! - `demo`: the main job: start `rdma-emud`, run perftest's `ib_read_bw -a` server and
 //!   client over it through `rdma-emu run`, and print perftest's own table.
 mod bench;
 mod demo;
 mod shim;
+mod stress;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -25,7 +28,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask shim [--debug]\n       cargo xtask test [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench"
+                "usage: cargo xtask shim [--debug]\n       cargo xtask test [--stress[=N]] [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench"
             );
             return ExitCode::from(2);
         }
@@ -91,7 +94,8 @@ pub fn build_release() -> Result<(PathBuf, PathBuf), String> {
 /// The Debian packages the tests and the demo run: the unmodified RDMA programs, the
 /// headers the ABI test compiles against, tshark for the wire checks, tcpdump to capture
 /// what the kernel carries, iproute2 for the network namespaces, tmux for the terminal
-/// test of `rdma-emu top`, nftables to mark packets Congestion Experienced.
+/// test of `rdma-emu top`, nftables to mark packets Congestion Experienced, stress-ng for
+/// the CPU hogs of the stress mode.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "rdmacm-utils",
@@ -105,6 +109,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "gcc",
     "tmux",
     "nftables",
+    "stress-ng",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
@@ -153,13 +158,31 @@ pub fn ensure_debian_packages(packages: &[&str]) -> Result<(), String> {
 }
 
 fn test(extra: &[String]) -> Result<(), String> {
+    let env = std::env::var("RDMA_EMU_STRESS").ok();
+    let (per_core, extra) = stress::requested(extra, env.as_deref())?;
     ensure_debian_packages(DEBIAN_PACKAGES)?;
     let (bin, lib) = build_release()?;
     let mut args = vec!["test", "--release", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
+    // Stopped when this function returns, also on an error or a stop signal.
+    stress::catch_stop_signals();
+    let _hogs = match per_core {
+        0 => None,
+        n => Some(stress::Hogs::start(n)?),
+    };
     // The end-to-end tests find the daemon and the libraries through these.
-    cargo_with_env(
-        &args,
-        &[("RDMA_EMU_BIN_DIR", &bin), ("RDMA_EMU_LIB_DIR", &lib)],
-    )
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut child = Command::new(&cargo)
+        .args(&args)
+        .env("RDMA_EMU_BIN_DIR", &bin)
+        .env("RDMA_EMU_LIB_DIR", &lib)
+        .current_dir(workspace_root())
+        .spawn()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let status = stress::wait_passing_stop(&mut child).map_err(|e| e.to_string())?;
+    match stress::stopped() {
+        Some(sig) => Err(format!("stopped by signal {sig}")),
+        None if status.success() => Ok(()),
+        None => Err(format!("`cargo {}` failed ({status})", args.join(" "))),
+    }
 }
