@@ -7,12 +7,15 @@
 //!   then run every test of the workspace, end-to-end tests with unmodified RDMA programs
 //!   included; `--stress` (or `RDMA_EMU_STRESS=N`) runs N CPU hogs per core beside them
 //!   (`stress.rs`, docs/reliability.md).
+//! - `soak [--minutes N]`: N minutes (default 10) of checked traffic, load, faults, killed
+//!   clients and a daemon restart between two namespaces (`soak.rs`); prints its figures.
 //! - `bench`: rdma-emu's figures next to this machine's limits measured in the same run.
 //! - `demo`: the main job: start `rdma-emud`, run perftest's `ib_read_bw -a` server and
 //!   client over it through `rdma-emu run`, and print perftest's own table.
 mod bench;
 mod demo;
 mod shim;
+mod soak;
 mod stress;
 
 use std::path::PathBuf;
@@ -26,9 +29,10 @@ fn main() -> ExitCode {
         Some("test") => test(rest),
         Some("demo") => demo::run(rest),
         Some("bench") => bench::run(rest),
+        Some("soak") => soak_command(rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask shim [--debug]\n       cargo xtask test [--stress[=N]] [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench"
+                "usage: cargo xtask shim [--debug]\n       cargo xtask test [--stress[=N]] [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench\n       cargo xtask soak [--minutes N]"
             );
             return ExitCode::from(2);
         }
@@ -184,5 +188,34 @@ fn test(extra: &[String]) -> Result<(), String> {
         Some(sig) => Err(format!("stopped by signal {sig}")),
         None if status.success() => Ok(()),
         None => Err(format!("`cargo {}` failed ({status})", args.join(" "))),
+    }
+}
+
+/// `cargo xtask soak [--minutes N]`.
+fn soak_command(args: &[String]) -> Result<(), String> {
+    let minutes: f64 = match args {
+        [] => 10.0,
+        [flag, n] if flag == "--minutes" => n
+            .parse()
+            .ok()
+            .filter(|m: &f64| *m > 0.0 && *m <= 24.0 * 60.0)
+            .ok_or(format!("--minutes {n}: a number of minutes"))?,
+        _ => return Err("usage: cargo xtask soak [--minutes N]".into()),
+    };
+    if let Some(why) = soak::missing_programs() {
+        return Err(why);
+    }
+    ensure_debian_packages(DEBIAN_PACKAGES)?;
+    let (bin, lib) = build_release()?;
+    // The helpers find the daemon and the shim through these, as the tests do.
+    std::env::set_var("RDMA_EMU_BIN_DIR", &bin);
+    std::env::set_var("RDMA_EMU_LIB_DIR", &lib);
+    let length = std::time::Duration::from_secs_f64(minutes * 60.0);
+    let fig = soak::soak(length).ok_or("the soak needs root (network namespaces)")?;
+    print!("{fig}");
+    if fig.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the soak saw {} failures", fig.failures.len()))
     }
 }
