@@ -5,4 +5,5 @@ pub mod client;
 pub mod daemon;
 pub mod decode;
 pub mod devview;
+pub mod signals;
 pub mod top;

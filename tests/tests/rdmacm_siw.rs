@@ -12,7 +12,10 @@
 use rdma_emu_tests::*;
 use std::time::Duration;
 
-const LIMIT: Duration = Duration::from_secs(120);
+/// What a program may take: a bound that catches a hang, not a speed requirement. The
+/// `-a` runs move 1.6 GiB each; through smoltcp on a 2-core machine with CPU hogs beside
+/// them (`cargo xtask test --stress`) they took over 120 s (docs/reliability.md).
+const LIMIT: Duration = Duration::from_secs(600);
 
 /// Daemons and namespaces of one test; fields drop in order (daemons before namespaces,
 /// the configuration folder last).

@@ -3,16 +3,22 @@
 //! - `shim [--debug]`: build verbs-shim and link it into libibverbs.so.1 / librdmacm.so.1
 //!   (with rdma-core's symbol versions) and the stand-in vendor libraries, in
 //!   `target/<profile>/rdma-emu-lib/`.
-//! - `test`: build everything in release mode (daemon, CLI, shim libraries), then run every
-//!   test of the workspace, end-to-end tests with unmodified RDMA programs included.
+//! - `test [--stress[=N]]`: build everything in release mode (daemon, CLI, shim libraries),
+//!   then run every test of the workspace, end-to-end tests with unmodified RDMA programs
+//!   included; `--stress` (or `RDMA_EMU_STRESS=N`) runs N CPU hogs per core beside them
+//!   (`stress.rs`, docs/reliability.md).
 //! - `stub-maps TREE...`: regenerate the version scripts of the vendor stand-ins from
 //!   rdma-core source trees (see `stubs.rs`).
+//! - `soak [--minutes N]`: N minutes (default 10) of checked traffic, load, faults, killed
+//!   clients and a daemon restart between two namespaces (`soak.rs`); prints its figures.
 //! - `bench`: rdma-emu's figures next to this machine's limits measured in the same run.
 //! - `demo`: the main job: start `rdma-emud`, run perftest's `ib_read_bw -a` server and
 //!   client over it through `rdma-emu run`, and print perftest's own table.
 mod bench;
 mod demo;
 mod shim;
+mod soak;
+mod stress;
 mod stubs;
 
 use std::path::PathBuf;
@@ -27,9 +33,10 @@ fn main() -> ExitCode {
         Some("demo") => demo::run(rest),
         Some("bench") => bench::run(rest),
         Some("stub-maps") => stubs::generate_maps(rest),
+        Some("soak") => soak_command(rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask shim [--debug]\n       cargo xtask test [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench\n       cargo xtask stub-maps RDMA_CORE_TREE..."
+                "usage: cargo xtask shim [--debug]\n       cargo xtask test [--stress[=N]] [CARGO TEST ARGS]\n       cargo xtask demo\n       cargo xtask bench\n       cargo xtask soak [--minutes N]\n       cargo xtask stub-maps RDMA_CORE_TREE..."
             );
             return ExitCode::from(2);
         }
@@ -95,7 +102,8 @@ pub fn build_release() -> Result<(PathBuf, PathBuf), String> {
 /// The Debian packages the tests and the demo run: the unmodified RDMA programs, the
 /// headers the ABI test compiles against, tshark for the wire checks, tcpdump to capture
 /// what the kernel carries, iproute2 for the network namespaces, tmux for the terminal
-/// test of `rdma-emu top`, nftables to mark packets Congestion Experienced.
+/// test of `rdma-emu top`, nftables to mark packets Congestion Experienced, stress-ng for
+/// the CPU hogs of the stress mode.
 pub const DEBIAN_PACKAGES: &[&str] = &[
     "ibverbs-utils",
     "rdmacm-utils",
@@ -118,6 +126,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "netcat-openbsd",
     "ethtool",
     "python3-pyverbs",
+    "stress-ng",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
@@ -166,13 +175,60 @@ pub fn ensure_debian_packages(packages: &[&str]) -> Result<(), String> {
 }
 
 fn test(extra: &[String]) -> Result<(), String> {
+    let env = std::env::var("RDMA_EMU_STRESS").ok();
+    let (per_core, extra) = stress::requested(extra, env.as_deref())?;
     ensure_debian_packages(DEBIAN_PACKAGES)?;
     let (bin, lib) = build_release()?;
     let mut args = vec!["test", "--release", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
+    // Stopped when this function returns, also on an error or a stop signal.
+    stress::catch_stop_signals();
+    let _hogs = match per_core {
+        0 => None,
+        n => Some(stress::Hogs::start(n)?),
+    };
     // The end-to-end tests find the daemon and the libraries through these.
-    cargo_with_env(
-        &args,
-        &[("RDMA_EMU_BIN_DIR", &bin), ("RDMA_EMU_LIB_DIR", &lib)],
-    )
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut child = Command::new(&cargo)
+        .args(&args)
+        .env("RDMA_EMU_BIN_DIR", &bin)
+        .env("RDMA_EMU_LIB_DIR", &lib)
+        .current_dir(workspace_root())
+        .spawn()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let status = stress::wait_passing_stop(&mut child).map_err(|e| e.to_string())?;
+    match stress::stopped() {
+        Some(sig) => Err(format!("stopped by signal {sig}")),
+        None if status.success() => Ok(()),
+        None => Err(format!("`cargo {}` failed ({status})", args.join(" "))),
+    }
+}
+
+/// `cargo xtask soak [--minutes N]`.
+fn soak_command(args: &[String]) -> Result<(), String> {
+    let minutes: f64 = match args {
+        [] => 10.0,
+        [flag, n] if flag == "--minutes" => n
+            .parse()
+            .ok()
+            .filter(|m: &f64| *m > 0.0 && *m <= 24.0 * 60.0)
+            .ok_or(format!("--minutes {n}: a number of minutes"))?,
+        _ => return Err("usage: cargo xtask soak [--minutes N]".into()),
+    };
+    if let Some(why) = soak::missing_programs() {
+        return Err(why);
+    }
+    ensure_debian_packages(DEBIAN_PACKAGES)?;
+    let (bin, lib) = build_release()?;
+    // The helpers find the daemon and the shim through these, as the tests do.
+    std::env::set_var("RDMA_EMU_BIN_DIR", &bin);
+    std::env::set_var("RDMA_EMU_LIB_DIR", &lib);
+    let length = std::time::Duration::from_secs_f64(minutes * 60.0);
+    let fig = soak::soak(length).ok_or("the soak needs root (network namespaces)")?;
+    print!("{fig}");
+    if fig.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the soak saw {} failures", fig.failures.len()))
+    }
 }

@@ -377,7 +377,9 @@ fn run(cmd: &[String], before_exec: impl FnOnce()) -> Result<(), String> {
     Err(format!("{prog}: {err}"))
 }
 
-/// Streams the daemon's pcap records for `device` into `file`, whole records only.
+/// Streams the daemon's pcap records for `device` into `file`, whole records only, until
+/// `count` frames, the daemon's end, or SIGINT/SIGTERM; on a signal what the pipe already
+/// holds is written first, so the file ends with the last whole frame received.
 fn capture(
     cli: &Cli,
     device: &str,
@@ -385,11 +387,14 @@ fn capture(
     count: Option<u64>,
 ) -> Result<(), String> {
     use emulator::daemon::sys;
-    use std::io::{Read, Write};
+    use emulator::signals::{Stop, Woken};
+    use std::io::Write;
     use std::os::fd::AsRawFd;
     let mut out = std::fs::File::create(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let (r, w) = sys::pipe().map_err(|e| e.to_string())?;
     let mut c = connect(cli)?;
+    // Before the request, so that a signal during it is not lost.
+    let stop = Stop::install().map_err(|e| e.to_string())?;
     c.call(
         RequestBody::Capture {
             device: device.to_string(),
@@ -401,64 +406,103 @@ fn capture(
         e => e.to_string(),
     })?;
     drop(w);
-    let stop = sys::eventfd().map_err(|e| e.to_string())?;
-    sys::forward_signals(stop.as_raw_fd(), &[libc::SIGINT, libc::SIGTERM], &[])
-        .map_err(|e| e.to_string())?;
-    let mut pipe = std::fs::File::from(r);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut header_done = false;
-    let mut frames = 0u64;
+    let pipe = std::fs::File::from(r);
+    let mut records = PcapRecords::default();
     let mut chunk = vec![0u8; 1 << 16];
+    let write_err = |e: std::io::Error| format!("{}: {e}", file.display());
+    let mut stopping = false;
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: pipe.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: stop.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if fds[1].revents != 0 {
-            break;
+        if !stopping {
+            match stop.wait_readable(Some(pipe.as_raw_fd()), None) {
+                Woken::Stop => stopping = true,
+                Woken::Readable | Woken::Timeout => {}
+            }
         }
-        let n = match pipe.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+        // Never blocks: on a stop, only what the daemon already wrote is taken.
+        let n = match read_nonblocking(&pipe, &mut chunk) {
+            Ok(Some(0)) => break,
+            Ok(Some(n)) => n,
+            Ok(None) if stopping => break,
+            Ok(None) => continue,
             Err(e) => return Err(e.to_string()),
         };
-        buf.extend_from_slice(&chunk[..n]);
-        // Write whole records only, so the file is valid whenever we stop.
-        let mut at = 0;
-        if !header_done && buf.len() >= 24 {
-            at = 24;
-            header_done = true;
-        }
-        while header_done && buf.len() >= at + 16 {
-            let incl =
-                u32::from_le_bytes([buf[at + 8], buf[at + 9], buf[at + 10], buf[at + 11]]) as usize;
-            if buf.len() < at + 16 + incl || count.is_some_and(|c| frames >= c) {
-                break;
-            }
-            at += 16 + incl;
-            frames += 1;
-        }
-        out.write_all(&buf[..at])
-            .map_err(|e| format!("{}: {e}", file.display()))?;
-        buf.drain(..at);
-        if count.is_some_and(|c| frames >= c) {
+        let whole = records.push(&chunk[..n], count);
+        out.write_all(whole).map_err(write_err)?;
+        records.consumed();
+        if count.is_some_and(|c| records.frames >= c) {
             break;
         }
     }
-    out.flush().map_err(|e| e.to_string())?;
-    eprintln!("rdma-emu: {frames} frames written to {}", file.display());
+    out.flush().map_err(write_err)?;
+    out.sync_all().map_err(write_err)?;
+    eprintln!(
+        "rdma-emu: {} frames written to {}",
+        records.frames,
+        file.display()
+    );
     Ok(())
+}
+
+/// One read(2) of a pipe without blocking: `None` when nothing is there yet.
+fn read_nonblocking(pipe: &std::fs::File, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: reads at most `buf.len()` bytes into `buf`.
+    let n = unsafe {
+        let fd = pipe.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags & libc::O_NONBLOCK == 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        libc::read(fd, buf.as_mut_ptr().cast(), buf.len())
+    };
+    if n >= 0 {
+        return Ok(Some(n as usize));
+    }
+    let e = std::io::Error::last_os_error();
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(None),
+        _ => Err(e),
+    }
+}
+
+/// A pcap stream cut into whole records: the 24-octet file header, then records of a
+/// 16-octet header and `incl_len` octets.
+#[derive(Default)]
+struct PcapRecords {
+    buf: Vec<u8>,
+    header_done: bool,
+    /// Octets of `buf` handed out by the last `push`.
+    whole: usize,
+    frames: u64,
+}
+
+impl PcapRecords {
+    /// Takes `bytes`; returns the whole header and records now complete (at most
+    /// `count` records in all). Call [`PcapRecords::consumed`] once they are written.
+    fn push(&mut self, bytes: &[u8], count: Option<u64>) -> &[u8] {
+        self.buf.extend_from_slice(bytes);
+        let mut at = 0;
+        if !self.header_done && self.buf.len() >= 24 {
+            at = 24;
+            self.header_done = true;
+        }
+        while self.header_done && self.buf.len() >= at + 16 {
+            let b = &self.buf[at + 8..at + 12];
+            let incl = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+            if self.buf.len() < at + 16 + incl || count.is_some_and(|c| self.frames >= c) {
+                break;
+            }
+            at += 16 + incl;
+            self.frames += 1;
+        }
+        self.whole = at;
+        &self.buf[..at]
+    }
+
+    fn consumed(&mut self) {
+        self.buf.drain(..self.whole);
+        self.whole = 0;
+    }
 }
 
 fn main() -> ExitCode {
@@ -692,6 +736,8 @@ fn top(
         ));
     }
     let device = device.map(str::to_string);
+    // SIGINT (Ctrl-C) and SIGTERM end the loop between frames, exit 0.
+    let stop = emulator::signals::Stop::install().map_err(|e| e.to_string())?;
     let mut history = emulator::top::History::default();
     let clear = std::io::stdout().is_terminal() && iterations.is_none();
     let mut shown = 0u64;
@@ -752,7 +798,13 @@ fn top(
         if iterations.is_some_and(|n| shown >= n) {
             return Ok(());
         }
-        std::thread::sleep(std::time::Duration::from_secs_f64(interval));
+        if stop.sleep(std::time::Duration::from_secs_f64(interval)) {
+            if clear {
+                // Leave the terminal with the last frame on it and the cursor below.
+                let _ = writeln!(out);
+            }
+            return Ok(());
+        }
     }
 }
 

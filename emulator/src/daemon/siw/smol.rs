@@ -41,9 +41,15 @@ pub const MAX_LISTENERS: usize = 8;
 pub const LISTEN_POOL: usize = 16;
 /// How long a closed connection's socket may take to finish its FIN exchange.
 pub const CLOSE_LINGER: Duration = Duration::from_secs(10);
-/// A connection attempt or an unacknowledged segment gives up after this long
-/// (ETIMEDOUT).
-const TCP_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection attempt (or a handshake a listener's socket answered) gives up after
+/// this long without an answer (ETIMEDOUT).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// An established connection gives up after this long without hearing from its peer
+/// while it has data the peer has not acknowledged: RFC 9293 §3.8.3's R2 ("at least
+/// 100 seconds"). A connection with nothing to send waits for its peer forever, as the
+/// kernel's does (no keep-alive): how long an application takes between two messages
+/// is not the network's business.
+const DATA_TIMEOUT: Duration = Duration::from_secs(100);
 /// Egress passes per poll: up to this many segments per socket leave at once (a 1 MiB
 /// window is about 720 segments of 1460 octets).
 const EGRESS_PASSES: usize = 1024;
@@ -54,7 +60,7 @@ const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 struct SmolConn {
     handle: SocketHandle,
     interest: (bool, bool),
-    /// A connect's start (its failure is ECONNREFUSED before [`TCP_TIMEOUT`], else
+    /// A connect's start (its failure is ECONNREFUSED before [`CONNECT_TIMEOUT`], else
     /// ETIMEDOUT).
     connecting_since: Option<Instant>,
 }
@@ -172,7 +178,7 @@ impl SmolNet {
             tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]),
         );
         s.set_nagle_enabled(false);
-        s.set_timeout(Some(TCP_TIMEOUT.into()));
+        arm_timeout(&mut s);
         Ok(self.sockets.add(s))
     }
 
@@ -309,6 +315,15 @@ impl SmolNet {
         }
     }
 
+    /// Every socket's give-up timeout for its state now ([`arm_timeout`]).
+    fn arm_timeouts(&mut self) {
+        for (_, socket) in self.sockets.iter_mut() {
+            if let smoltcp::socket::Socket::Tcp(s) = socket {
+                arm_timeout(s);
+            }
+        }
+    }
+
     /// Lets the sockets send what they have: smoltcp emits at most one segment per
     /// socket per egress pass, so passes are repeated while any socket sent, up to
     /// [`EGRESS_PASSES`].
@@ -338,6 +353,25 @@ impl SmolNet {
     }
 }
 
+/// Gives socket `s` the give-up timeout its state calls for: [`CONNECT_TIMEOUT`] while a
+/// handshake is under way, [`DATA_TIMEOUT`] while sent data (or a FIN) waits for its
+/// acknowledgement, none otherwise. smoltcp's own timeout counts from the last segment
+/// received whatever the socket holds, so a connection idle for that long (perftest's
+/// exchange connection while a long run goes on) would be aborted: it is set here
+/// before every pass that may check it. Going from nothing to send to something restarts
+/// smoltcp's count (`send_slice` on an empty buffer), so a long idle time never counts.
+fn arm_timeout(s: &mut tcp::Socket<'_>) {
+    let timeout = match s.state() {
+        State::SynSent | State::SynReceived => Some(CONNECT_TIMEOUT),
+        State::Established | State::CloseWait if s.send_queue() > 0 => Some(DATA_TIMEOUT),
+        State::FinWait1 | State::Closing | State::LastAck => Some(DATA_TIMEOUT),
+        _ => None,
+    };
+    if s.timeout() != timeout.map(Into::into) {
+        s.set_timeout(timeout.map(Into::into));
+    }
+}
+
 /// Whether a handshake is still under way.
 fn opening(state: State) -> bool {
     matches!(state, State::SynSent | State::SynReceived | State::Listen)
@@ -355,6 +389,7 @@ impl StreamNet for SmolNet {
         // calls this every pass; the link's socket is level-triggered in its epoll).
         if readable || self.deadline.is_some_and(|t| t <= now) {
             let stamp = self.stamp(now);
+            self.arm_timeouts();
             self.link.refill();
             self.iface.poll(stamp, &mut self.link, &mut self.sockets);
             self.egress(now);
@@ -400,6 +435,7 @@ impl StreamNet for SmolNet {
     }
 
     fn transmit(&mut self, now: Instant) -> bool {
+        self.arm_timeouts();
         self.egress(now);
         let sent = self.link.flush();
         self.update_deadline(now);
@@ -556,7 +592,7 @@ impl StreamNet for SmolNet {
             State::Closed | State::TimeWait => {
                 let late = c
                     .connecting_since
-                    .is_some_and(|t| t.elapsed() >= TCP_TIMEOUT);
+                    .is_some_and(|t| t.elapsed() >= CONNECT_TIMEOUT);
                 Err(if late {
                     libc::ETIMEDOUT
                 } else {
@@ -626,3 +662,7 @@ impl StreamNet for SmolNet {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "smol_tests.rs"]
+mod tests;
