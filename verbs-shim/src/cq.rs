@@ -1,6 +1,7 @@
 //! Completion channels and completion queues (`ibv_poll_cq` itself is in
 //! [`crate::datapath`], the `ibv_start_poll` API in [`crate::cq_ex`]).
 use crate::abi::*;
+use crate::async_event::{self, EventObject};
 use crate::device::Context;
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
@@ -182,11 +183,8 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         let c = cq_of(cq)?;
         let ctx = ctx_of(c.cq.context)?;
         ctx.call(RequestBody::DestroyCq { cq: c.handle })?;
-        ctx.objects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .cqs
-            .remove(&c.handle.0);
+        // SAFETY: cq is the live CQ with this handle; it is freed only below.
+        unsafe { async_event::retire(ctx, EventObject::Cq, c.handle.0, cq as *mut c_void) };
         if !c.cq.channel.is_null() {
             // SAFETY: the channel outlives its CQs (destroy_comp_channel refuses while used).
             unsafe { (*c.cq.channel).refcnt -= 1 };

@@ -94,6 +94,8 @@ pub struct Objects {
     pub cqs: HashMap<u32, usize>,
     pub qps: HashMap<u32, usize>,
     pub srqs: HashMap<u32, usize>,
+    /// Async events handed to the application per object (see `async_event`).
+    pub events_reported: HashMap<(crate::async_event::EventObject, u32), u32>,
 }
 
 impl Context {

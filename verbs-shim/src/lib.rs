@@ -9,6 +9,7 @@
 //! - [`ffi`]: the one shape of every export (panics caught, errors converted once);
 //! - [`client`]: the control connection (wire::client protocol, SCM_RIGHTS);
 //! - [`device`], [`verbs`], [`cq`], [`qp`]: the control-path verbs;
+//! - [`async_event`]: async events and the destroy-side wait for their acks;
 //! - [`datapath`], [`wr_api`], [`cq_ex`]: the `ibv_context.ops` hot path, the `ibv_wr_*`
 //!   API and the `ibv_start_poll` API, ring operations on shared memory;
 //! - [`misc`]: helpers and the operations rdma-emu does not implement;
@@ -29,6 +30,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod abi;
+pub mod async_event;
 pub mod client;
 pub mod cm;
 pub mod cq;

@@ -1,11 +1,12 @@
 //! Queue pairs: create (plain and extended), modify, query, destroy.
 use crate::abi::*;
+use crate::async_event::{self, EventObject};
 use crate::cq::cq_of;
 use crate::device::Context;
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
 use crate::verbs::{ah_attr_from_wire, ah_attr_to_wire, obj, pd_of, srq_of};
-use core::ffi::c_int;
+use core::ffi::{c_int, c_void};
 use std::sync::Mutex;
 use wire::client::{Handle, QpAttr, QpCap, QpInitAttr, ReplyBody, RequestBody, RingLayout};
 
@@ -357,11 +358,8 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         let q = qp_of(qp)?;
         let ctx = Context::from_ibv(q.qpx.qp_base.context)?;
         ctx.call(RequestBody::DestroyQp { qp: q.handle })?;
-        ctx.objects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .qps
-            .remove(&q.handle.0);
+        // SAFETY: qp is the live QP with this handle; it is freed only below.
+        unsafe { async_event::retire(ctx, EventObject::Qp, q.handle.0, qp as *mut c_void) };
         // SAFETY: boxed in create_qp; the daemon released it.
         drop(unsafe { Box::from_raw(qp as *mut Qp) });
         Ok(())

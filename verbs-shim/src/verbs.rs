@@ -2,6 +2,9 @@
 //! Each object is a `#[repr(C)]` struct whose first field is the `ibv_*` struct the
 //! application sees, followed by the shim's state.
 use crate::abi::*;
+use crate::async_event::{retire, EventObject};
+// The async-event exports live in `async_event`; callers of this module find them here too.
+pub use crate::async_event::{ibv_ack_async_event, ibv_get_async_event};
 use crate::device::Context;
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
@@ -466,103 +469,11 @@ pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         let s = srq_of(srq)?;
         let ctx = ctx_of(s.srq.context)?;
         ctx.call(RequestBody::DestroySrq { srq: s.handle })?;
-        ctx.objects
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .srqs
-            .remove(&s.handle.0);
+        // SAFETY: srq is the live SRQ with this handle; it is freed only below.
+        unsafe { retire(ctx, EventObject::Srq, s.handle.0, srq as *mut c_void) };
         // SAFETY: boxed in ibv_create_srq; the daemon released it.
         drop(unsafe { Box::from_raw(srq as *mut Srq) });
         Ok(())
-    })
-}
-
-// ---- asynchronous events ------------------------------------------------------------------------
-
-#[no_mangle]
-pub extern "C" fn ibv_get_async_event(
-    context: *mut ibv_context,
-    event: *mut ibv_async_event,
-) -> c_int {
-    ffi::minus_one(|| {
-        let ctx = ctx_of(context)?;
-        let out = ffi::nonnull(event)?;
-        let mut rec = [0u8; 8];
-        // SAFETY: reading 8 bytes into a live buffer.
-        let n = unsafe { libc::read(ctx.async_fd.as_raw_fd(), rec.as_mut_ptr() as *mut c_void, 8) };
-        if n != 8 {
-            return Err(if n < 0 { Errno::last() } else { Errno::EIO });
-        }
-        let wire::client::AsyncEventRecord {
-            event_type,
-            element,
-        } = wire::client::AsyncEventRecord::from_bytes(rec);
-        use wire::client::verbs::event_type as ev;
-        let objects = ctx.objects.lock().unwrap_or_else(|p| p.into_inner());
-        let ptr = match event_type {
-            ev::CQ_ERR => objects.cqs.get(&element).copied().unwrap_or(0),
-            ev::QP_FATAL..=ev::PATH_MIG_ERR | ev::QP_LAST_WQE_REACHED => {
-                objects.qps.get(&element).copied().unwrap_or(0)
-            }
-            ev::SRQ_ERR | ev::SRQ_LIMIT_REACHED => objects.srqs.get(&element).copied().unwrap_or(0),
-            _ => element as usize,
-        };
-        *out = ibv_async_event {
-            element: ptr as *mut c_void,
-            event_type: event_type as c_int,
-        };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    ffi::value((), || {
-        let Ok(e) = ffi::nonnull(event) else { return };
-        use wire::client::verbs::event_type as ev;
-        let t = e.event_type as u32;
-        if e.element.is_null() {
-            return;
-        }
-        // SAFETY: the element was filled by ibv_get_async_event from live objects; the
-        // counters are bumped under the object's own mutex as rdma-core does.
-        unsafe {
-            let (m, c, n): (
-                *mut libc::pthread_mutex_t,
-                *mut libc::pthread_cond_t,
-                *mut u32,
-            ) = match t {
-                ev::CQ_ERR => {
-                    let cq = e.element as *mut ibv_cq;
-                    (
-                        &mut (*cq).mutex,
-                        &mut (*cq).cond,
-                        &mut (*cq).async_events_completed,
-                    )
-                }
-                ev::QP_FATAL..=ev::PATH_MIG_ERR | ev::QP_LAST_WQE_REACHED => {
-                    let qp = e.element as *mut ibv_qp;
-                    (
-                        &mut (*qp).mutex,
-                        &mut (*qp).cond,
-                        &mut (*qp).events_completed,
-                    )
-                }
-                ev::SRQ_ERR | ev::SRQ_LIMIT_REACHED => {
-                    let srq = e.element as *mut ibv_srq;
-                    (
-                        &mut (*srq).mutex,
-                        &mut (*srq).cond,
-                        &mut (*srq).events_completed,
-                    )
-                }
-                _ => return,
-            };
-            libc::pthread_mutex_lock(m);
-            *n = n.read().wrapping_add(1);
-            libc::pthread_cond_signal(c);
-            libc::pthread_mutex_unlock(m);
-        }
     })
 }
 

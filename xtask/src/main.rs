@@ -108,6 +108,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "ucx-utils",
     "openmpi-bin",
     "libopenmpi-dev",
+    "libfabric-bin",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

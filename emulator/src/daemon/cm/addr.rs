@@ -154,7 +154,8 @@ impl Engine {
 
     /// `rdma_bind_addr` (also the implicit binds of resolve and listen): a specific
     /// address must be served by a device (EADDRNOTAVAIL: not an address of this host;
-    /// ENODEV: one no device serves); port 0 takes a free ephemeral port of the port space.
+    /// ENODEV: one no device serves), except a loopback address, which then binds without
+    /// a device; port 0 takes a free ephemeral port of the port space.
     pub(super) fn cm_bind(
         &mut self,
         session: SessionId,
@@ -169,6 +170,10 @@ impl Engine {
         } else {
             match self.cm_device_by_ip(ip, scope_of(addr)) {
                 Some((d, ifindex)) => (Some(d), with_scope(ip, addr.port(), ifindex)),
+                // A loopback address no device serves binds without a device, as a
+                // wildcard does: libfabric's verbs provider probes "localhost" this way
+                // and then takes the addresses of the devices on real interfaces.
+                None if ip.is_loopback() => (None, addr),
                 None if is_local_address(ip, scope_of(addr)) => return Err(libc::ENODEV),
                 None => return Err(libc::EADDRNOTAVAIL),
             }

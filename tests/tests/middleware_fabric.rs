@@ -1,0 +1,171 @@
+//! libfabric's verbs provider (Debian's libfabric-bin, unmodified) between two network
+//! namespaces with one daemon each: `fi_info` lists MSG endpoints for `verbs` and RDM ones
+//! for `verbs;ofi_rxm`, and `fi_pingpong` runs over MSG, RDM (ofi_rxm) and DGRAM.
+//!
+//! Each daemon serves its default devices (rxe0, siw0) on the namespace's interface
+//! (`--netdev eth0`): libfabric hides MSG endpoints of devices on a loopback interface
+//! (docs/compatibility.md, "libfabric").
+use rdma_emu_tests::*;
+use std::time::Duration;
+
+/// fi_pingpong's control port (its `-B`/`-P` default).
+const CTRL_PORT: u16 = 47592;
+const ITERATIONS: &str = "100";
+
+/// Two namespaces with a daemon each, serving rxe0 and siw0 on `eth0`.
+fn setup() -> Option<(TwoHosts, Daemon, Daemon)> {
+    if missing(&["fi_info", "fi_pingpong"]) {
+        return None;
+    }
+    let hosts = two_hosts()?;
+    let da = Daemon::start_with(Some(&hosts.a), &["--netdev", hosts.iface]);
+    let db = Daemon::start_with(Some(&hosts.b), &["--netdev", hosts.iface]);
+    Some((hosts, da, db))
+}
+
+/// `(provider, endpoint type)` of every `fi_info` entry.
+fn fi_info_entries(out: &str) -> Vec<(String, String)> {
+    let mut entries = Vec::new();
+    let mut provider = None;
+    for line in out.lines().map(str::trim) {
+        if let Some(p) = line.strip_prefix("provider: ") {
+            provider = Some(p.to_string());
+        } else if let Some(t) = line.strip_prefix("type: ") {
+            if let Some(p) = provider.take() {
+                entries.push((p, t.to_string()));
+            }
+        }
+    }
+    entries
+}
+
+#[test]
+fn fi_info_lists_verbs_msg_and_rxm_rdm_endpoints() {
+    let _s = serial();
+    let Some((hosts, da, _db)) = setup() else {
+        return;
+    };
+    let verbs = da
+        .program(Some(&hosts.a), &["fi_info", "-p", "verbs"])
+        .wait(Duration::from_secs(120));
+    verbs.assert_success();
+    let entries = fi_info_entries(&verbs.stdout);
+    for want in ["FI_EP_MSG", "FI_EP_DGRAM"] {
+        assert!(
+            entries.iter().any(|(p, t)| p == "verbs" && t == want),
+            "no verbs {want} endpoint:\n{}",
+            verbs.stdout
+        );
+    }
+    assert!(
+        verbs.stdout.contains("domain: rxe0\n") && verbs.stdout.contains("domain: siw0\n"),
+        "MSG domains rxe0 and siw0 missing:\n{}",
+        verbs.stdout
+    );
+    let rxm = da
+        .program(Some(&hosts.a), &["fi_info", "-p", "verbs;ofi_rxm"])
+        .wait(Duration::from_secs(120));
+    rxm.assert_success();
+    assert!(
+        fi_info_entries(&rxm.stdout)
+            .iter()
+            .any(|(p, t)| p == "verbs;ofi_rxm" && t == "FI_EP_RDM"),
+        "no verbs;ofi_rxm RDM endpoint:\n{}",
+        rxm.stdout
+    );
+}
+
+/// Checks one side's result table: a `bytes #sent #ack total time MB/sec usec/xfer
+/// Mxfers/sec` line for `size` with every iteration sent and acknowledged.
+fn assert_pingpong_table(out: &Output, size: &str) {
+    out.assert_success();
+    assert!(
+        out.stdout.contains("bytes   #sent   #ack"),
+        "`{}`: no result table:\n{}\n{}",
+        out.argv,
+        out.stdout,
+        out.stderr
+    );
+    let row: Vec<&str> = out
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&size))
+        .unwrap_or_else(|| panic!("`{}`: no {size} row:\n{}", out.argv, out.stdout));
+    assert_eq!(row.len(), 8, "`{}`: row {row:?}", out.argv);
+    assert_eq!(row[1], ITERATIONS, "`{}`: sent {row:?}", out.argv);
+    assert_eq!(
+        row[2],
+        format!("={ITERATIONS}"),
+        "`{}`: acked {row:?}",
+        out.argv
+    );
+    let mbps: f64 = row[5].parse().expect("MB/sec is a number");
+    let usec: f64 = row[6].parse().expect("usec/xfer is a number");
+    assert!(mbps > 0.0 && usec > 0.0, "`{}`: row {row:?}", out.argv);
+    println!("{}: {}", out.argv, row.join(" "));
+}
+
+/// Runs `fi_pingpong` with messages of `bytes` (printed as `size`) on both sides.
+fn pingpong(provider: &str, endpoint: &str, bytes: &str, size: &str, env: &[&str]) {
+    let _s = serial();
+    let Some((hosts, da, db)) = setup() else {
+        return;
+    };
+    let mut argv: Vec<&str> = Vec::new();
+    if !env.is_empty() {
+        argv.push("env");
+        argv.extend(env);
+    }
+    argv.extend([
+        "fi_pingpong",
+        "-p",
+        provider,
+        "-e",
+        endpoint,
+        "-I",
+        ITERATIONS,
+        "-S",
+        bytes,
+    ]);
+    let mut client = argv.clone();
+    client.push(hosts.addr_a.as_str());
+    let (server, client) = run_pair(
+        &da,
+        Some(&hosts.a),
+        &argv,
+        &db,
+        Some(&hosts.b),
+        &client,
+        CTRL_PORT,
+        Duration::from_secs(300),
+    );
+    assert_pingpong_table(&server, size);
+    assert_pingpong_table(&client, size);
+}
+
+#[test]
+fn fi_pingpong_verbs_msg() {
+    // Several packets on the 1024-byte path MTU of a veth.
+    pingpong("verbs", "msg", "4096", "4k", &[]);
+}
+
+/// ofi_rxm sizes its verbs CQ as (rx size + tx size) × FI_UNIVERSE_SIZE (default 256):
+/// 196608 entries, beyond rxe's (and rdma-emu's) max_cqe of 32767; ibv_create_cq then
+/// fails and fi_enable returns -22, on the kernel's rxe too. 32 peers fit.
+#[test]
+fn fi_pingpong_verbs_rxm_rdm() {
+    pingpong(
+        "verbs;ofi_rxm",
+        "rdm",
+        "4096",
+        "4k",
+        &["FI_UNIVERSE_SIZE=32"],
+    );
+}
+
+/// A datagram holds at most the path MTU (1024 on a veth's 1500 bytes).
+#[test]
+fn fi_pingpong_verbs_dgram() {
+    pingpong("verbs", "dgram", "1024", "1k", &[]);
+}
