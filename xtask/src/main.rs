@@ -109,6 +109,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "openmpi-bin",
     "libopenmpi-dev",
     "libfabric-bin",
+    "binutils",
+    "python3-venv",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
