@@ -554,3 +554,30 @@ pub fn ce_marks_are_answered_with_cnps(backend_a: &str, backend_b: &str, hook: &
     assert_eq!(received, sent, "every CNP reaches the sender");
     assert_clean_receive(&net, &da, &db);
 }
+
+/// Open MPI's rsh launcher runs `AGENT HOST COMMAND...`: this agent runs the command in
+/// the namespace that owns HOST's address, under `rdma-emu run` with that side's daemon.
+pub fn mpi_launch_agent(dir: &Path, sides: &[(&str, &Netns, &Daemon)]) -> std::path::PathBuf {
+    let mut cases = String::new();
+    for (addr, ns, d) in sides {
+        cases.push_str(&format!(
+            "  {addr}) ns={}; sock={};;\n",
+            ns.name,
+            d.socket.display()
+        ));
+    }
+    let script = format!(
+        "#!/bin/sh\n\
+         while [ \"${{1#-}}\" != \"$1\" ]; do shift; done\n\
+         host=$1; shift\n\
+         case \"$host\" in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1;;\nesac\n\
+         exec ip netns exec \"$ns\" env RDMA_EMU_SOCKET=\"$sock\" RDMA_EMU_LIB_DIR={lib} \
+         {bin}/rdma-emu run -- sh -c \"$*\"\n",
+        lib = lib_dir().display(),
+        bin = bin_dir().display(),
+    );
+    let path = dir.join("netns-agent.sh");
+    std::fs::write(&path, script).expect("agent script");
+    let _ = Command::new("chmod").arg("755").arg(&path).status();
+    path
+}

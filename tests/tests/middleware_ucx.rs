@@ -8,8 +8,8 @@
 //! ud_verbs included.
 
 use rdma_emu_tests::{
-    bin_dir, lib_dir, missing, serial, two_hosts, wait_listening, Daemon, Netns, Output, TempDir,
-    TwoHosts,
+    bin_dir, lib_dir, missing, serial, two_host::mpi_launch_agent, two_hosts, wait_listening,
+    Daemon, Output, TempDir, TwoHosts,
 };
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -195,33 +195,6 @@ fn mpi_program(dir: &Path) -> std::path::PathBuf {
     exe
 }
 
-/// Open MPI's rsh launcher runs `AGENT HOST COMMAND...`: this agent runs the command in
-/// the namespace that owns HOST's address, under `rdma-emu run` with that side's daemon.
-fn launch_agent(dir: &Path, sides: &[(&str, &Netns, &Daemon)]) -> std::path::PathBuf {
-    let mut cases = String::new();
-    for (addr, ns, d) in sides {
-        cases.push_str(&format!(
-            "  {addr}) ns={}; sock={};;\n",
-            ns.name,
-            d.socket.display()
-        ));
-    }
-    let script = format!(
-        "#!/bin/sh\n\
-         while [ \"${{1#-}}\" != \"$1\" ]; do shift; done\n\
-         host=$1; shift\n\
-         case \"$host\" in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1;;\nesac\n\
-         exec ip netns exec \"$ns\" env RDMA_EMU_SOCKET=\"$sock\" RDMA_EMU_LIB_DIR={lib} \
-         {bin}/rdma-emu run -- sh -c \"$*\"\n",
-        lib = lib_dir().display(),
-        bin = bin_dir().display(),
-    );
-    let path = dir.join("netns-agent.sh");
-    std::fs::write(&path, script).expect("agent script");
-    let _ = Command::new("chmod").arg("755").arg(&path).status();
-    path
-}
-
 /// `mpirun -np 2`, rank 0 in A (where mpirun runs) and rank 1 in B, pml ucx.
 fn mpi_pingpong_allreduce(tls: &str) {
     let Some((_s, net, da, db)) = hosts(&["mpirun", "mpicc"]) else {
@@ -229,7 +202,7 @@ fn mpi_pingpong_allreduce(tls: &str) {
     };
     let dir = TempDir::new("mpi");
     let exe = mpi_program(dir.path());
-    let agent = launch_agent(
+    let agent = mpi_launch_agent(
         dir.path(),
         &[(&net.addr_a, &net.a, &da), (&net.addr_b, &net.b, &db)],
     );

@@ -127,6 +127,8 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "ethtool",
     "python3-pyverbs",
     "stress-ng",
+    "binutils",
+    "python3-venv",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
