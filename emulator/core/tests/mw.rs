@@ -133,7 +133,13 @@ fn type2_window_bound_by_wr_is_invalidated_by_send_with_inv() {
     );
     assert_eq!(
         statuses(&mut f, 1),
-        [(20, WcStatus::Success, new_rkey.0, WcFlags::WITH_INV)]
+        // GRH too: a receive completion carries IBV_WC_GRH, as the kernel's rxe sets it.
+        [(
+            20,
+            WcStatus::Success,
+            new_rkey.0,
+            WcFlags::WITH_INV | WcFlags::GRH
+        )]
     );
     // The window is gone.
     post(&mut f, 0, a.qpn, write_to(&a, b.base, new_rkey, 3));
