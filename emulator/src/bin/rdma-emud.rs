@@ -130,6 +130,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    match daemon::sys::raise_descriptor_limit() {
+        Ok(n) => tracing::debug!(descriptors = n, "descriptor limit"),
+        Err(e) => tracing::warn!("descriptor limit not raised: {e}"),
+    }
     let socket = cfg.socket.clone();
     let mut engine = match daemon::Engine::new(cfg, daemon::default_factory(), shutdown.clone()) {
         Ok(e) => e,

@@ -171,7 +171,7 @@ fn transmit_now(
 ) -> bool {
     for m in meta {
         if !(local && is_local(d, m.dst)) {
-            d.udp.ensure_sender(m.src);
+            d.udp.ensure_sender(m.src, now);
         }
     }
     let mut delivered_locally = false;

@@ -7,8 +7,10 @@
 //! over that port, so a packet must leave from a socket bound to exactly that port. The
 //! send sockets are therefore derived from the core's output, not from a second copy of its
 //! hash: the first packet with a new (address, port) binds a send-only socket on it
-//! (`ensure_sender`), later ones reuse it; at most [`MAX_SENDERS`] per device. Receiving
-//! stays on 4791.
+//! (`ensure_sender`), later ones reuse it; at most [`MAX_SENDERS`] per device. A send
+//! socket no packet left from for [`SENDER_IDLE`] is closed, so the descriptors held follow
+//! the QP pairs in use, not every pair there ever was; the next packet on its port binds it
+//! again. Receiving stays on 4791.
 //!
 //! GSO and GRO (DESIGN decision 5): a RoCE message is a run of equal-size packets to one
 //! destination, and such a run leaves as one GSO super-datagram (`UDP_SEGMENT`, `mmsg.rs`);
@@ -26,9 +28,11 @@ use super::packet::{self, PacketCounters, PacketLink};
 use super::xdp::{XdpCounters, XdpLink, XSK_BASE};
 use super::{mmsg, sys};
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
 
 /// The RoCE v2 UDP destination port.
 pub const ROCE_V2_PORT: u16 = 4791;
@@ -46,6 +50,25 @@ pub struct BoundSocket {
 /// smaller cap broke every QP pair past it (`ib_write_bw -q 1000`: retry exceeded).
 pub const MAX_SENDERS: usize = 0x4000;
 
+/// A send socket no packet left from for this long is closed. Long against any
+/// retransmission timer (the longest, ACK timeout 31, is 8.8 ks only in theory; perftest's
+/// 14 is 67 ms), so a QP pair that still talks keeps its socket; an idle one gives its
+/// descriptor back and binds the port again on its next packet.
+pub const SENDER_IDLE: Duration = Duration::from_secs(60);
+
+/// How often idle send sockets are looked for.
+const SENDER_SWEEP: Duration = Duration::from_secs(5);
+
+/// Where a send-only socket is found: its local address and port (unscoped).
+type SenderKey = (IpAddr, u16);
+
+/// A send-only socket on a hashed source port, and when a packet last left from it.
+#[derive(Debug)]
+struct Sender {
+    bound: BoundSocket,
+    used: Instant,
+}
+
 /// What GSO and GRO did on a device (`rdma-emu stat`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct OffloadCounters {
@@ -58,6 +81,8 @@ pub struct OffloadCounters {
     /// GSO sends the kernel refused (then GSO is off for the device and the packets go one
     /// datagram each).
     pub gso_refused: u64,
+    /// Send sockets closed after [`SENDER_IDLE`] without a packet.
+    pub senders_closed: u64,
 }
 
 /// Whether the environment switches GSO and GRO off (`RDMA_EMU_UDP_OFFLOAD=0`).
@@ -90,7 +115,9 @@ pub struct UdpBackend {
     /// send when the source port is 4791.
     sockets: Vec<Option<BoundSocket>>,
     /// Send-only sockets on the source ports the core hashed.
-    senders: Vec<BoundSocket>,
+    senders: HashMap<SenderKey, Sender>,
+    /// When idle send sockets are next looked for.
+    next_sweep: Option<Instant>,
     ifindex: u32,
     /// Sockets bound to the IP multicast groups the device joined (socket indices from
     /// [`super::mcast::MCAST_BASE`] on).
@@ -113,7 +140,7 @@ pub enum Sock {
     /// The 4791 socket at this GID index.
     Slot(usize),
     /// A send-only socket on a hashed source port.
-    Sender(usize),
+    Sender(SenderKey),
     /// The AF_PACKET socket at this GID index (or the AF_XDP link of a device on the xdp
     /// backend), sending from this UDP port.
     Packet(usize, u16),
@@ -209,7 +236,8 @@ impl UdpBackend {
         }
         Ok(UdpBackend {
             sockets,
-            senders: Vec::new(),
+            senders: HashMap::new(),
+            next_sweep: None,
             ifindex,
             mcast: Default::default(),
             packet: None,
@@ -322,12 +350,13 @@ impl UdpBackend {
             self.sockets.pop();
         }
         let ip = s.local.ip();
-        let (gone, kept) = std::mem::take(&mut self.senders)
-            .into_iter()
-            .partition(|x| x.local.ip() == ip);
-        self.senders = kept;
-        let mut out: Vec<BoundSocket> = gone;
-        out.insert(0, s);
+        let gone: Vec<SenderKey> = self.senders.keys().filter(|k| k.0 == ip).copied().collect();
+        let mut out = vec![s];
+        out.extend(
+            gone.iter()
+                .filter_map(|k| self.senders.remove(k))
+                .map(|x| x.bound),
+        );
         out
     }
 
@@ -368,9 +397,9 @@ impl UdpBackend {
         }
     }
 
-    /// Send-only sockets bound so far.
-    pub fn senders(&self) -> &[BoundSocket] {
-        &self.senders
+    /// Send-only sockets bound now.
+    pub fn senders(&self) -> impl Iterator<Item = &BoundSocket> + '_ {
+        self.senders.values().map(|s| &s.bound)
     }
 
     /// Receives one datagram on socket `i`: (length, source, local destination).
@@ -457,6 +486,8 @@ impl UdpBackend {
             ("udp_rx_gro_datagrams", c.gro_datagrams),
             ("udp_rx_gro_packets", c.gro_packets),
             ("udp_tx_gso_refused", c.gso_refused),
+            ("udp_tx_port_sockets", self.senders.len() as u64),
+            ("udp_tx_port_sockets_closed", c.senders_closed),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -464,15 +495,22 @@ impl UdpBackend {
     }
 
     /// Makes sure a socket bound to `src` (address and port) exists when the port is a
-    /// hashed one; a port that cannot be bound (in use) is reported and left to the
-    /// fallback of `socket_for`.
-    pub fn ensure_sender(&mut self, src: SocketAddr) {
-        let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
+    /// hashed one, and notes that a packet leaves from it at `now`; a port that cannot be
+    /// bound (in use) is reported and left to the fallback of `socket_for`. Closes the send
+    /// sockets idle for [`SENDER_IDLE`].
+    pub fn ensure_sender(&mut self, src: SocketAddr, now: Instant) {
+        self.close_idle_senders(now);
+        let key = (src.ip(), src.port());
+        if let Some(s) = self.senders.get_mut(&key) {
+            s.used = now;
+            return;
+        }
         if src.port() == ROCE_V2_PORT
             || self.raw()
-            || self.bound().any(|(_, s)| same(s))
-            || self.senders.iter().any(same)
             || !self.bound().any(|(_, s)| s.local.ip() == src.ip())
+            || self
+                .bound()
+                .any(|(_, s)| s.local.ip() == src.ip() && s.local.port() == src.port())
         {
             return;
         }
@@ -487,16 +525,33 @@ impl UdpBackend {
                 let fd = s.socket.as_raw_fd();
                 let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 0);
                 tracing::debug!(%local, "send socket bound");
-                self.senders.push(s);
+                self.senders.insert(key, Sender { bound: s, used: now });
             }
             Err(e) => tracing::warn!(%local, "source port not bound: {e}"),
+        }
+    }
+
+    /// Closes the send sockets no packet left from for [`SENDER_IDLE`], at most once every
+    /// [`SENDER_SWEEP`].
+    fn close_idle_senders(&mut self, now: Instant) {
+        if self.next_sweep.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_sweep = Some(now + SENDER_SWEEP);
+        let before = self.senders.len();
+        self.senders
+            .retain(|_, s| now.saturating_duration_since(s.used) < SENDER_IDLE);
+        let closed = before - self.senders.len();
+        if closed > 0 {
+            tracing::debug!(closed, open = self.senders.len(), "idle send sockets closed");
+            self.count(|c| c.senders_closed += closed as u64);
         }
     }
 
     fn get(&self, i: Sock) -> Option<&BoundSocket> {
         match i {
             Sock::Slot(i) | Sock::Packet(i, _) => self.socket(i),
-            Sock::Sender(i) => self.senders.get(i),
+            Sock::Sender(k) => self.senders.get(&k).map(|s| &s.bound),
         }
     }
 
@@ -516,7 +571,10 @@ impl UdpBackend {
         self.bound()
             .find(|(_, s)| same(s))
             .map(|(i, _)| Sock::Slot(i))
-            .or_else(|| self.senders.iter().position(same).map(Sock::Sender))
+            .or_else(|| {
+                let key = (src.ip(), src.port());
+                self.senders.contains_key(&key).then_some(Sock::Sender(key))
+            })
             .or_else(|| {
                 self.bound()
                     .find(|(_, s)| s.local.ip() == src.ip())
@@ -591,159 +649,5 @@ impl UdpBackend {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_sockets_exchange_datagrams_with_addresses() {
-        let a: IpAddr = "127.0.0.77".parse().unwrap();
-        let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        let local = b.socket(0).unwrap().local;
-        b.send(local, local, b"hello").unwrap();
-        let mut buf = [0u8; 64];
-        let mut got = None;
-        for _ in 0..1000 {
-            got = b.recv(0, &mut buf).unwrap();
-            if got.is_some() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let (n, src, dst) = got.expect("datagram arrives");
-        assert_eq!(&buf[..n], b"hello");
-        assert_eq!(src, local);
-        assert_eq!(dst, local);
-    }
-}
-
-#[cfg(test)]
-mod batch_tests {
-    use super::*;
-
-    #[test]
-    fn batches_of_datagrams_go_out_and_come_back_in_order() {
-        let a: IpAddr = "127.0.0.78".parse().unwrap();
-        let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        let local = b.socket(0).unwrap().local;
-        let payloads: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
-        // Every other datagram asks for DSCP 24 (0x60); the rest leave with the default.
-        let mut msgs: Vec<mmsg::Outgoing<'_>> = payloads
-            .iter()
-            .enumerate()
-            .map(|(i, p)| mmsg::Outgoing {
-                dst: local,
-                traffic_class: if i % 2 == 1 { 0x60 } else { 0 },
-                payload: p,
-            })
-            .collect();
-        assert_eq!(b.send_batch(Sock::Slot(0), &mut msgs).unwrap(), 10);
-        let mut batch = mmsg::RecvBatch::new(16, 2048);
-        let mut got = Vec::new();
-        for _ in 0..1000 {
-            let (n, dst) = b.recv_batch(0, &mut batch).unwrap();
-            assert!(n == 0 || dst == local);
-            for i in 0..n {
-                got.push((
-                    batch.srcs[i],
-                    batch.bufs[i][..batch.lens[i].unwrap()].to_vec(),
-                    batch.tos[i],
-                ));
-            }
-            if got.len() == 10 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert_eq!(got.len(), 10);
-        for (i, (src, data, tos)) in got.iter().enumerate() {
-            assert_eq!(*src, Some(local));
-            assert_eq!(data, &payloads[i]);
-            let dscp = if i % 2 == 1 { 0x60 } else { 0 };
-            assert_eq!(*tos, Some(dscp | ECN_ECT0), "datagram {i}");
-        }
-    }
-}
-
-#[cfg(test)]
-mod offload_tests {
-    use super::*;
-
-    /// Receives until `want` packets arrived (or a generous bound passed).
-    fn receive(b: &UdpBackend, want: usize) -> Vec<Vec<u8>> {
-        let mut batch = mmsg::RecvBatch::new(8, 2048);
-        let mut got = Vec::new();
-        for _ in 0..2000 {
-            let (n, _) = b.recv_batch(0, &mut batch).unwrap();
-            for i in 0..n {
-                got.push(batch.payload(i, batch.lens[i].unwrap()).to_vec());
-            }
-            if got.len() >= want {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        got
-    }
-
-    #[test]
-    fn a_run_of_equal_packets_leaves_as_one_gso_datagram_and_comes_back_split() {
-        let a: IpAddr = "127.0.0.79".parse().unwrap();
-        let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        if !(b.gso.get() && b.gro) {
-            eprintln!("this kernel has no UDP GSO/GRO; nothing to check");
-            return;
-        }
-        let local = b.socket(0).unwrap().local;
-        // Five full packets and a short last one, then one to itself alone (other size).
-        let mut payloads: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i + 1; 1000]).collect();
-        payloads.push(vec![9; 300]);
-        payloads.push(vec![10; 1200]);
-        let mut msgs: Vec<mmsg::Outgoing<'_>> = payloads
-            .iter()
-            .map(|p| mmsg::Outgoing {
-                dst: local,
-                traffic_class: 0,
-                payload: p,
-            })
-            .collect();
-        assert_eq!(b.send_batch(Sock::Slot(0), &mut msgs).unwrap(), 7);
-        let c = b.offload.get();
-        assert_eq!((c.gso_datagrams, c.gso_packets), (1, 6));
-        let got = receive(&b, 7);
-        // Byte for byte as sent: the ICRC moved to each segment's IP ID is moved back.
-        assert_eq!(got, payloads);
-        let c = b.offload.get();
-        assert_eq!((c.gro_datagrams, c.gro_packets), (1, 6));
-    }
-
-    #[test]
-    fn congestion_experienced_counts_once_per_coalesced_datagram() {
-        let ce = Some((24 << 2) | ECN_CE);
-        assert_eq!(mmsg::segment_tos(ce, 0), ce);
-        assert_eq!(mmsg::segment_tos(ce, 1), Some((24 << 2) | ECN_ECT0));
-        assert_eq!(mmsg::segment_tos(Some(ECN_ECT0), 5), Some(ECN_ECT0));
-        assert_eq!(mmsg::segment_tos(None, 3), None);
-    }
-
-    #[test]
-    fn runs_break_at_another_destination_class_size_or_the_limits() {
-        let d1: SocketAddr = "10.0.0.1:4791".parse().unwrap();
-        let d2: SocketAddr = "10.0.0.2:4791".parse().unwrap();
-        let big = [0u8; 4000];
-        let small = [0u8; 100];
-        let m = |dst, traffic_class, payload| mmsg::Outgoing {
-            dst,
-            traffic_class,
-            payload,
-        };
-        let mut msgs = vec![m(d1, 0, &big[..]); 20];
-        msgs.push(m(d1, 0, &small[..]));
-        msgs.push(m(d1, 0, &small[..]));
-        msgs.push(m(d2, 0, &small[..]));
-        msgs.push(m(d2, 0x60, &small[..]));
-        let lens: Vec<usize> = mmsg::tests_runs(&msgs).iter().map(|r| r.len()).collect();
-        // 16 × 4000 fits 65507, the 17th does not; then 4 more and the short one close
-        // that run; the second short one, d2, and d2 with another class stand alone.
-        assert_eq!(lens, vec![16, 5, 1, 1, 1]);
-    }
-}
+#[path = "udp_tests.rs"]
+mod tests;

@@ -1,11 +1,31 @@
-//! The process and its thread: the scheduler time slice, signals forwarded to a
-//! descriptor, and daemonizing.
+//! The process and its thread: the descriptor limit, the scheduler time slice, signals
+//! forwarded to a descriptor, and daemonizing.
 
 use super::cvt::cvt;
 use std::io;
 use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::Duration;
+
+/// Raises the soft limit on open descriptors to the hard limit, and returns it. The daemon
+/// holds a send socket per UDP source port in use (one per QP pair, up to
+/// `udp::MAX_SENDERS`), a connection per iWARP QP and a descriptor or two per client; the
+/// usual soft limit of 1024 would make the QP pairs past it send from the wrong port
+/// (failing their ICRC), where the hard limit (systemd's default: 524288) does not.
+pub fn raise_descriptor_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: the kernel writes one `rlimit` into `lim`, a live local.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: the kernel reads one `rlimit` from `lim`, a live local.
+        cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    }
+    Ok(lim.rlim_cur)
+}
 
 /// `struct sched_attr` of `sched_setattr(2)` (the fields up to `sched_period`, the size
 /// the kernel has accepted since Linux 3.14).
