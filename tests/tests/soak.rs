@@ -10,7 +10,6 @@ use rdma_emu_tests::*;
 use std::time::Duration;
 
 #[test]
-#[ignore = "one pair in 27-63 rounds still fails under load (docs/reliability.md, Open); run with --ignored"]
 fn three_minutes_of_soak_with_faults_kills_and_a_restart() {
     let _s = serial();
     if let Some(why) = soak::missing_programs() {
