@@ -203,28 +203,10 @@ fn check(dev: &str, s: &Summary, allowed_errors: &[&str]) -> usize {
     s.ran - s.skipped - s.failures - s.errors
 }
 
-/// The one failure left on rxe0, documented in docs/compatibility.md: posted receives
-/// move from the ring into the daemon's RQ, so together they take more than the
-/// `max_recv_wr` reported (to be fixed in the daemon's ring accounting).
-const FULL_RQ: &str =
-    "FAIL: test_full_rq_bad_flow (tests.test_qpex.QpExTestCase.test_full_rq_bad_flow)";
-
 #[test]
 fn rdma_core_pyverbs_suite_passes_on_rxe0() {
     let Some(s) = run_suite("rxe0") else { return };
     assert_eq!(s.errors, 0, "{:#?}", s.problems);
-    let unexpected: Vec<_> = s.problems.iter().filter(|(h, _)| h != FULL_RQ).collect();
-    assert!(unexpected.is_empty(), "rxe0: {unexpected:#?}");
-    let (_, section) = documented_reasons();
-    assert!(
-        section.contains("test_full_rq_bad_flow"),
-        "the known failure is documented"
-    );
-    let s = Summary {
-        failures: s.failures - s.problems.len(),
-        problems: Vec::new(),
-        ..s
-    };
     let passed = check("rxe0", &s, &[]);
     // The kernel's rxe passes 86 of this suite; rdma-emu passes what it does.
     assert!(passed >= 80, "rxe0: only {passed} tests passed");

@@ -324,6 +324,11 @@ fn post_recv_ring(
                 length: s.length,
                 lkey: s.lkey,
             }));
+            // The daemon releases a receive's slot when the receive completes
+            // (`wire::client::ring`): this is what is outstanding.
+            if producer.index().wrapping_sub(view.consumer_index()) >= u64::from(rq.max_wr) {
+                return Err(Errno::ENOMEM);
+            }
             rq.slot.fill(0);
             RecvWqeRepr {
                 wr_id: w.wr_id,

@@ -32,6 +32,9 @@ pub struct SendQueue {
 pub struct RecvQueue {
     pub layout: RingLayout,
     pub head: u64,
+    /// Receives that may be outstanding (posted and not completed): `max_recv_wr`, or the
+    /// SRQ's `max_wr`. The ring may have more slots (a power of two).
+    pub max_wr: u32,
     pub slot: Vec<u8>,
     pub sges: Vec<wire::client::slot::Sge>,
 }
@@ -119,6 +122,7 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
         Some(l) => Some(Mutex::new(RecvQueue {
             layout: l,
             head: view(l)?.producer_index(),
+            max_wr: cap.max_recv_wr,
             slot: vec![0; l.slot_size as usize],
             sges: Vec::with_capacity(cap.max_recv_sge as usize),
         })),

@@ -412,6 +412,7 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
             rq: Mutex::new(crate::qp::RecvQueue {
                 layout: ring,
                 head,
+                max_wr: attr.max_wr,
                 slot: vec![0; ring.slot_size as usize],
                 sges: Vec::with_capacity(attr.max_sge as usize),
             }),
@@ -440,6 +441,10 @@ pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mas
             attr,
             mask: mask as u32,
         })?;
+        if mask as u32 & wire::client::verbs::srq_attr_mask::MAX_WR != 0 {
+            let mut rq = s.rq.lock().unwrap_or_else(|p| p.into_inner());
+            rq.max_wr = attr.max_wr.min(rq.layout.entries);
+        }
         Ok(())
     })
 }

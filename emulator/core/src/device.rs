@@ -614,6 +614,12 @@ impl Device {
         }
     }
 
+    /// Receives queued on SRQ `srq` (a QP that takes one owns it from then on, as rxe's
+    /// SRQ gives its slot back when a QP takes the WQE). `None` for an unknown SRQ.
+    pub fn srq_outstanding(&self, srq: SrqHandle) -> Option<usize> {
+        self.o.srqs.get(&srq.0).map(|s| s.wqes.len())
+    }
+
     /// `ibv_post_srq_recv` (one WR).
     pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: RecvWr) -> Result<(), Errno> {
         let s = self.o.srqs.get_mut(&srq.0).ok_or(Errno::EINVAL)?;

@@ -389,6 +389,17 @@ impl Device {
         Ok(())
     }
 
+    /// Receives posted to QP `qpn`'s own RQ and not yet completed: queued, or the one a
+    /// multi-packet Send is being placed into. `None` for an unknown QP.
+    pub fn recv_outstanding(&self, qpn: Qpn) -> Option<usize> {
+        let qp = self.qps.get(&qpn.0)?;
+        let placing = qp
+            .conn
+            .as_ref()
+            .is_some_and(|c| matches!(c.resp.cur, Some(InProgress::Send { .. })));
+        Some(qp.rq.len() + usize::from(placing && qp.init.srq.is_none()))
+    }
+
     /// `ibv_post_recv` (one WR).
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), Errno> {
         let qp = self.qps.get_mut(&qpn.0).ok_or(Errno::EINVAL)?;

@@ -385,6 +385,8 @@ impl Engine {
                 self.device_of(session, ctx)?
                     .nic
                     .modify_qp(now, qpn, &attr, mask)?;
+                // A reset drops the queued receives without completions.
+                self.release_recv_slots(qp);
                 ok(ReplyBody::Ok)
             }
             R::QueryQp { qp, mask: _ } => {

@@ -501,6 +501,12 @@ impl Nic for CoreNic {
             )
             .map_err(e)
     }
+    fn recv_outstanding(&self, qpn: u32) -> Option<usize> {
+        self.dev.recv_outstanding(Qpn(qpn))
+    }
+    fn srq_outstanding(&self, srq: u32) -> Option<usize> {
+        self.dev.srq_outstanding(core::SrqHandle(srq))
+    }
     fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno> {
         let wr = send_wr(wqe, None)?;
         self.dev

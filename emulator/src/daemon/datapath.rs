@@ -5,7 +5,7 @@ use super::device::ServedDevice;
 use super::engine::Engine;
 use super::fault::{self, PacketView};
 use super::mmsg::Outgoing;
-use super::nic::{EventElement, TxMeta};
+use super::nic::{EventElement, Nic, TxMeta};
 use super::objects::{Kind, Object, Qp, Ring};
 use super::sys::{self, Mapping};
 use std::collections::BTreeMap;
@@ -337,6 +337,37 @@ fn check_send(wqe: &SendWqeRepr<'_>, qp: &Qp) -> Result<(), (u32, i32)> {
     Ok(())
 }
 
+/// Publishes a receive ring's consumer index: the WQEs read, less the `outstanding` ones
+/// the core still holds (all of them released when the device does not say).
+fn release(ring: &Ring, map: &Mapping, outstanding: Option<usize>) {
+    if ring.broken.get() {
+        return;
+    }
+    if let Some(view) = ring.view(map) {
+        let read = ring.index.get();
+        let held = outstanding.map_or(0, |n| n as u64);
+        Consumer::with_index(view, read).release_to(read.wrapping_sub(held));
+    }
+}
+
+/// Gives back to the shim the ring slots of QP or SRQ `h`'s receives that completed, or
+/// that a reset dropped: the published consumer index is the WQEs read minus those the
+/// core still holds (`wire::client::ring`). A QP on an SRQ releases the SRQ's.
+fn release_recv_slots(objects: &BTreeMap<Handle, Object>, nic: &dyn Nic, h: Handle) {
+    let srq = match objects.get(&h).map(|o| &o.kind) {
+        Some(Kind::Qp(qp)) => {
+            if let Some(rq) = &qp.rq {
+                release(rq, &qp.map, nic.recv_outstanding(qp.qpn));
+            }
+            qp.srq.and_then(|s| objects.get(&s)).map(|o| &o.kind)
+        }
+        other => other,
+    };
+    if let Some(Kind::Srq(s)) = srq {
+        release(&s.ring, &s.map, nic.srq_outstanding(s.id));
+    }
+}
+
 impl Engine {
     /// Whether any SQ/RQ/SRQ ring holds unconsumed work (checked before sleeping).
     pub(super) fn rings_pending(&self) -> bool {
@@ -573,9 +604,14 @@ impl Engine {
                     ring.blocked.set(true);
                     break;
                 }
-                cons.advance();
+                cons.take();
                 if let Err(errno) = result {
                     self.counters.bad_wqes += 1;
+                    // Its slot goes back before the owner can see the completion and post.
+                    ring.index.set(cons.index());
+                    if let Some(Some(d)) = self.devices.get(dev) {
+                        release_recv_slots(&self.objects, &*d.nic, h);
+                    }
                     match target {
                         Ok((qpn, cq)) => deliver_cqe(
                             &self.objects,
@@ -587,6 +623,9 @@ impl Engine {
                 }
             }
             ring.index.set(cons.index());
+            if let Some(Some(d)) = self.devices.get(dev) {
+                release_recv_slots(&self.objects, &*d.nic, h);
+            }
         }
         if broken {
             self.ring_broken(now, h);
@@ -643,6 +682,12 @@ impl Engine {
             while let Some((cq, cqe)) = d.nic.poll_completion() {
                 worked = true;
                 unblock = true;
+                // The slot first: the application may post again as soon as it polls.
+                if cqe.opcode & wc_opcode::RECV != 0 {
+                    if let Some(&qp) = d.qp_by_qpn.get(&cqe.qp_num) {
+                        release_recv_slots(&self.objects, &*d.nic, qp);
+                    }
+                }
                 if let Some(h) = d.cq_by_id.get(&cq) {
                     deliver_cqe(&self.objects, *h, &cqe);
                 }
@@ -665,6 +710,14 @@ impl Engine {
             self.unblock_rings();
         }
         worked
+    }
+
+    /// [`release_recv_slots`] for QP or SRQ `h` (after a reset dropped its receives).
+    pub(super) fn release_recv_slots(&self, h: Handle) {
+        let dev = self.objects.get(&h).and_then(|o| self.ctx_dev(o.ctx));
+        if let Some(Some(d)) = dev.and_then(|i| self.devices.get(i)) {
+            release_recv_slots(&self.objects, &*d.nic, h);
+        }
     }
 
     /// Completions made room in the cores' queues: retry rings that were full.

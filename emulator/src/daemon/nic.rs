@@ -153,6 +153,15 @@ pub trait Nic {
         mem: &mut dyn AppMemory,
     ) -> Result<(), Errno>;
     fn post_recv(&mut self, qpn: u32, wr_id: u64, sges: SgeList<'_>) -> Result<(), Errno>;
+    /// Receives posted to QP `qpn`'s RQ that have not completed; `None` when the device
+    /// gives a receive's ring slot back as soon as it has queued it (siw).
+    fn recv_outstanding(&self, _qpn: u32) -> Option<usize> {
+        None
+    }
+    /// Receives queued on SRQ `srq`; `None` as for [`Nic::recv_outstanding`].
+    fn srq_outstanding(&self, _srq: u32) -> Option<usize> {
+        None
+    }
     /// Binds a type 1 window at once (`ibv_bind_mw`; the WQE's bind fields as in
     /// `wire::client::slot`); returns the window's new R_Key.
     fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno>;

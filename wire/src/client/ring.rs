@@ -21,6 +21,12 @@
 //! and only publishes it, so a hostile peer overwriting the shared copy of *our* index
 //! changes nothing for us; a peer index that makes `producer - consumer > entries` is
 //! [`RingError::Broken`].
+//!
+//! A receive ring's consumer index counts the slots *released*, not the slots read: the
+//! daemon reads a receive WQE when it queues it ([`Consumer::take`]) and releases its slot
+//! when the receive completes ([`Consumer::release_to`]), as rxe advances its RQ's consumer
+//! index at completion. So the producer's `producer - consumer` is the receives
+//! outstanding, which is what `max_recv_wr` bounds.
 
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -327,6 +333,28 @@ impl<'a> Consumer<'a> {
         self.view
             .word(CONSUMER_WORD)
             .store(self.tail, Ordering::Release);
+    }
+
+    /// Consumes the slot last peeked without publishing: the slot stays the consumer's
+    /// until [`Consumer::release_to`] gives it back.
+    pub fn take(&mut self) {
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Publishes the consumer index `index` (`Release`): every slot before it may be
+    /// written again. Never beyond what was consumed: an `index` past the private index,
+    /// or more than a ring behind it, publishes the private index. Keeping the published
+    /// index from going back is the caller's part.
+    pub fn release_to(&self, index: u64) {
+        let behind = self.tail.wrapping_sub(index);
+        let index = if behind <= u64::from(self.view.layout.entries) {
+            index
+        } else {
+            self.tail
+        };
+        self.view
+            .word(CONSUMER_WORD)
+            .store(index, Ordering::Release);
     }
 
     /// [`Consumer::peek`] then [`Consumer::advance`].

@@ -193,3 +193,31 @@ proptest! {
         let _ = p.push(&[1, 2, 3]);
     }
 }
+
+#[test]
+fn taken_slots_stay_the_consumers_until_released() {
+    let mem = region(LAYOUT.end() as usize);
+    let view = RingView::new(&mem, LAYOUT).unwrap();
+    let mut p = Producer::new(view);
+    for i in 0..4u8 {
+        p.push(&[i; 64]).unwrap();
+    }
+    let mut c = Consumer::new(view);
+    let mut buf = [0u8; 64];
+    for _ in 0..4 {
+        assert!(c.peek(&mut buf).unwrap());
+        c.take();
+    }
+    // All four read, none released: the producer still sees a full ring.
+    assert_eq!(c.index(), 4);
+    assert_eq!(p.free().unwrap(), 0);
+    assert_eq!(p.push(&[9; 64]), Err(RingError::Full));
+    c.release_to(1);
+    assert_eq!(p.free().unwrap(), 1);
+    // Past what was consumed, or a whole ring behind it: the private index instead.
+    c.release_to(99);
+    assert_eq!(view.consumer_index(), 4);
+    c.release_to(u64::MAX);
+    assert_eq!(view.consumer_index(), 4);
+    assert_eq!(p.free().unwrap(), 4);
+}
