@@ -1,4 +1,6 @@
-//! Printing one frame: addresses, then RoCE / CM / iWARP / plain transport fields.
+//! Decoding and printing one frame: the link type made Ethernet, GSO super-frames split,
+//! then addresses and RoCE / CM / iWARP / plain transport fields, with the checks counted
+//! in the [`Summary`]. [`Decoder`] holds what lasts from frame to frame.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -11,7 +13,104 @@ use wire::roce::packet::{
 };
 use wire::roce::{Packet, PacketRepr, Qpn};
 
-use super::Decoder;
+use pcap_file::DataLink;
+
+use super::stream::Streams;
+use super::summary::Summary;
+
+/// The state of one decoding run: the options, the tally, and the TCP flows being
+/// reassembled for the MPA deframer.
+pub(super) struct Decoder {
+    verbose: bool,
+    pub(super) summary: Summary,
+    streams: Streams,
+}
+
+impl Decoder {
+    pub(super) fn new(verbose: bool) -> Decoder {
+        Decoder {
+            verbose,
+            summary: Summary::default(),
+            streams: Streams::default(),
+        }
+    }
+
+    /// Decodes one captured frame of link type `link`, emitting its line and, when
+    /// verbose, its fields.
+    pub(super) fn frame(
+        &mut self,
+        link: DataLink,
+        ts: Duration,
+        data: &[u8],
+        emit: &mut dyn FnMut(&str),
+    ) {
+        self.summary.frames += 1;
+        let mut line = timestamp(ts);
+        let mut detail = Vec::new();
+        let Some(ethernet) = as_ethernet(link, data) else {
+            let _ = write!(
+                line,
+                " unsupported link type {link:?}, {} bytes",
+                data.len()
+            );
+            emit(&line);
+            return;
+        };
+        if let Some(frames) = super::gso::split(&ethernet) {
+            self.summary.frames -= 1;
+            for f in frames {
+                self.frame(DataLink::ETHERNET, ts, &f, emit);
+            }
+            return;
+        }
+        match wire::frame::parse(&ethernet) {
+            // ARP, LLDP and the like share the wire with RoCE and iWARP: not ours to judge.
+            Err(wire::frame::Error::UnsupportedEtherType(t)) => {
+                let _ = write!(line, " EtherType {t:#06x}, {} bytes (not IP)", data.len());
+            }
+            Err(e) => {
+                self.summary.malformed += 1;
+                let _ = write!(line, " [malformed frame: {e}]");
+            }
+            Ok(parsed) => {
+                frame(self, &parsed, &mut line, &mut detail);
+            }
+        }
+        emit(&line);
+        for l in detail {
+            emit(&l);
+        }
+    }
+}
+
+/// The frame as Ethernet II: captures on `any` (Linux cooked, SLL and SLL2) and raw IP
+/// captures get a synthetic Ethernet header with zero addresses.
+fn as_ethernet(link: DataLink, data: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+    let synth = |ethertype: [u8; 2], payload: &[u8]| {
+        let mut v = Vec::with_capacity(14 + payload.len());
+        v.extend_from_slice(&[0u8; 12]);
+        v.extend_from_slice(&ethertype);
+        v.extend_from_slice(payload);
+        std::borrow::Cow::Owned(v)
+    };
+    match link {
+        DataLink::ETHERNET => Some(std::borrow::Cow::Borrowed(data)),
+        DataLink::LINUX_SLL => {
+            let t = data.get(14..16)?;
+            Some(synth([t[0], t[1]], data.get(16..)?))
+        }
+        DataLink::LINUX_SLL2 => {
+            let t = data.get(0..2)?;
+            Some(synth([t[0], t[1]], data.get(20..)?))
+        }
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => match data.first()? >> 4 {
+            4 => Some(synth([0x08, 0x00], data)),
+            6 => Some(synth([0x86, 0xdd], data)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 /// `HH:MM:SS.micros` (UTC) like tcpdump.
 pub(super) fn timestamp(ts: Duration) -> String {

@@ -11,8 +11,8 @@
 mod format;
 mod gso;
 mod stream;
+mod summary;
 
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::{Block, PcapNgReader};
-use pcap_file::DataLink;
 
-use stream::Streams;
+use format::Decoder;
+pub use summary::Summary;
 
 /// Arguments of `rdma-emu decode`.
 #[derive(Debug, Clone, clap::Args)]
@@ -32,30 +32,6 @@ pub struct DecodeArgs {
     /// Print every header field under each frame.
     #[arg(short, long)]
     pub verbose: bool,
-}
-
-/// What decoding a capture found.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Summary {
-    /// Frames read.
-    pub frames: usize,
-    /// RoCE v2 packets whose ICRC verified.
-    pub icrc_ok: usize,
-    /// RoCE v2 packets whose ICRC did not.
-    pub icrc_bad: usize,
-    /// FPDUs whose CRC was checked and matched.
-    pub crc_ok: usize,
-    /// FPDUs whose CRC did not match.
-    pub crc_bad: usize,
-    /// Frames or stream units that could not be parsed.
-    pub malformed: usize,
-}
-
-impl Summary {
-    /// Whether any check failed.
-    pub fn has_bad_checksum(&self) -> bool {
-        self.icrc_bad > 0 || self.crc_bad > 0
-    }
 }
 
 /// Why a capture could not be read.
@@ -98,11 +74,7 @@ pub fn decode_bytes(
     verbose: bool,
     emit: &mut dyn FnMut(&str),
 ) -> Result<Summary, DecodeError> {
-    let mut d = Decoder {
-        verbose,
-        summary: Summary::default(),
-        streams: Streams::default(),
-    };
+    let mut d = Decoder::new(verbose);
     let magic = bytes
         .get(..4)
         .ok_or_else(|| DecodeError("not a pcap or pcapng file (too short)".into()))?;
@@ -142,82 +114,6 @@ pub fn decode_bytes(
         }
     }
     Ok(d.summary)
-}
-
-struct Decoder {
-    verbose: bool,
-    summary: Summary,
-    streams: Streams,
-}
-
-impl Decoder {
-    fn frame(&mut self, link: DataLink, ts: Duration, data: &[u8], emit: &mut dyn FnMut(&str)) {
-        self.summary.frames += 1;
-        let mut line = format::timestamp(ts);
-        let mut detail = Vec::new();
-        let Some(ethernet) = as_ethernet(link, data) else {
-            let _ = write!(
-                line,
-                " unsupported link type {link:?}, {} bytes",
-                data.len()
-            );
-            emit(&line);
-            return;
-        };
-        if let Some(frames) = gso::split(&ethernet) {
-            self.summary.frames -= 1;
-            for f in frames {
-                self.frame(DataLink::ETHERNET, ts, &f, emit);
-            }
-            return;
-        }
-        match wire::frame::parse(&ethernet) {
-            // ARP, LLDP and the like share the wire with RoCE and iWARP: not ours to judge.
-            Err(wire::frame::Error::UnsupportedEtherType(t)) => {
-                let _ = write!(line, " EtherType {t:#06x}, {} bytes (not IP)", data.len());
-            }
-            Err(e) => {
-                self.summary.malformed += 1;
-                let _ = write!(line, " [malformed frame: {e}]");
-            }
-            Ok(frame) => {
-                format::frame(self, &frame, &mut line, &mut detail);
-            }
-        }
-        emit(&line);
-        for l in detail {
-            emit(&l);
-        }
-    }
-}
-
-/// The frame as Ethernet II: captures on `any` (Linux cooked, SLL and SLL2) and raw IP
-/// captures get a synthetic Ethernet header with zero addresses.
-fn as_ethernet(link: DataLink, data: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
-    let synth = |ethertype: [u8; 2], payload: &[u8]| {
-        let mut v = Vec::with_capacity(14 + payload.len());
-        v.extend_from_slice(&[0u8; 12]);
-        v.extend_from_slice(&ethertype);
-        v.extend_from_slice(payload);
-        std::borrow::Cow::Owned(v)
-    };
-    match link {
-        DataLink::ETHERNET => Some(std::borrow::Cow::Borrowed(data)),
-        DataLink::LINUX_SLL => {
-            let t = data.get(14..16)?;
-            Some(synth([t[0], t[1]], data.get(16..)?))
-        }
-        DataLink::LINUX_SLL2 => {
-            let t = data.get(0..2)?;
-            Some(synth([t[0], t[1]], data.get(20..)?))
-        }
-        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => match data.first()? >> 4 {
-            4 => Some(synth([0x08, 0x00], data)),
-            6 => Some(synth([0x86, 0xdd], data)),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 #[cfg(test)]

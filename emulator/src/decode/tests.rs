@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapPacket, PcapWriter};
+use pcap_file::DataLink;
 use wire::frame::{build_tcp, FrameAddrs, TcpInfo};
 use wire::iwarp::fpdu;
 use wire::iwarp::mpa::{MpaFrameKind, MpaRepr, MpaRevision};

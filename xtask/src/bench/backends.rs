@@ -7,11 +7,10 @@
 //! robin, [`ROUNDS`] times, so a burst of load on the shared machine falls on every backend
 //! alike; each cell is the median of its rounds.
 
+use super::figure::{ratio, show_ratio, Figure, Notes};
+use super::limits::Limits;
+use super::perftest::{bw_iterations, parse_bw_avg, parse_lat_typical, PERFTEST_LIMIT};
 use super::site::{Net, Site};
-use super::{
-    bw_iterations, parse_bw_avg, parse_lat_typical, ratio, show_ratio, Figure, Limits, Notes,
-    PERFTEST_LIMIT,
-};
 use std::fmt::Write as _;
 use std::path::Path;
 

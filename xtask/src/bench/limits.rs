@@ -1,6 +1,9 @@
 //! The machine's limits, measured in the same run as rdma-emu: single-core memcpy, UDP
 //! throughput at RoCE datagram sizes (plain and GSO+GRO), and a busy-polling UDP round trip,
 //! on loopback and between two namespaces over veth.
+use super::figure::Figure;
+use super::perftest::Placement;
+use super::site::Net;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -157,4 +160,74 @@ pub fn udp_busy_rtt_us(a: UdpSocket, b: UdpSocket) -> Result<f64, String> {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = echo.join();
     result
+}
+
+/// A RoCE v2 packet at a 4096-byte path MTU: BTH (12) + RETH (16) + payload + ICRC (4).
+pub const ROCE_DATAGRAM_LO: usize = 4096 + 12 + 16 + 4;
+
+/// The same at veth's 1024-byte path MTU (interface MTU 1500).
+pub const ROCE_DATAGRAM_VETH: usize = 1024 + 12 + 16 + 4;
+
+/// The limits measured in this run.
+pub struct Limits {
+    pub memcpy: f64,
+    pub udp_lo: Figure,
+    pub udp_lo_gso: Figure,
+    pub rtt_lo: Figure,
+    pub udp_veth: Figure,
+    pub udp_veth_gso: Figure,
+    pub rtt_veth: Figure,
+}
+
+impl Limits {
+    pub fn udp_gso(&self, p: Placement) -> &Figure {
+        match p {
+            Placement::OneHost => &self.udp_lo_gso,
+            Placement::TwoNamespaces => &self.udp_veth_gso,
+        }
+    }
+    pub fn rtt(&self, p: Placement) -> &Figure {
+        match p {
+            Placement::OneHost => &self.rtt_lo,
+            Placement::TwoNamespaces => &self.rtt_veth,
+        }
+    }
+}
+
+pub fn measure_limits() -> Limits {
+    let memcpy = memcpy_gbps();
+    println!("memcpy 64 MiB, one core: {memcpy:.2} GB/s");
+    let lo = || -> Result<_, String> {
+        Ok((bind_in(None, "127.0.0.1:0")?, bind_in(None, "127.0.0.1:0")?))
+    };
+    let udp_lo = lo().and_then(|(a, b)| udp_throughput(a, b, ROCE_DATAGRAM_LO, false));
+    let udp_lo_gso = lo().and_then(|(a, b)| udp_throughput(a, b, ROCE_DATAGRAM_LO, true));
+    let rtt_lo = lo().and_then(|(a, b)| udp_busy_rtt_us(a, b));
+    println!("UDP loopback {ROCE_DATAGRAM_LO} B: {udp_lo:.2?} GB/s, GSO+GRO {udp_gso:.2?} GB/s, busy RTT {rtt_lo:.2?} us", udp_gso = udp_lo_gso);
+    let (udp_veth, udp_veth_gso, rtt_veth) = match Net::veth("limits") {
+        Ok(net) => {
+            let pair = |port: u16| -> Result<_, String> {
+                Ok((
+                    bind_in(Some(net.name(0)), &format!("{}:{port}", net.addrs[0]))?,
+                    bind_in(Some(net.name(1)), &format!("{}:{port}", net.addrs[1]))?,
+                ))
+            };
+            (
+                pair(0).and_then(|(a, b)| udp_throughput(a, b, ROCE_DATAGRAM_VETH, false)),
+                pair(0).and_then(|(a, b)| udp_throughput(a, b, ROCE_DATAGRAM_VETH, true)),
+                pair(0).and_then(|(a, b)| udp_busy_rtt_us(a, b)),
+            )
+        }
+        Err(e) => (Err(e.clone()), Err(e.clone()), Err(e)),
+    };
+    println!("UDP veth {ROCE_DATAGRAM_VETH} B: {udp_veth:.2?} GB/s, GSO+GRO {udp_veth_gso:.2?} GB/s, busy RTT {rtt_veth:.2?} us");
+    Limits {
+        memcpy,
+        udp_lo,
+        udp_lo_gso,
+        rtt_lo,
+        udp_veth,
+        udp_veth_gso,
+        rtt_veth,
+    }
 }

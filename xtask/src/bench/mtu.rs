@@ -6,9 +6,11 @@
 //! seconds per GB moved of the two daemons (64 KiB WRITE) and of iperf3's sender and
 //! receiver together, on the same path.
 
+use super::figure::{ratio, show_ratio, Figure, Notes};
+use super::limits;
+use super::perftest::{bw_iterations, parse_bw_avg, PERFTEST_LIMIT};
+use super::scale::cpu_seconds;
 use super::site::{ip, Net, Site};
-use super::PERFTEST_LIMIT;
-use super::{bw_iterations, cpu_seconds, limits, parse_bw_avg, ratio, show_ratio, Figure, Notes};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -26,6 +26,8 @@
 mod config;
 mod conn;
 pub mod ext;
+mod mpa;
+mod placement;
 mod rx;
 mod stags;
 mod tx;
@@ -35,18 +37,5 @@ pub use config::{
     RtrOffer,
 };
 pub use conn::{Connection, RECV_WAIT, RX_STALL_TIMEOUT};
+pub use mpa::mulpdu;
 pub use stags::{MrEntry, MrTable, StagError, Stags};
-
-/// The largest MULPDU (Maximum ULPDU) for an effective MSS of `emss` octets
-/// (RFC 5044 §4.1: `EMSS - (6 + 4 * ceil(EMSS / 512) + EMSS mod 4)` with
-/// markers, `EMSS - (6 + EMSS mod 4)` without), capped so the ULPDU_Length field holds
-/// it and never below 64.
-pub fn mulpdu(emss: u32, markers: bool) -> usize {
-    let emss = u64::from(emss);
-    let overhead = if markers {
-        6 + 4 * emss.div_ceil(512) + emss % 4
-    } else {
-        6 + emss % 4
-    };
-    (emss.saturating_sub(overhead) as usize).clamp(64, 65532)
-}

@@ -161,7 +161,7 @@ impl SiwNic {
         private_data: &[u8],
         mem: &mut dyn AppMemory,
     ) -> Result<(), Errno> {
-        self.io.reject(now, conn, private_data, &mut self.dev, mem)
+        self.reject_request(now, conn, private_data, mem)
     }
 
     /// `rdma_disconnect`: closes the connection (iWARP has no disconnect message: the

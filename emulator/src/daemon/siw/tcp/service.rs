@@ -1,36 +1,24 @@
-//! The TCP connections of siw devices, whatever TCP carries them (`net.rs`: the kernel's,
-//! or smoltcp's on AF_PACKET; the engine watches one descriptor per device,
-//! `Nic::stream_fd`): each connection's bytes fed to its `iwarp::Connection`
-//! (`handle_stream`) and its output written with large writes (`poll_stream_transmit`
-//! gathered up to 1 MiB per write; what the TCP does not take is kept and output interest
-//! set). The engine's MSS is the connection's (the kernel's `TCP_MAXSEG`, or what smoltcp
-//! and the peer's SYN allow) so FPDUs stay segment-sized (RFC 5044 §4.1). When the engine
-//! is over (`wants_close`) the writing half is shut down (FIN after the last byte, a
-//! Terminate included) and the connection closed once the peer's FIN arrived or after
-//! [`LINGER`]. A FIN or RST from the peer is `handle_stream_closed`.
-//!
-//! While a connection's engine holds a Send for a receive WR the application posted but
-//! the daemon has not taken from its ring yet (`is_waiting_for_recv`), its socket is not
-//! read (TCP's window holds the peer back); each pass retries it after the rings were
-//! drained. The engines' deadlines (MPA exchange, that wait, a partial FPDU's stall
-//! timeout) are part of `poll_timeout` and served by `stream_timeouts`.
+//! The TCP half of one siw engine pass: ready listeners accepted, each connection's
+//! socket read into its engine and the engine's output written back (both within a
+//! per-pass budget), engine events turned into CM events, completions and async events,
+//! and closed connections reaped. The sockets themselves are the table's
+//! (`streams.rs`); this file owns only the constants that pace the I/O.
 
-use super::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
-use super::net::{Ready, StreamNet, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER};
-use super::nic::SiwNic;
+use super::streams::{Conn, ConnPhase, Origin, Outcome, Streams};
 use crate::daemon::core_nic::{cqe_out, Bridge};
 use crate::daemon::nic::{AppMemory, Errno, EventElement};
+use crate::daemon::siw::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
+use crate::daemon::siw::net::{Ready, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER};
+use crate::daemon::siw::nic::SiwNic;
 use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent};
-use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 use wire::client::verbs::{event_type, qp_state};
 use wire::iwarp::terminate::{TermLayer, TerminateError};
 
 /// How long a closed connection waits for the peer's FIN before the socket is closed.
-pub const LINGER: Duration = Duration::from_secs(2);
+const LINGER: Duration = Duration::from_secs(2);
 /// Most octets kept from a passive connection before its MPA Request was answered
 /// (a Request is at most 532 octets; the initiator sends nothing more until the Reply).
 const RAW_MAX: usize = 64 * 1024;
@@ -39,96 +27,6 @@ const TX_CHUNK: usize = 1 << 20;
 /// Octets read or written per connection and pass (fairness between connections).
 const IO_BUDGET: usize = 8 << 20;
 
-/// Who asked for the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Origin {
-    /// `connect`: we send the MPA Request.
-    Connect,
-    /// Accepted on a listener: we answer it.
-    Accept,
-}
-
-/// Where a connection stands.
-#[derive(Debug)]
-pub(super) enum ConnPhase {
-    /// Active: TCP connect in progress; the engine is built when it completes.
-    Connecting { qpn: u32, cfg: Box<IwarpConfig> },
-    /// Passive: waiting for the MPA Request. `probe` (an engine with no QP) parses it;
-    /// `raw` keeps every octet, replayed into the real engine at `accept`.
-    AwaitRequest {
-        probe: Box<Connection>,
-        raw: Vec<u8>,
-    },
-    /// Passive: `ConnectRequest` was reported; waiting for `accept` / `reject`.
-    RequestPending { raw: Vec<u8> },
-    /// The engine runs (also a rejecting engine with no QP, until its Reply left).
-    Running(Box<Connection>),
-}
-
-/// What the active side's RDMA CM was told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    Pending,
-    Established,
-    Failed,
-}
-
-/// One TCP connection.
-#[derive(Debug)]
-pub(super) struct Conn {
-    pub local: SocketAddr,
-    pub peer: SocketAddr,
-    listener: Option<ListenerId>,
-    pub phase: ConnPhase,
-    /// The QP bound by `connect` / `accept` (cleared when the QP is destroyed).
-    pub qpn: Option<u32>,
-    origin: Origin,
-    mss: u32,
-    /// Output the socket has not taken yet: `tx[tx_at..]`.
-    tx: Vec<u8>,
-    tx_at: usize,
-    want_out: bool,
-    interest: (bool, bool),
-    /// The peer's FIN (or RST) arrived.
-    pub eof: bool,
-    /// Our writing half is shut down.
-    shut: bool,
-    linger_until: Option<Instant>,
-    outcome: Outcome,
-    disconnected: bool,
-    /// To be closed and forgotten at the end of the pass.
-    dead: bool,
-}
-
-#[derive(Debug)]
-struct Listener {
-    /// The listener's name in the [`StreamNet`] (kept when a lingering listener is
-    /// taken back under a new [`ListenerId`]).
-    net_id: u32,
-    local: SocketAddr,
-}
-
-/// How long a closed listener's socket stays bound (and keeps completing handshakes
-/// into its accept queue) in case the same address and port are listened on again.
-/// perftest's `-R` closes its first listener, sleeps about a second, and listens anew
-/// while its client, after the same second, connects again; a connect refused in that
-/// gap would be final (the RoCE CM holds an unmatched REQ for the same reason,
-/// `cm::gsi::LISTEN_GRACE`). The cost: for this long nobody else can bind the port.
-const LISTEN_LINGER: Duration = Duration::from_secs(2);
-
-/// The sockets of one siw device.
-#[derive(Debug)]
-pub(super) struct Streams {
-    net: Box<dyn StreamNet>,
-    listeners: HashMap<ListenerId, Listener>,
-    /// Closed listeners kept bound until the deadline ([`LISTEN_LINGER`]).
-    lingering: Vec<(Instant, Listener)>,
-    pub conns: BTreeMap<ConnId, Conn>,
-    next_id: u32,
-    ready: Vec<Ready>,
-    rx_buf: Vec<u8>,
-}
-
 fn is_would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
@@ -136,7 +34,7 @@ fn is_would_block(e: &io::Error) -> bool {
 /// The async event a Terminate becomes: received → `QP_FATAL`; sent for the peer's
 /// protection error → `QP_ACCESS_ERR`, for its operation / untagged-buffer error →
 /// `QP_REQ_ERR`; otherwise `QP_FATAL`.
-pub(super) fn terminate_event(error: TerminateError, local: bool) -> u32 {
+fn terminate_event(error: TerminateError, local: bool) -> u32 {
     if !local {
         return event_type::QP_FATAL;
     }
@@ -147,240 +45,11 @@ pub(super) fn terminate_event(error: TerminateError, local: bool) -> u32 {
     }
 }
 
-impl Streams {
-    pub fn new(net: Box<dyn StreamNet>) -> Streams {
-        Streams {
-            net,
-            listeners: HashMap::new(),
-            lingering: Vec::new(),
-            conns: BTreeMap::new(),
-            next_id: 1,
-            ready: Vec::with_capacity(64),
-            rx_buf: vec![0u8; 256 * 1024],
-        }
-    }
-
-    pub fn raw_fd(&self) -> RawFd {
-        self.net.fd()
-    }
-
-    pub fn net_counters(&self) -> Vec<(&'static str, u64)> {
-        self.net.counters()
-    }
-
-    fn alloc_id(&mut self) -> u32 {
-        loop {
-            let id = self.next_id;
-            self.next_id = self.next_id.wrapping_add(1).max(1);
-            let net_ids = self
-                .listeners
-                .values()
-                .chain(self.lingering.iter().map(|l| &l.1));
-            if !self.conns.contains_key(&ConnId(id))
-                && !self.listeners.contains_key(&ListenerId(id))
-                && !net_ids.into_iter().any(|l| l.net_id == id)
-            {
-                return id;
-            }
-        }
-    }
-
-    pub fn listen(
-        &mut self,
-        local: SocketAddr,
-        _backlog: u32,
-    ) -> Result<(ListenerId, SocketAddr), Errno> {
-        // A listener closed on this very address moments ago is taken back with the
-        // connections its accept queue holds.
-        let kept = (local.port() != 0)
-            .then(|| self.lingering.iter().position(|(_, l)| l.local == local))
-            .flatten()
-            .map(|i| self.lingering.swap_remove(i).1);
-        let listener = match kept {
-            Some(l) => {
-                self.net.watch_listener(l.net_id, true);
-                l
-            }
-            None => {
-                let net_id = self.alloc_id();
-                let local = self.net.listen(net_id, local)?;
-                Listener { net_id, local }
-            }
-        };
-        let bound = listener.local;
-        let id = self.alloc_id();
-        self.listeners.insert(ListenerId(id), listener);
-        tracing::debug!(listener = id, %bound, "siw: listening");
-        Ok((ListenerId(id), bound))
-    }
-
-    pub fn unlisten(&mut self, id: ListenerId) -> Result<(), Errno> {
-        let l = self.listeners.remove(&id).ok_or(libc::ENOENT)?;
-        self.net.watch_listener(l.net_id, false);
-        tracing::debug!(listener = id.0, local = %l.local, "siw: listener closed");
-        self.lingering.push((Instant::now() + LISTEN_LINGER, l));
-        Ok(())
-    }
-
-    /// Closes the lingering listeners whose time is up (the connections still in their
-    /// accept queues are reset). Whether any closed.
-    pub fn expire_listeners(&mut self, now: Instant) -> bool {
-        let before = self.lingering.len();
-        let net = &mut self.net;
-        self.lingering.retain(|(until, l)| {
-            let keep = *until > now;
-            if !keep {
-                net.close_listener(l.net_id);
-            }
-            keep
-        });
-        before != self.lingering.len()
-    }
-
-    pub fn connect(
-        &mut self,
-        qpn: u32,
-        src: SocketAddr,
-        dst: SocketAddr,
-        cfg: IwarpConfig,
-    ) -> Result<(ConnId, SocketAddr), Errno> {
-        let id = self.alloc_id();
-        let local = self.net.connect(id, src, dst)?;
-        tracing::debug!(conn = id, qpn, %local, %dst, "siw: connecting");
-        self.conns.insert(
-            ConnId(id),
-            Conn::new(
-                local,
-                dst,
-                None,
-                ConnPhase::Connecting {
-                    qpn,
-                    cfg: Box::new(cfg),
-                },
-                Origin::Connect,
-                (false, true),
-            ),
-        );
-        Ok((ConnId(id), local))
-    }
-
-    pub fn mss_of(&self, id: ConnId) -> u32 {
-        self.conns.get(&id).map_or(DEFAULT_MSS, |c| c.mss)
-    }
-
-    /// Sets the epoll interest a connection needs now.
-    pub fn set_interest(&mut self, id: ConnId) {
-        let Some(c) = self.conns.get_mut(&id) else {
-            return;
-        };
-        let want = match &c.phase {
-            ConnPhase::Connecting { .. } => (false, true),
-            // A Send waiting for a receive WR stops input: TCP's window holds the rest.
-            ConnPhase::Running(e) if e.is_waiting_for_recv() => (false, c.want_out && !c.dead),
-            _ => (!c.eof && !c.dead, c.want_out && !c.dead),
-        };
-        if want != c.interest && self.net.set_interest(id.0, want.0, want.1) {
-            c.interest = want;
-        }
-    }
-
-    pub fn reject(
-        &mut self,
-        now: Instant,
-        id: ConnId,
-        private_data: &[u8],
-        dev: &mut emu_core::Device,
-        mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        let c = self.conns.get_mut(&id).ok_or(libc::ENOENT)?;
-        let ConnPhase::RequestPending { raw } = &c.phase else {
-            return Err(libc::EINVAL);
-        };
-        let mut probe = Connection::responder(now, IwarpConfig::default());
-        probe.handle_stream(now, raw, dev, &mut Bridge(mem));
-        while probe.poll_event().is_some() {}
-        probe.reject(private_data).map_err(|e| e.0)?;
-        tracing::debug!(conn = id.0, "siw: MPA Request rejected");
-        c.phase = ConnPhase::Running(Box::new(probe));
-        Ok(())
-    }
-
-    pub fn disconnect(&mut self, id: ConnId) -> Result<(), Errno> {
-        let c = self.conns.get_mut(&id).ok_or(libc::ENOENT)?;
-        match &mut c.phase {
-            ConnPhase::Running(engine) => engine.close(),
-            _ => c.dead = true,
-        }
-        Ok(())
-    }
-
-    /// The earliest deadline: the engines' (MPA timeouts, a Send waiting for a receive WR,
-    /// a partial FPDU's stall timeout), lingering closes, lingering listeners.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        let listeners = self
-            .lingering
-            .iter()
-            .map(|(until, _)| *until)
-            .chain(self.net.poll_timeout())
-            .min();
-        let conns = self
-            .conns
-            .values()
-            .filter_map(|c| {
-                let engine = match &c.phase {
-                    ConnPhase::Running(e) => e.poll_timeout(),
-                    ConnPhase::AwaitRequest { probe, .. } => probe.poll_timeout(),
-                    _ => None,
-                };
-                match (engine, c.linger_until) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
-            })
-            .min();
-        match (listeners, conns) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
-
-impl Conn {
-    fn new(
-        local: SocketAddr,
-        peer: SocketAddr,
-        listener: Option<ListenerId>,
-        phase: ConnPhase,
-        origin: Origin,
-        interest: (bool, bool),
-    ) -> Conn {
-        Conn {
-            local,
-            peer,
-            listener,
-            phase,
-            qpn: None,
-            origin,
-            mss: DEFAULT_MSS,
-            tx: Vec::new(),
-            tx_at: 0,
-            want_out: false,
-            interest,
-            eof: false,
-            shut: false,
-            linger_until: None,
-            outcome: Outcome::Pending,
-            disconnected: false,
-            dead: false,
-        }
-    }
-}
-
 impl SiwNic {
     /// The TCP backend's work of one engine pass: ready sockets (`readable`: the
     /// engine saw the epoll set ready), then every connection's output, engine events
     /// and completions, then closed connections. Whether anything happened.
-    pub(super) fn service_streams(
+    pub(in crate::daemon::siw) fn service_streams(
         &mut self,
         now: Instant,
         readable: bool,
@@ -436,7 +105,11 @@ impl SiwNic {
     }
 
     /// The engines' timeouts and lingering closes (`Nic::handle_timeout`).
-    pub(super) fn stream_timeouts(&mut self, now: Instant, mem: &mut dyn AppMemory) {
+    pub(in crate::daemon::siw) fn stream_timeouts(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn AppMemory,
+    ) {
         let ids: Vec<ConnId> = self.io.conns.keys().copied().collect();
         for id in ids {
             if let Some(c) = self.io.conns.get_mut(&id) {
@@ -692,7 +365,7 @@ impl SiwNic {
 
     /// Moves the engine's completions and events of connection `id` out: completions
     /// to the device's queue, QP state changes, async events, RDMA CM events.
-    pub(super) fn pump(&mut self, id: ConnId) -> bool {
+    pub(in crate::daemon::siw) fn pump(&mut self, id: ConnId) -> bool {
         let SiwNic {
             io,
             qps,
@@ -796,13 +469,13 @@ impl SiwNic {
         any
     }
 
-    pub(super) fn pump_qp(&mut self, qpn: u32) {
+    pub(in crate::daemon::siw) fn pump_qp(&mut self, qpn: u32) {
         if let Some(id) = self.qps.get(&qpn).and_then(|q| q.conn) {
             self.pump(id);
         }
     }
 
-    pub(super) fn pump_all(&mut self) {
+    pub(in crate::daemon::siw) fn pump_all(&mut self) {
         let ids: Vec<ConnId> = self.io.conns.keys().copied().collect();
         for id in ids {
             self.pump(id);
@@ -858,8 +531,30 @@ impl SiwNic {
 }
 
 impl SiwNic {
+    /// `reject`'s socket half: the held MPA Request is replayed into an engine with no
+    /// QP, which answers it with a rejecting Reply carrying `private_data`.
+    pub(in crate::daemon::siw) fn reject_request(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        private_data: &[u8],
+        mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno> {
+        let c = self.io.conns.get_mut(&id).ok_or(libc::ENOENT)?;
+        let ConnPhase::RequestPending { raw } = &c.phase else {
+            return Err(libc::EINVAL);
+        };
+        let mut probe = Connection::responder(now, IwarpConfig::default());
+        probe.handle_stream(now, raw, &mut self.dev, &mut Bridge(mem));
+        while probe.poll_event().is_some() {}
+        probe.reject(private_data).map_err(|e| e.0)?;
+        tracing::debug!(conn = id.0, "siw: MPA Request rejected");
+        c.phase = ConnPhase::Running(Box::new(probe));
+        Ok(())
+    }
+
     /// `connect`'s socket half (the QP checks are done by the caller).
-    pub(super) fn open_connection(
+    pub(in crate::daemon::siw) fn open_connection(
         &mut self,
         qpn: u32,
         src: SocketAddr,
