@@ -1,9 +1,10 @@
 //! rsockets over rdma-emu, between two namespaces with one daemon each, on RoCE (`rxe0`)
-//! and on iWARP (`siw0`): rdma-core's rstream, riostream and rcopy, and an ordinary TCP
-//! program (iperf3) under Debian's unmodified librspreload, its bytes counted on
-//! the devices.
+//! and on iWARP (`siw0`): rdma-core's rstream, riostream, rcopy and udpong, and an
+//! ordinary TCP program (iperf3) under Debian's unmodified librspreload, its bytes
+//! counted on the devices.
 use rdma_emu_tests::*;
-use std::time::Duration;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(180);
 const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
@@ -33,7 +34,32 @@ struct Setup {
     dir: TempDir,
 }
 
+/// The `over_roce` and `over_iwarp` tests of one scenario `fn(Kind)`.
+macro_rules! on_both {
+    ($scenario:ident: $roce:ident, $iwarp:ident) => {
+        #[test]
+        fn $roce() {
+            $scenario(Kind::Roce);
+        }
+
+        #[test]
+        fn $iwarp() {
+            $scenario(Kind::Iwarp);
+        }
+    };
+}
+
 impl Setup {
+    /// The serial lock and a set-up, unless a program in `needs` is missing or the
+    /// namespaces cannot be made (each says why).
+    fn for_test(kind: Kind, needs: &[&str]) -> Option<(MutexGuard<'static, ()>, Setup)> {
+        let guard = serial();
+        if missing(needs) {
+            return None;
+        }
+        Some((guard, Setup::new(kind)?))
+    }
+
     fn new(kind: Kind) -> Option<Setup> {
         let net = two_hosts()?;
         let dir = TempDir::new("rsock");
@@ -90,11 +116,7 @@ fn rstream_rows(out: &Output) -> usize {
 }
 
 fn rstream(kind: Kind) {
-    let _s = serial();
-    if missing(&["rstream"]) {
-        return;
-    }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["rstream"]) else {
         return;
     };
     let addr = st.net.addr_a.clone();
@@ -119,22 +141,10 @@ fn rstream(kind: Kind) {
     }
 }
 
-#[test]
-fn rstream_over_roce() {
-    rstream(Kind::Roce);
-}
-
-#[test]
-fn rstream_over_iwarp() {
-    rstream(Kind::Iwarp);
-}
+on_both!(rstream: rstream_over_roce, rstream_over_iwarp);
 
 fn riostream(kind: Kind) {
-    let _s = serial();
-    if missing(&["riostream"]) {
-        return;
-    }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["riostream"]) else {
         return;
     };
     let addr = st.net.addr_a.clone();
@@ -151,15 +161,7 @@ fn riostream(kind: Kind) {
     }
 }
 
-#[test]
-fn riostream_over_roce() {
-    riostream(Kind::Roce);
-}
-
-#[test]
-fn riostream_over_iwarp() {
-    riostream(Kind::Iwarp);
-}
+on_both!(riostream: riostream_over_roce, riostream_over_iwarp);
 
 /// Bytes that differ from one offset to the next (a pattern a shifted or repeated chunk
 /// would break).
@@ -176,11 +178,7 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 fn rcopy(kind: Kind) {
-    let _s = serial();
-    if missing(&["rcopy"]) {
-        return;
-    }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["rcopy"]) else {
         return;
     };
     let src = st.dir.path().join("source.bin");
@@ -212,27 +210,18 @@ fn rcopy(kind: Kind) {
     assert!(copy == data, "the copy differs from the source");
 }
 
-#[test]
-fn rcopy_over_roce() {
-    rcopy(Kind::Roce);
-}
-
-#[test]
-fn rcopy_over_iwarp() {
-    rcopy(Kind::Iwarp);
-}
+on_both!(rcopy: rcopy_over_roce, rcopy_over_iwarp);
 
 /// iperf3 under librspreload, server and client: a fixed amount (`-n`) crosses, and
 /// both devices count it. (OpenBSD netcat cannot
 /// serve this way: it accepts with accept4, which Debian's librspreload 44 does not
 /// intercept, so its listening descriptor is /dev/null to the kernel: ENOTSOCK.)
 fn iperf3(kind: Kind) {
-    let _s = serial();
-    if missing(&["iperf3"]) || !std::path::Path::new(PRELOAD).exists() {
-        let _ = cannot_run("iperf3 or librspreload (librdmacm1) is missing");
+    if !std::path::Path::new(PRELOAD).exists() {
+        let _ = cannot_run("librspreload (librdmacm1) is missing");
         return;
     }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["iperf3"]) else {
         return;
     };
     let bytes: u64 = 64 << 20;
@@ -273,15 +262,105 @@ fn iperf3(kind: Kind) {
     );
 }
 
-#[test]
-fn iperf3_under_librspreload_over_roce() {
-    iperf3(Kind::Roce);
+on_both!(
+    iperf3: iperf3_under_librspreload_over_roce,
+    iperf3_under_librspreload_over_iwarp
+);
+
+/// Waits until a UDP socket in `ns` is bound to `port` (udpong's server opens no TCP
+/// port and no RDMA CM id before its first datagram).
+fn wait_udp_bound(ns: &Netns, port: u16) -> bool {
+    let start = Instant::now();
+    let mut argv = ns.exec_prefix();
+    argv.extend(["ss".into(), "-Hlun".into(), format!("sport = :{port}")]);
+    while start.elapsed() < Duration::from_secs(20) {
+        if let Ok(o) = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+        {
+            if o.status.success() && !o.stdout.trim_ascii().is_empty() {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
 }
 
-#[test]
-fn iperf3_under_librspreload_over_iwarp() {
-    iperf3(Kind::Iwarp);
+/// rdma-core's udpong (datagram rsockets over UD), unmodified, several sizes and modes
+/// (`-T e` echo, `-T b` blocking, `-T a` rpoll before each call). The server serves
+/// until killed; the client must finish with exit 0 and print its result row, and the
+/// devices must count at least one packet per datagram. On iWARP there is no UD QP:
+/// the client's `rconnect` fails with EOPNOTSUPP, as rdma-core's does on the kernel's
+/// siw (see docs/compatibility.md).
+fn udpong(kind: Kind) {
+    let Some((_s, st)) = Setup::for_test(kind, &["udpong"]) else {
+        return;
+    };
+    let addr = st.net.addr_a.clone();
+    let runs: &[(&str, &str, &[&str])] = &[
+        ("64", "1000", &[]),
+        ("1000", "500", &[]),
+        ("512", "200", &["-T", "e"]),
+        ("300", "300", &["-T", "b"]),
+        ("100", "200", &["-T", "a", "-T", "e"]),
+    ];
+    for (i, (size, count, extra)) in runs.iter().enumerate() {
+        let p = (7670 + i).to_string();
+        let mut server = vec!["udpong", "-b", &addr, "-p", &p];
+        server.extend_from_slice(extra);
+        let mut client = vec!["udpong", "-s", &addr, "-p", &p, "-S", size, "-C", count];
+        client.extend_from_slice(extra);
+        let before = match kind {
+            Kind::Roce => (
+                st.counter(&st.b, &st.net.b, "sent_pkts"),
+                st.counter(&st.a, &st.net.a, "rcvd_pkts"),
+            ),
+            Kind::Iwarp => (0, 0),
+        };
+        let mut srv = st.a.program(Some(&st.net.a), &server);
+        if !wait_udp_bound(&st.net.a, 7670 + i as u16) {
+            srv.kill9();
+            let s = srv.wait(Duration::from_secs(5));
+            panic!("udpong never bound:\n{}\n{}", s.stdout, s.stderr);
+        }
+        let c = st.b.program(Some(&st.net.b), &client).wait(LIMIT);
+        srv.kill9();
+        let s = srv.wait(Duration::from_secs(5));
+        if kind == Kind::Iwarp {
+            assert!(
+                !c.success() && c.stderr.contains("rconnect: Operation not supported"),
+                "client:\n{}\n{}",
+                c.stdout,
+                c.stderr
+            );
+            return;
+        }
+        // One row: `custom SIZE XFERS TOTAL TIMEs GBPS USEC`.
+        let rows = c
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("custom") && l.split_whitespace().count() == 7)
+            .count();
+        assert!(
+            c.success() && rows == 1,
+            "{extra:?} client ({rows} rows):\n{}\n{}\nserver:\n{}\n{}",
+            c.stdout,
+            c.stderr,
+            s.stdout,
+            s.stderr
+        );
+        let sent = st.counter(&st.b, &st.net.b, "sent_pkts") - before.0;
+        let rcvd = st.counter(&st.a, &st.net.a, "rcvd_pkts") - before.1;
+        let want: u64 = count.parse().expect("a count");
+        assert!(
+            sent >= want && rcvd >= want,
+            "{extra:?}: {sent} packets sent, {rcvd} received; want >= {want}"
+        );
+    }
 }
+
+on_both!(udpong: udpong_over_roce, udpong_over_iwarp);
 
 /// Compiles `tests/c/rsock_stream.c` against librdmacm's rsocket API.
 fn rsock_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
@@ -313,8 +392,7 @@ fn rsock_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 fn stream_property(kind: Kind, faults: &[&[&str]]) {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
-    let _s = serial();
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &[]) else {
         return;
     };
     let Some(exe) = rsock_stream(st.dir.path()) else {
@@ -401,8 +479,7 @@ fn stream_property_over_roce_with_loss_and_reordering() {
 /// what was written. The server process survives to report it.
 #[test]
 fn hostile_peer_is_refused() {
-    let _s = serial();
-    let Some(st) = Setup::new(Kind::Roce) else {
+    let Some((_s, st)) = Setup::for_test(Kind::Roce, &[]) else {
         return;
     };
     let Some(stream) = rsock_stream(st.dir.path()) else {

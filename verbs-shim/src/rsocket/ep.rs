@@ -238,9 +238,21 @@ pub fn set_nonblock(fd: c_int, on: bool) {
 }
 
 /// Creates the completion channel (non-blocking: waits go through `poll`), the CQ and
-/// the RC QP of an rsocket (`rs_create_cq` + `rs_create_ep`'s QP). Returns the inline
-/// size the QP granted.
-pub fn create_qp(id: *mut rdma_cm_id, sq: u16, rq: u16, inline: u32) -> VResult<u32> {
+/// the QP of an rsocket (`rs_create_cq` + `rs_create_ep`'s or `ds_create_qp`'s QP):
+/// `IBV_QPT_RC` with two send SGEs for a stream, `IBV_QPT_UD` with two receive SGEs
+/// (GRH, then data) for a datagram socket. Returns the inline size the QP granted.
+pub fn create_qp(
+    id: *mut rdma_cm_id,
+    qp_type: c_int,
+    sq: u16,
+    rq: u16,
+    inline: u32,
+) -> VResult<u32> {
+    let (send_sge, recv_sge) = if qp_type == IBV_QPT_UD {
+        (1, 2)
+    } else {
+        (2, 1)
+    };
     // SAFETY: a live id with a device (after route resolution or from a request).
     let c = unsafe { &mut *id };
     let ch = verbs_ptr(crate::cq::ibv_create_comp_channel(c.verbs))?;
@@ -273,11 +285,11 @@ pub fn create_qp(id: *mut rdma_cm_id, sq: u16, rq: u16, inline: u32) -> VResult<
         cap: ibv_qp_cap {
             max_send_wr: u32::from(sq),
             max_recv_wr: u32::from(rq),
-            max_send_sge: 2,
-            max_recv_sge: 1,
+            max_send_sge: send_sge,
+            max_recv_sge: recv_sge,
             max_inline_data: inline,
         },
-        qp_type: IBV_QPT_RC,
+        qp_type,
         sq_sig_all: 1,
     };
     if crate::cm::qp::rdma_create_qp(id, core::ptr::null_mut(), &mut attr) != 0 {
