@@ -385,6 +385,67 @@ fn rsock_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
     Some(exe)
 }
 
+/// Compiles `tests/c/NAME.c` against librdmacm (its rsocket API) and libibverbs.
+fn compile_rsock(name: &str, dir: &std::path::Path) -> Option<String> {
+    if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
+        let _ = cannot_run("librdmacm-dev is not installed");
+        return None;
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("c/{name}.c"));
+    let exe = dir.join(name);
+    let out = std::process::Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .expect("cannot run gcc");
+    assert!(
+        out.status.success(),
+        "gcc {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe.display().to_string())
+}
+
+/// `SO_KEEPALIVE` with `TCP_KEEPIDLE` 1 s sends control messages on an idle connection
+/// (rsocket.c's `tcp_svc`): over the same idle time, the client's device sends at
+/// least two packets more than with keepalive off.
+fn keepalive(kind: Kind) {
+    let Some((_s, st)) = Setup::for_test(kind, &[]) else {
+        return;
+    };
+    let Some(exe) = compile_rsock("rsock_keepalive", st.dir.path()) else {
+        return;
+    };
+    // RoCE counts packets; iWARP counts stream bytes (a keepalive is tens of bytes).
+    let tx = match kind {
+        Kind::Roce => "sent_pkts",
+        Kind::Iwarp => "tx_bytes",
+    };
+    let addr = st.net.addr_a.clone();
+    let mut sent = Vec::new();
+    for (port, mode) in [(7680u16, "off"), (7681, "on")] {
+        let p = port.to_string();
+        let before = st.counter(&st.b, &st.net.b, tx);
+        let (s, c) = st.pair(
+            &[&exe, "server", &addr, &p],
+            &[&exe, "client", &addr, &p, "4", mode],
+            port,
+        );
+        assert!(c.stdout.contains("done") && s.stdout.contains("done"));
+        sent.push(st.counter(&st.b, &st.net.b, tx) - before);
+    }
+    let (off, on) = (sent[0], sent[1]);
+    let more = match kind {
+        Kind::Roce => 2,
+        Kind::Iwarp => 2 * 20,
+    };
+    assert!(on >= off + more, "{tx}: {on} with keepalive, {off} without");
+}
+
+on_both!(keepalive: keepalive_over_roce, keepalive_over_iwarp);
+
 /// Random rsend/rwrite/rwritev against random rrecv/rread/MSG_PEEK/MSG_WAITALL sizes,
 /// blocking or non-blocking with rpoll: the server checks every byte of the stream.
 /// `faults`: rules added to the client's device first (RoCE only: iWARP's TCP

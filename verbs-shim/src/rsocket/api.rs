@@ -5,7 +5,7 @@ use super::sock::RSock;
 use super::sock::{self, Phase, Sock, Want};
 use super::stream::{self, Stream};
 use super::table::{self, lookup};
-use super::{dapi, dhdr, iomap, proto};
+use super::{dapi, dhdr, iomap, keepalive, proto};
 use crate::ffi::{self, Errno, VResult};
 use core::ffi::{c_int, c_long, c_void};
 use libc::{iovec, msghdr, sockaddr, socklen_t};
@@ -623,9 +623,26 @@ pub extern "C" fn rsetsockopt(
     optval: *const c_void,
     optlen: socklen_t,
 ) -> c_int {
-    ffi::minus_one(|| match dapi::lookup(socket) {
-        Some(d) => dapi::setsockopt(&d, level, optname, optval, optlen),
-        None => super::opts::set(&mut get(socket)?.lock(), level, optname, optval, optlen),
+    ffi::minus_one(|| {
+        if let Some(d) = dapi::lookup(socket) {
+            return dapi::setsockopt(&d, level, optname, optval, optlen);
+        }
+        let rs = get(socket)?;
+        let mut g = rs.lock();
+        super::opts::set(&mut g, level, optname, optval, optlen)?;
+        if (level, optname) == (libc::SOL_SOCKET, libc::SO_KEEPALIVE)
+            || (level, optname) == (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE)
+        {
+            // rs_set_keepalive / RS_SVC_MOD_KEEPALIVE.
+            let on = g.so_opts & (1 << libc::SO_KEEPALIVE) != 0;
+            if on && g.keepalive_time == 0 {
+                g.keepalive_time = keepalive::default_time();
+            }
+            let every = on.then(|| std::time::Duration::from_secs(u64::from(g.keepalive_time)));
+            drop(g);
+            keepalive::set(&rs, every);
+        }
+        Ok(())
     })
 }
 

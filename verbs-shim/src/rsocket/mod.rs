@@ -10,6 +10,7 @@
 //! - [`ep`]: the verbs underneath (the shim's own functions, no daemon request of its own);
 //! - [`sock`]: socket states (bind, listen, accept, connect, shutdown, options);
 //! - [`opts`]: socket options;
+//! - [`keepalive`]: `SO_KEEPALIVE`'s periodic control message;
 //! - [`poll`]: `rpoll`/`rselect` over rsockets and ordinary descriptors;
 //! - [`table`]: the process's rsockets by descriptor;
 //! - [`dgram`], [`dhdr`], [`dapi`]: datagram rsockets (`SOCK_DGRAM`) over UD QPs, their
@@ -24,6 +25,7 @@ pub mod dgram;
 pub mod dhdr;
 pub mod ep;
 pub mod iomap;
+pub mod keepalive;
 pub mod opts;
 pub mod poll;
 pub mod proto;

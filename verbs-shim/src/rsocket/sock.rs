@@ -37,6 +37,7 @@ pub struct Sock {
     /// Option bits as rsocket.c keeps them (`so_opts`, `tcp_opts`), for getsockopt.
     pub so_opts: u64,
     pub tcp_opts: u64,
+    /// Seconds between keepalives (`TCP_KEEPIDLE`); 0 until set or keepalive is on.
     pub keepalive_time: u32,
 }
 
@@ -91,7 +92,7 @@ impl Sock {
             maps: Vec::new(),
             so_opts: 0,
             tcp_opts: 0,
-            keepalive_time: 7200,
+            keepalive_time: 0,
         }
     }
 
