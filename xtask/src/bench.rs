@@ -20,6 +20,7 @@ mod limits;
 mod middleware;
 mod mtu;
 mod plot;
+mod rsockets;
 mod site;
 
 use site::{Net, Site};
@@ -224,7 +225,8 @@ fn suite(
         &scale,
         &core,
         &plotted,
-    ) + &middleware::measure(bin, lib, dir);
+    ) + &middleware::measure(bin, lib, dir)
+        + &rsockets::measure(bin, lib, dir);
     let header = format!(
         "Run of {when}, {minutes:.1} minutes; load average (1 min) {load0} at the start and \
          {load1} at the end ({} cores).\n\n",
