@@ -358,6 +358,26 @@ fn udpong(kind: Kind) {
             "{extra:?}: {sent} packets sent, {rcvd} received; want >= {want}"
         );
     }
+    // A datagram whose header (8 bytes) takes it past the path MTU (1024 on veth):
+    // EMSGSIZE, which udpong reports (and then exits 0).
+    let mut srv =
+        st.a.program(Some(&st.net.a), &["udpong", "-b", &addr, "-p", "7679"]);
+    assert!(wait_udp_bound(&st.net.a, 7679), "udpong never bound");
+    let c =
+        st.b.program(
+            Some(&st.net.b),
+            &[
+                "udpong", "-s", &addr, "-p", "7679", "-S", "1017", "-C", "10",
+            ],
+        )
+        .wait(LIMIT);
+    srv.kill9();
+    assert!(
+        c.stderr.contains("rsend: Message too long"),
+        "client:\n{}\n{}",
+        c.stdout,
+        c.stderr
+    );
 }
 
 on_both!(udpong: udpong_over_roce, udpong_over_iwarp);
