@@ -287,9 +287,42 @@ fn wait_udp_bound(ns: &Netns, port: u16) -> bool {
     false
 }
 
+/// Sends `bytes` as one UDP datagram from namespace `ns` to `addr:port`.
+fn send_udp(ns: &Netns, addr: &str, port: u16, bytes: &[u8]) {
+    let esc: String = bytes.iter().map(|b| format!("\\x{b:02x}")).collect();
+    let mut argv = ns.exec_prefix();
+    argv.extend([
+        "bash".into(),
+        "-c".into(),
+        format!("printf '{esc}' > /dev/udp/{addr}/{port}"),
+    ]);
+    let st = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .status()
+        .expect("bash");
+    assert!(st.success(), "sending a datagram failed");
+}
+
+/// Datagrams a hostile or confused peer sends to a datagram rsocket's UDP port: too
+/// short, a wrong tag, an IPv6 header from an IPv4 sender, a wrong header length, and a
+/// well-formed `RS_OP_DATA` naming a QP that does not exist (its payload is a udpong
+/// data message, which the server only counts).
+const HOSTILE_DATAGRAMS: [&[u8]; 5] = [
+    &[0x55, 0x55],
+    &[0x12, 0x34, 0x56, 0x78, 4, 0, 16, 0, 0, 0, 0, 1, 10, 0, 0, 2],
+    &[0x55, 0x55, 0x55, 0x55, 6, 0, 28, 0, 0, 0, 0, 1, 10, 0, 0, 2],
+    &[
+        0x55, 0x55, 0x55, 0x55, 4, 0, 200, 0, 0, 0, 0, 1, 10, 0, 0, 2,
+    ],
+    &[
+        0x55, 0x55, 0x55, 0x55, 4, 0, 16, 0, 0, 0xab, 0xcd, 0xef, 10, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0,
+        0,
+    ],
+];
+
 /// rdma-core's udpong (datagram rsockets over UD), unmodified, several sizes and modes
-/// (`-T e` echo, `-T b` blocking, `-T a` rpoll before each call). The server serves
-/// until killed; the client must finish with exit 0 and print its result row, and the
+/// (`-T e` echo, `-T b` blocking, `-T a` rpoll before each call), the first server
+/// after [`HOSTILE_DATAGRAMS`]. The server serves until killed; the client must finish with exit 0 and print its result row, and the
 /// devices must count at least one packet per datagram. On iWARP there is no UD QP:
 /// the client's `rconnect` fails with EOPNOTSUPP, as rdma-core's does on the kernel's
 /// siw (see docs/compatibility.md).
@@ -323,6 +356,12 @@ fn udpong(kind: Kind) {
             srv.kill9();
             let s = srv.wait(Duration::from_secs(5));
             panic!("udpong never bound:\n{}\n{}", s.stdout, s.stderr);
+        }
+        if i == 0 {
+            // The server must shrug these off and then serve the client.
+            for d in HOSTILE_DATAGRAMS {
+                send_udp(&st.net.b, &addr, 7670, d);
+            }
         }
         let c = st.b.program(Some(&st.net.b), &client).wait(LIMIT);
         srv.kill9();
