@@ -421,29 +421,6 @@ fn udpong(kind: Kind) {
 
 on_both!(udpong: udpong_over_roce, udpong_over_iwarp);
 
-/// Compiles `tests/c/rsock_stream.c` against librdmacm's rsocket API.
-fn rsock_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
-        let _ = cannot_run("librdmacm-dev is not installed");
-        return None;
-    }
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rsock_stream.c");
-    let exe = dir.join("rsock_stream");
-    let out = std::process::Command::new("gcc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-lrdmacm")
-        .output()
-        .expect("cannot run gcc");
-    assert!(
-        out.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(exe)
-}
-
 /// Compiles `tests/c/NAME.c` against librdmacm (its rsocket API) and libibverbs.
 fn compile_rsock(name: &str, dir: &std::path::Path) -> Option<String> {
     if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
@@ -515,10 +492,9 @@ fn stream_property(kind: Kind, faults: &[&[&str]]) {
     let Some((_s, st)) = Setup::for_test(kind, &[]) else {
         return;
     };
-    let Some(exe) = rsock_stream(st.dir.path()) else {
+    let Some(exe) = compile_rsock("rsock_stream", st.dir.path()) else {
         return;
     };
-    let exe = exe.display().to_string();
     for rule in faults {
         let mut argv = vec!["fault", "add", kind.device()];
         argv.extend_from_slice(rule);
@@ -602,24 +578,12 @@ fn hostile_peer_is_refused() {
     let Some((_s, st)) = Setup::for_test(Kind::Roce, &[]) else {
         return;
     };
-    let Some(stream) = rsock_stream(st.dir.path()) else {
+    let Some(stream) = compile_rsock("rsock_stream", st.dir.path()) else {
         return;
     };
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rsock_hostile.c");
-    let exe = st.dir.path().join("rsock_hostile");
-    let out = std::process::Command::new("gcc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cannot run gcc");
-    assert!(
-        out.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (stream, exe) = (stream.display().to_string(), exe.display().to_string());
+    let Some(exe) = compile_rsock("rsock_hostile", st.dir.path()) else {
+        return;
+    };
     let addr = st.net.addr_a.clone();
     for (port, mode, line) in [
         (7660u16, "outside", "write outside the buffer: status 10"),

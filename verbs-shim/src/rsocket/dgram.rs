@@ -30,7 +30,7 @@ use super::proto;
 use super::stream::Sizes;
 use crate::abi::*;
 use crate::cm::abi::rdma_cm_id;
-use crate::cm::id::{rdma_bind_addr, rdma_create_id, rdma_resolve_addr, rdma_resolve_route};
+use crate::cm::id::{rdma_bind_addr, rdma_resolve_addr, rdma_resolve_route};
 use crate::ffi::{Errno, VResult};
 use core::ffi::{c_int, c_void};
 use std::collections::{HashMap, VecDeque};
@@ -588,13 +588,7 @@ impl DQp {
     /// `ds_create_qp`: an id bound to `local`, its CQ and UD QP, the receive buffer
     /// (slots, then one GRH area all receives share) with every slot posted.
     fn create(local: &SocketAddr, sbuf: &RawBuf, sz: Sizes) -> VResult<DQp> {
-        let mut id = core::ptr::null_mut();
-        rc(rdma_create_id(
-            core::ptr::null_mut(),
-            &mut id,
-            core::ptr::null_mut(),
-            ps::UDP as c_int,
-        ))?;
+        let id = ep::create_id(ps::UDP)?;
         let made = (|| {
             let (sa, _) = dhdr::to_sockaddr(local);
             rc(rdma_bind_addr(id, &sa as *const _ as *mut libc::sockaddr))?;
@@ -666,13 +660,7 @@ impl DQp {
     /// scratch id and makes the address handle from its path (always with a GRH, which
     /// RoCE needs).
     fn create_ah(&self, peer: &SocketAddr) -> VResult<Ah> {
-        let mut id = core::ptr::null_mut();
-        rc(rdma_create_id(
-            core::ptr::null_mut(),
-            &mut id,
-            core::ptr::null_mut(),
-            ps::UDP as c_int,
-        ))?;
+        let id = ep::create_id(ps::UDP)?;
         let r = (|| {
             let mut src = self.local;
             src.set_port(0);

@@ -298,6 +298,23 @@ pub fn create_qp(
     Ok(attr.cap.max_inline_data)
 }
 
+/// A synchronous RDMA CM id (its own event channel) in port space `ps`
+/// (`RDMA_PS_TCP` for a stream, `RDMA_PS_UDP` for a datagram QP).
+pub fn create_id(ps: u32) -> VResult<*mut rdma_cm_id> {
+    let mut id = core::ptr::null_mut();
+    let r = crate::cm::id::rdma_create_id(
+        core::ptr::null_mut(),
+        &mut id,
+        core::ptr::null_mut(),
+        ps as c_int,
+    );
+    if r == 0 {
+        Ok(id)
+    } else {
+        Err(Errno::last())
+    }
+}
+
 /// Destroys what [`create_qp`] made (and the id itself).
 pub fn destroy(id: *mut rdma_cm_id) {
     if id.is_null() {

@@ -8,9 +8,7 @@ use super::iomap::IoMap;
 use super::proto::{self, ConnData};
 use super::stream::{self, Sizes, Stream};
 use crate::cm::abi::{rdma_cm_id, rdma_conn_param};
-use crate::cm::id::{
-    rdma_bind_addr, rdma_create_id, rdma_listen, rdma_resolve_addr, rdma_resolve_route,
-};
+use crate::cm::id::{rdma_bind_addr, rdma_listen, rdma_resolve_addr, rdma_resolve_route};
 use crate::ffi::{Errno, VResult};
 use core::ffi::c_int;
 use libc::sockaddr;
@@ -72,13 +70,7 @@ fn rc(r: c_int) -> VResult<()> {
 impl Sock {
     /// `rsocket(domain, SOCK_STREAM, ...)`.
     pub fn new(nonblock: bool) -> VResult<Sock> {
-        let mut id = core::ptr::null_mut();
-        rc(rdma_create_id(
-            core::ptr::null_mut(),
-            &mut id,
-            core::ptr::null_mut(),
-            ps::TCP as c_int,
-        ))?;
+        let id = ep::create_id(ps::TCP)?;
         Ok(Sock::with_id(id, nonblock, Sizes::default()))
     }
 
