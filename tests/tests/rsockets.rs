@@ -1,9 +1,10 @@
 //! rsockets over rdma-emu, between two namespaces with one daemon each, on RoCE (`rxe0`)
-//! and on iWARP (`siw0`): rdma-core's rstream, riostream and rcopy, and an ordinary TCP
-//! program (iperf3) under Debian's unmodified librspreload, its bytes counted on
-//! the devices.
+//! and on iWARP (`siw0`): rdma-core's rstream, riostream, rcopy and udpong, and an
+//! ordinary TCP program (iperf3) under Debian's unmodified librspreload, its bytes
+//! counted on the devices.
 use rdma_emu_tests::*;
-use std::time::Duration;
+use std::sync::MutexGuard;
+use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(180);
 const PRELOAD: &str = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so";
@@ -33,7 +34,32 @@ struct Setup {
     dir: TempDir,
 }
 
+/// The `over_roce` and `over_iwarp` tests of one scenario `fn(Kind)`.
+macro_rules! on_both {
+    ($scenario:ident: $roce:ident, $iwarp:ident) => {
+        #[test]
+        fn $roce() {
+            $scenario(Kind::Roce);
+        }
+
+        #[test]
+        fn $iwarp() {
+            $scenario(Kind::Iwarp);
+        }
+    };
+}
+
 impl Setup {
+    /// The serial lock and a set-up, unless a program in `needs` is missing or the
+    /// namespaces cannot be made (each says why).
+    fn for_test(kind: Kind, needs: &[&str]) -> Option<(MutexGuard<'static, ()>, Setup)> {
+        let guard = serial();
+        if missing(needs) {
+            return None;
+        }
+        Some((guard, Setup::new(kind)?))
+    }
+
     fn new(kind: Kind) -> Option<Setup> {
         let net = two_hosts()?;
         let dir = TempDir::new("rsock");
@@ -90,11 +116,7 @@ fn rstream_rows(out: &Output) -> usize {
 }
 
 fn rstream(kind: Kind) {
-    let _s = serial();
-    if missing(&["rstream"]) {
-        return;
-    }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["rstream"]) else {
         return;
     };
     let addr = st.net.addr_a.clone();
@@ -119,22 +141,10 @@ fn rstream(kind: Kind) {
     }
 }
 
-#[test]
-fn rstream_over_roce() {
-    rstream(Kind::Roce);
-}
-
-#[test]
-fn rstream_over_iwarp() {
-    rstream(Kind::Iwarp);
-}
+on_both!(rstream: rstream_over_roce, rstream_over_iwarp);
 
 fn riostream(kind: Kind) {
-    let _s = serial();
-    if missing(&["riostream"]) {
-        return;
-    }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["riostream"]) else {
         return;
     };
     let addr = st.net.addr_a.clone();
@@ -151,15 +161,7 @@ fn riostream(kind: Kind) {
     }
 }
 
-#[test]
-fn riostream_over_roce() {
-    riostream(Kind::Roce);
-}
-
-#[test]
-fn riostream_over_iwarp() {
-    riostream(Kind::Iwarp);
-}
+on_both!(riostream: riostream_over_roce, riostream_over_iwarp);
 
 /// Bytes that differ from one offset to the next (a pattern a shifted or repeated chunk
 /// would break).
@@ -176,11 +178,7 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 fn rcopy(kind: Kind) {
-    let _s = serial();
-    if missing(&["rcopy"]) {
-        return;
-    }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["rcopy"]) else {
         return;
     };
     let src = st.dir.path().join("source.bin");
@@ -212,27 +210,18 @@ fn rcopy(kind: Kind) {
     assert!(copy == data, "the copy differs from the source");
 }
 
-#[test]
-fn rcopy_over_roce() {
-    rcopy(Kind::Roce);
-}
-
-#[test]
-fn rcopy_over_iwarp() {
-    rcopy(Kind::Iwarp);
-}
+on_both!(rcopy: rcopy_over_roce, rcopy_over_iwarp);
 
 /// iperf3 under librspreload, server and client: a fixed amount (`-n`) crosses, and
 /// both devices count it. (OpenBSD netcat cannot
 /// serve this way: it accepts with accept4, which Debian's librspreload 44 does not
 /// intercept, so its listening descriptor is /dev/null to the kernel: ENOTSOCK.)
 fn iperf3(kind: Kind) {
-    let _s = serial();
-    if missing(&["iperf3"]) || !std::path::Path::new(PRELOAD).exists() {
-        let _ = cannot_run("iperf3 or librspreload (librdmacm1) is missing");
+    if !std::path::Path::new(PRELOAD).exists() {
+        let _ = cannot_run("librspreload (librdmacm1) is missing");
         return;
     }
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &["iperf3"]) else {
         return;
     };
     let bytes: u64 = 64 << 20;
@@ -273,38 +262,225 @@ fn iperf3(kind: Kind) {
     );
 }
 
-#[test]
-fn iperf3_under_librspreload_over_roce() {
-    iperf3(Kind::Roce);
+on_both!(
+    iperf3: iperf3_under_librspreload_over_roce,
+    iperf3_under_librspreload_over_iwarp
+);
+
+/// Waits until a UDP socket in `ns` is bound to `port` (udpong's server opens no TCP
+/// port and no RDMA CM id before its first datagram).
+fn wait_udp_bound(ns: &Netns, port: u16) -> bool {
+    let start = Instant::now();
+    let mut argv = ns.exec_prefix();
+    argv.extend(["ss".into(), "-Hlun".into(), format!("sport = :{port}")]);
+    while start.elapsed() < Duration::from_secs(20) {
+        if let Ok(o) = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+        {
+            if o.status.success() && !o.stdout.trim_ascii().is_empty() {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
 }
 
-#[test]
-fn iperf3_under_librspreload_over_iwarp() {
-    iperf3(Kind::Iwarp);
+/// Sends `bytes` as one UDP datagram from namespace `ns` to `addr:port`.
+fn send_udp(ns: &Netns, addr: &str, port: u16, bytes: &[u8]) {
+    let esc: String = bytes.iter().map(|b| format!("\\x{b:02x}")).collect();
+    let mut argv = ns.exec_prefix();
+    argv.extend([
+        "bash".into(),
+        "-c".into(),
+        format!("printf '{esc}' > /dev/udp/{addr}/{port}"),
+    ]);
+    let st = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .status()
+        .expect("bash");
+    assert!(st.success(), "sending a datagram failed");
 }
 
-/// Compiles `tests/c/rsock_stream.c` against librdmacm's rsocket API.
-fn rsock_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+/// Datagrams a hostile or confused peer sends to a datagram rsocket's UDP port: too
+/// short, a wrong tag, an IPv6 header from an IPv4 sender, a wrong header length, and a
+/// well-formed `RS_OP_DATA` naming a QP that does not exist (its payload is a udpong
+/// data message, which the server only counts).
+const HOSTILE_DATAGRAMS: [&[u8]; 5] = [
+    &[0x55, 0x55],
+    &[0x12, 0x34, 0x56, 0x78, 4, 0, 16, 0, 0, 0, 0, 1, 10, 0, 0, 2],
+    &[0x55, 0x55, 0x55, 0x55, 6, 0, 28, 0, 0, 0, 0, 1, 10, 0, 0, 2],
+    &[
+        0x55, 0x55, 0x55, 0x55, 4, 0, 200, 0, 0, 0, 0, 1, 10, 0, 0, 2,
+    ],
+    &[
+        0x55, 0x55, 0x55, 0x55, 4, 0, 16, 0, 0, 0xab, 0xcd, 0xef, 10, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0,
+        0,
+    ],
+];
+
+/// rdma-core's udpong (datagram rsockets over UD), unmodified, several sizes and modes
+/// (`-T e` echo, `-T b` blocking, `-T a` rpoll before each call), the first server
+/// after [`HOSTILE_DATAGRAMS`]. The server serves until killed; the client must finish with exit 0 and print its result row, and the
+/// devices must count at least one packet per datagram. On iWARP there is no UD QP:
+/// the client's `rconnect` fails with EOPNOTSUPP, as rdma-core's does on the kernel's
+/// siw (see docs/compatibility.md).
+fn udpong(kind: Kind) {
+    let Some((_s, st)) = Setup::for_test(kind, &["udpong"]) else {
+        return;
+    };
+    let addr = st.net.addr_a.clone();
+    let runs: &[(&str, &str, &[&str])] = &[
+        ("64", "1000", &[]),
+        ("1000", "500", &[]),
+        ("512", "200", &["-T", "e"]),
+        ("300", "300", &["-T", "b"]),
+        ("100", "200", &["-T", "a", "-T", "e"]),
+    ];
+    for (i, (size, count, extra)) in runs.iter().enumerate() {
+        let p = (7670 + i).to_string();
+        let mut server = vec!["udpong", "-b", &addr, "-p", &p];
+        server.extend_from_slice(extra);
+        let mut client = vec!["udpong", "-s", &addr, "-p", &p, "-S", size, "-C", count];
+        client.extend_from_slice(extra);
+        let before = match kind {
+            Kind::Roce => (
+                st.counter(&st.b, &st.net.b, "sent_pkts"),
+                st.counter(&st.a, &st.net.a, "rcvd_pkts"),
+            ),
+            Kind::Iwarp => (0, 0),
+        };
+        let mut srv = st.a.program(Some(&st.net.a), &server);
+        if !wait_udp_bound(&st.net.a, 7670 + i as u16) {
+            srv.kill9();
+            let s = srv.wait(Duration::from_secs(5));
+            panic!("udpong never bound:\n{}\n{}", s.stdout, s.stderr);
+        }
+        if i == 0 {
+            // The server must shrug these off and then serve the client.
+            for d in HOSTILE_DATAGRAMS {
+                send_udp(&st.net.b, &addr, 7670, d);
+            }
+        }
+        let c = st.b.program(Some(&st.net.b), &client).wait(LIMIT);
+        srv.kill9();
+        let s = srv.wait(Duration::from_secs(5));
+        if kind == Kind::Iwarp {
+            assert!(
+                !c.success() && c.stderr.contains("rconnect: Operation not supported"),
+                "client:\n{}\n{}",
+                c.stdout,
+                c.stderr
+            );
+            return;
+        }
+        // One row: `custom SIZE XFERS TOTAL TIMEs GBPS USEC`.
+        let rows = c
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("custom") && l.split_whitespace().count() == 7)
+            .count();
+        assert!(
+            c.success() && rows == 1,
+            "{extra:?} client ({rows} rows):\n{}\n{}\nserver:\n{}\n{}",
+            c.stdout,
+            c.stderr,
+            s.stdout,
+            s.stderr
+        );
+        let sent = st.counter(&st.b, &st.net.b, "sent_pkts") - before.0;
+        let rcvd = st.counter(&st.a, &st.net.a, "rcvd_pkts") - before.1;
+        let want: u64 = count.parse().expect("a count");
+        assert!(
+            sent >= want && rcvd >= want,
+            "{extra:?}: {sent} packets sent, {rcvd} received; want >= {want}"
+        );
+    }
+    // A datagram whose header (8 bytes) takes it past the path MTU (1024 on veth):
+    // EMSGSIZE, which udpong reports (and then exits 0).
+    let mut srv =
+        st.a.program(Some(&st.net.a), &["udpong", "-b", &addr, "-p", "7679"]);
+    assert!(wait_udp_bound(&st.net.a, 7679), "udpong never bound");
+    let c =
+        st.b.program(
+            Some(&st.net.b),
+            &[
+                "udpong", "-s", &addr, "-p", "7679", "-S", "1017", "-C", "10",
+            ],
+        )
+        .wait(LIMIT);
+    srv.kill9();
+    assert!(
+        c.stderr.contains("rsend: Message too long"),
+        "client:\n{}\n{}",
+        c.stdout,
+        c.stderr
+    );
+}
+
+on_both!(udpong: udpong_over_roce, udpong_over_iwarp);
+
+/// Compiles `tests/c/NAME.c` against librdmacm (its rsocket API) and libibverbs.
+fn compile_rsock(name: &str, dir: &std::path::Path) -> Option<String> {
     if !std::path::Path::new("/usr/include/rdma/rsocket.h").exists() {
         let _ = cannot_run("librdmacm-dev is not installed");
         return None;
     }
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rsock_stream.c");
-    let exe = dir.join("rsock_stream");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("c/{name}.c"));
+    let exe = dir.join(name);
     let out = std::process::Command::new("gcc")
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&exe)
         .arg(&src)
-        .arg("-lrdmacm")
+        .args(["-lrdmacm", "-libverbs"])
         .output()
         .expect("cannot run gcc");
     assert!(
         out.status.success(),
-        "gcc: {}",
+        "gcc {name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(exe)
+    Some(exe.display().to_string())
 }
+
+/// `SO_KEEPALIVE` with `TCP_KEEPIDLE` 1 s sends control messages on an idle connection
+/// (rsocket.c's `tcp_svc`): over the same idle time, the client's device sends at
+/// least two packets more than with keepalive off.
+fn keepalive(kind: Kind) {
+    let Some((_s, st)) = Setup::for_test(kind, &[]) else {
+        return;
+    };
+    let Some(exe) = compile_rsock("rsock_keepalive", st.dir.path()) else {
+        return;
+    };
+    // RoCE counts packets; iWARP counts stream bytes (a keepalive is tens of bytes).
+    let tx = match kind {
+        Kind::Roce => "sent_pkts",
+        Kind::Iwarp => "tx_bytes",
+    };
+    let addr = st.net.addr_a.clone();
+    let mut sent = Vec::new();
+    for (port, mode) in [(7680u16, "off"), (7681, "on")] {
+        let p = port.to_string();
+        let before = st.counter(&st.b, &st.net.b, tx);
+        let (s, c) = st.pair(
+            &[&exe, "server", &addr, &p],
+            &[&exe, "client", &addr, &p, "4", mode],
+            port,
+        );
+        assert!(c.stdout.contains("done") && s.stdout.contains("done"));
+        sent.push(st.counter(&st.b, &st.net.b, tx) - before);
+    }
+    let (off, on) = (sent[0], sent[1]);
+    let more = match kind {
+        Kind::Roce => 2,
+        Kind::Iwarp => 2 * 20,
+    };
+    assert!(on >= off + more, "{tx}: {on} with keepalive, {off} without");
+}
+
+on_both!(keepalive: keepalive_over_roce, keepalive_over_iwarp);
 
 /// Random rsend/rwrite/rwritev against random rrecv/rread/MSG_PEEK/MSG_WAITALL sizes,
 /// blocking or non-blocking with rpoll: the server checks every byte of the stream.
@@ -313,14 +489,12 @@ fn rsock_stream(dir: &std::path::Path) -> Option<std::path::PathBuf> {
 fn stream_property(kind: Kind, faults: &[&[&str]]) {
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
-    let _s = serial();
-    let Some(st) = Setup::new(kind) else {
+    let Some((_s, st)) = Setup::for_test(kind, &[]) else {
         return;
     };
-    let Some(exe) = rsock_stream(st.dir.path()) else {
+    let Some(exe) = compile_rsock("rsock_stream", st.dir.path()) else {
         return;
     };
-    let exe = exe.display().to_string();
     for rule in faults {
         let mut argv = vec!["fault", "add", kind.device()];
         argv.extend_from_slice(rule);
@@ -401,28 +575,15 @@ fn stream_property_over_roce_with_loss_and_reordering() {
 /// what was written. The server process survives to report it.
 #[test]
 fn hostile_peer_is_refused() {
-    let _s = serial();
-    let Some(st) = Setup::new(Kind::Roce) else {
+    let Some((_s, st)) = Setup::for_test(Kind::Roce, &[]) else {
         return;
     };
-    let Some(stream) = rsock_stream(st.dir.path()) else {
+    let Some(stream) = compile_rsock("rsock_stream", st.dir.path()) else {
         return;
     };
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/rsock_hostile.c");
-    let exe = st.dir.path().join("rsock_hostile");
-    let out = std::process::Command::new("gcc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(["-lrdmacm", "-libverbs"])
-        .output()
-        .expect("cannot run gcc");
-    assert!(
-        out.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let (stream, exe) = (stream.display().to_string(), exe.display().to_string());
+    let Some(exe) = compile_rsock("rsock_hostile", st.dir.path()) else {
+        return;
+    };
     let addr = st.net.addr_a.clone();
     for (port, mode, line) in [
         (7660u16, "outside", "write outside the buffer: status 10"),

@@ -18,7 +18,7 @@
 //!
 //! This file runs the sections in order and writes the tables; each section measures in a
 //! file of its own (`limits.rs`, `perftest.rs`, `backends.rs`, `mtu.rs`, `scale.rs`,
-//! `core_bench.rs`, `middleware.rs`), on daemons that `site.rs` starts, with the figures of
+//! `core_bench.rs`, `middleware.rs`, `rsockets.rs`), on daemons that `site.rs` starts, with the figures of
 //! `figure.rs`.
 mod backends;
 mod core_bench;
@@ -28,6 +28,7 @@ mod middleware;
 mod mtu;
 mod perftest;
 mod plot;
+mod rsockets;
 mod scale;
 mod site;
 
@@ -138,7 +139,8 @@ fn suite(
         &scale,
         &core,
         &plotted,
-    ) + &middleware::measure(bin, lib, dir);
+    ) + &middleware::measure(bin, lib, dir)
+        + &rsockets::measure(bin, lib, dir);
     let header = format!(
         "Run of {when}, {minutes:.1} minutes; load average (1 min) {load0} at the start and \
          {load1} at the end ({} cores).\n\n",

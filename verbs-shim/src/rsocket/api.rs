@@ -5,7 +5,7 @@ use super::sock::RSock;
 use super::sock::{self, Phase, Sock, Want};
 use super::stream::{self, Stream};
 use super::table::{self, lookup};
-use super::{iomap, proto};
+use super::{dapi, dhdr, iomap, keepalive, proto};
 use crate::ffi::{self, Errno, VResult};
 use core::ffi::{c_int, c_long, c_void};
 use libc::{iovec, msghdr, sockaddr, socklen_t};
@@ -41,31 +41,47 @@ fn get(fd: c_int) -> VResult<Arc<RSock>> {
 pub extern "C" fn rsocket(domain: c_int, type_: c_int, protocol: c_int) -> c_int {
     int(|| {
         let t = type_ & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
-        if (domain != libc::AF_INET && domain != libc::AF_INET6)
-            || t != libc::SOCK_STREAM
-            || (protocol != 0 && protocol != libc::IPPROTO_TCP)
-        {
-            // SOCK_DGRAM (rsocket.c's UD service) is not provided.
+        let nonblock = type_ & libc::SOCK_NONBLOCK != 0;
+        let proto_ok = match t {
+            libc::SOCK_STREAM => protocol == 0 || protocol == libc::IPPROTO_TCP,
+            libc::SOCK_DGRAM => protocol == 0 || protocol == libc::IPPROTO_UDP,
+            _ => false,
+        };
+        if (domain != libc::AF_INET && domain != libc::AF_INET6) || !proto_ok {
             return Err(Errno::EOPNOTSUPP);
         }
-        let s = Sock::new(type_ & libc::SOCK_NONBLOCK != 0)?;
+        if t == libc::SOCK_DGRAM {
+            return dapi::socket(domain, nonblock);
+        }
+        let s = Sock::new(nonblock)?;
         Ok(table::insert(s))
     })
 }
 
 #[no_mangle]
-pub extern "C" fn rbind(socket: c_int, addr: *const sockaddr, _len: socklen_t) -> c_int {
-    ffi::minus_one(|| get(socket)?.lock().bind(addr))
+pub extern "C" fn rbind(socket: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    ffi::minus_one(|| match dapi::lookup(socket) {
+        Some(d) => d.lock().bind(addr, len),
+        None => get(socket)?.lock().bind(addr),
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn rlisten(socket: c_int, backlog: c_int) -> c_int {
-    ffi::minus_one(|| get(socket)?.lock().listen(backlog))
+    ffi::minus_one(|| {
+        if dapi::lookup(socket).is_some() {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        get(socket)?.lock().listen(backlog)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn raccept(socket: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     int(|| {
+        if dapi::lookup(socket).is_some() {
+            return Err(Errno::EOPNOTSUPP);
+        }
         let rs = get(socket)?;
         let new = rs.lock().accept()?;
         let fd = table::insert(new);
@@ -77,8 +93,11 @@ pub extern "C" fn raccept(socket: c_int, addr: *mut sockaddr, len: *mut socklen_
 }
 
 #[no_mangle]
-pub extern "C" fn rconnect(socket: c_int, addr: *const sockaddr, _len: socklen_t) -> c_int {
-    ffi::minus_one(|| get(socket)?.lock().connect(addr))
+pub extern "C" fn rconnect(socket: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    ffi::minus_one(|| match dapi::lookup(socket) {
+        Some(d) => d.lock().connect(addr, len),
+        None => get(socket)?.lock().connect(addr),
+    })
 }
 
 fn connected<'a>(rs: &'a RSock) -> VResult<std::sync::MutexGuard<'a, Sock>> {
@@ -97,6 +116,9 @@ fn stream<'a>(g: &'a mut std::sync::MutexGuard<'_, Sock>) -> VResult<&'a mut Str
 /// `rrecv`: waits for data (unless non-blocking), keeps returning queued data after
 /// the peer left, 0 at the end of the stream.
 fn recv(socket: c_int, buf: &mut [u8], flags: c_int) -> VResult<usize> {
+    if let Some(d) = dapi::lookup(socket) {
+        return dapi::recv(&d, buf, flags, core::ptr::null_mut(), core::ptr::null_mut());
+    }
     let rs = get(socket)?;
     let mut g = connected(&rs)?;
     let nonblock = g.nonblock || flags & libc::MSG_DONTWAIT != 0;
@@ -127,6 +149,9 @@ fn recv(socket: c_int, buf: &mut [u8], flags: c_int) -> VResult<usize> {
 }
 
 fn send(socket: c_int, buf: &[u8], flags: c_int) -> VResult<usize> {
+    if let Some(d) = dapi::lookup(socket) {
+        return dapi::send(&d, buf, flags, None);
+    }
     let rs = get(socket)?;
     let mut g = connected(&rs)?;
     let nonblock = g.nonblock || flags & libc::MSG_DONTWAIT != 0;
@@ -214,6 +239,9 @@ pub extern "C" fn rrecvfrom(
     srclen: *mut socklen_t,
 ) -> isize {
     ssize(|| {
+        if let Some(d) = dapi::lookup(socket) {
+            return dapi::recv(&d, slice_mut(buf, len)?, flags, src, srclen);
+        }
         let n = recv(socket, slice_mut(buf, len)?, flags)?;
         if n > 0 && !src.is_null() && !srclen.is_null() {
             rgetpeername(socket, src, srclen);
@@ -275,9 +303,18 @@ pub extern "C" fn rsendto(
     len: usize,
     flags: c_int,
     dest: *const sockaddr,
-    _destlen: socklen_t,
+    destlen: socklen_t,
 ) -> isize {
     ssize(|| {
+        if let Some(d) = dapi::lookup(socket) {
+            // SAFETY: NULL or the caller's address of `destlen` bytes (API contract).
+            let to = match unsafe { dhdr::from_sockaddr(dest, destlen) } {
+                Some(a) => Some(a),
+                None if dest.is_null() => None,
+                None => return Err(Errno(libc::EAFNOSUPPORT)),
+            };
+            return dapi::send(&d, slice(buf, len)?, flags, to);
+        }
         if !dest.is_null() {
             return Err(Errno(libc::EISCONN));
         }
@@ -288,6 +325,16 @@ pub extern "C" fn rsendto(
 fn sendv(socket: c_int, iov: *const iovec, cnt: c_int, flags: c_int) -> VResult<usize> {
     if cnt < 0 {
         return Err(Errno::EINVAL);
+    }
+    if let Some(d) = dapi::lookup(socket) {
+        // One datagram of all the vectors.
+        let mut all = Vec::new();
+        for i in 0..cnt as usize {
+            // SAFETY: cnt iovecs (API contract).
+            let v = unsafe { &*iov.add(i) };
+            all.extend_from_slice(slice(v.iov_base, v.iov_len)?);
+        }
+        return dapi::send(&d, &all, flags, None);
     }
     let mut total = 0;
     for i in 0..cnt as usize {
@@ -330,7 +377,17 @@ pub extern "C" fn rwritev(socket: c_int, iov: *const iovec, cnt: c_int) -> isize
 
 #[no_mangle]
 pub extern "C" fn rshutdown(socket: c_int, how: c_int) -> c_int {
-    ffi::minus_one(|| shutdown(&*get(socket)?, how))
+    ffi::minus_one(|| {
+        if dapi::lookup(socket).is_some() {
+            // What a UDP socket answers (ENOTCONN unless connected).
+            // SAFETY: the datagram rsocket's own UDP socket.
+            return match unsafe { libc::shutdown(socket, how) } {
+                0 => Ok(()),
+                _ => Err(Errno::last()),
+            };
+        }
+        shutdown(&*get(socket)?, how)
+    })
 }
 
 fn shutdown(rs: &RSock, how: c_int) -> VResult<()> {
@@ -353,6 +410,9 @@ fn shutdown(rs: &RSock, how: c_int) -> VResult<()> {
 #[no_mangle]
 pub extern "C" fn rclose(socket: c_int) -> c_int {
     ffi::value(libc::EBADF, || {
+        if dapi::close(socket) {
+            return 0;
+        }
         let Some(rs) = table::remove(socket) else {
             return libc::EBADF;
         };
@@ -391,6 +451,10 @@ fn copy_addr(
 #[no_mangle]
 pub extern "C" fn rgetpeername(socket: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     ffi::minus_one(|| {
+        if let Some(d) = dapi::lookup(socket) {
+            let a = d.lock().name(true)?;
+            return dapi::write_addr(&a, addr, len);
+        }
         let rs = get(socket)?;
         let g = rs.lock();
         // SAFETY: the socket's live id.
@@ -401,6 +465,10 @@ pub extern "C" fn rgetpeername(socket: c_int, addr: *mut sockaddr, len: *mut soc
 #[no_mangle]
 pub extern "C" fn rgetsockname(socket: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     ffi::minus_one(|| {
+        if let Some(d) = dapi::lookup(socket) {
+            let a = d.lock().name(false)?;
+            return dapi::write_addr(&a, addr, len);
+        }
         let rs = get(socket)?;
         let g = rs.lock();
         // SAFETY: the socket's live id.
@@ -413,16 +481,20 @@ pub extern "C" fn rgetsockname(socket: c_int, addr: *mut sockaddr, len: *mut soc
 #[no_mangle]
 pub extern "C" fn rfcntl(socket: c_int, cmd: c_int, arg: c_long) -> c_int {
     int(|| {
-        let rs = get(socket)?;
-        let mut g = rs.lock();
-        match cmd {
-            libc::F_GETFL => Ok(if g.nonblock { libc::O_NONBLOCK } else { 0 } | libc::O_RDWR),
+        let nonblock = |nb: &mut bool| match cmd {
+            libc::F_GETFL => Ok(if *nb { libc::O_NONBLOCK } else { 0 } | libc::O_RDWR),
             libc::F_SETFL => {
-                g.nonblock = (arg as c_int) & libc::O_NONBLOCK != 0;
+                *nb = (arg as c_int) & libc::O_NONBLOCK != 0;
                 Ok(0)
             }
             _ => Err(Errno::EOPNOTSUPP),
+        };
+        if let Some(d) = dapi::lookup(socket) {
+            return nonblock(&mut d.lock().nonblock);
         }
+        let rs = get(socket)?;
+        let mut g = rs.lock();
+        nonblock(&mut g.nonblock)
     })
 }
 
@@ -551,7 +623,27 @@ pub extern "C" fn rsetsockopt(
     optval: *const c_void,
     optlen: socklen_t,
 ) -> c_int {
-    ffi::minus_one(|| super::opts::set(&mut get(socket)?.lock(), level, optname, optval, optlen))
+    ffi::minus_one(|| {
+        if let Some(d) = dapi::lookup(socket) {
+            return dapi::setsockopt(&d, level, optname, optval, optlen);
+        }
+        let rs = get(socket)?;
+        let mut g = rs.lock();
+        super::opts::set(&mut g, level, optname, optval, optlen)?;
+        if (level, optname) == (libc::SOL_SOCKET, libc::SO_KEEPALIVE)
+            || (level, optname) == (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE)
+        {
+            // rs_set_keepalive / RS_SVC_MOD_KEEPALIVE.
+            let on = g.so_opts & (1 << libc::SO_KEEPALIVE) != 0;
+            if on && g.keepalive_time == 0 {
+                g.keepalive_time = keepalive::default_time();
+            }
+            let every = on.then(|| std::time::Duration::from_secs(u64::from(g.keepalive_time)));
+            drop(g);
+            keepalive::set(&rs, every);
+        }
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -562,5 +654,8 @@ pub extern "C" fn rgetsockopt(
     optval: *mut c_void,
     optlen: *mut socklen_t,
 ) -> c_int {
-    ffi::minus_one(|| super::opts::get(&mut get(socket)?.lock(), level, optname, optval, optlen))
+    ffi::minus_one(|| match dapi::lookup(socket) {
+        Some(d) => dapi::getsockopt(&d, level, optname, optval, optlen),
+        None => super::opts::get(&mut get(socket)?.lock(), level, optname, optval, optlen),
+    })
 }

@@ -238,9 +238,21 @@ pub fn set_nonblock(fd: c_int, on: bool) {
 }
 
 /// Creates the completion channel (non-blocking: waits go through `poll`), the CQ and
-/// the RC QP of an rsocket (`rs_create_cq` + `rs_create_ep`'s QP). Returns the inline
-/// size the QP granted.
-pub fn create_qp(id: *mut rdma_cm_id, sq: u16, rq: u16, inline: u32) -> VResult<u32> {
+/// the QP of an rsocket (`rs_create_cq` + `rs_create_ep`'s or `ds_create_qp`'s QP):
+/// `IBV_QPT_RC` with two send SGEs for a stream, `IBV_QPT_UD` with two receive SGEs
+/// (GRH, then data) for a datagram socket. Returns the inline size the QP granted.
+pub fn create_qp(
+    id: *mut rdma_cm_id,
+    qp_type: c_int,
+    sq: u16,
+    rq: u16,
+    inline: u32,
+) -> VResult<u32> {
+    let (send_sge, recv_sge) = if qp_type == IBV_QPT_UD {
+        (1, 2)
+    } else {
+        (2, 1)
+    };
     // SAFETY: a live id with a device (after route resolution or from a request).
     let c = unsafe { &mut *id };
     let ch = verbs_ptr(crate::cq::ibv_create_comp_channel(c.verbs))?;
@@ -273,17 +285,34 @@ pub fn create_qp(id: *mut rdma_cm_id, sq: u16, rq: u16, inline: u32) -> VResult<
         cap: ibv_qp_cap {
             max_send_wr: u32::from(sq),
             max_recv_wr: u32::from(rq),
-            max_send_sge: 2,
-            max_recv_sge: 1,
+            max_send_sge: send_sge,
+            max_recv_sge: recv_sge,
             max_inline_data: inline,
         },
-        qp_type: IBV_QPT_RC,
+        qp_type,
         sq_sig_all: 1,
     };
     if crate::cm::qp::rdma_create_qp(id, core::ptr::null_mut(), &mut attr) != 0 {
         return Err(Errno::last());
     }
     Ok(attr.cap.max_inline_data)
+}
+
+/// A synchronous RDMA CM id (its own event channel) in port space `ps`
+/// (`RDMA_PS_TCP` for a stream, `RDMA_PS_UDP` for a datagram QP).
+pub fn create_id(ps: u32) -> VResult<*mut rdma_cm_id> {
+    let mut id = core::ptr::null_mut();
+    let r = crate::cm::id::rdma_create_id(
+        core::ptr::null_mut(),
+        &mut id,
+        core::ptr::null_mut(),
+        ps as c_int,
+    );
+    if r == 0 {
+        Ok(id)
+    } else {
+        Err(Errno::last())
+    }
 }
 
 /// Destroys what [`create_qp`] made (and the id itself).

@@ -10,16 +10,22 @@
 //! - [`ep`]: the verbs underneath (the shim's own functions, no daemon request of its own);
 //! - [`sock`]: socket states (bind, listen, accept, connect, shutdown, options);
 //! - [`opts`]: socket options;
+//! - [`keepalive`]: `SO_KEEPALIVE`'s periodic control message;
 //! - [`poll`]: `rpoll`/`rselect` over rsockets and ordinary descriptors;
 //! - [`table`]: the process's rsockets by descriptor;
+//! - [`dgram`], [`dhdr`], [`dapi`]: datagram rsockets (`SOCK_DGRAM`) over UD QPs, their
+//!   two headers, and the calls on them;
 //! - [`api`]: the exported C functions.
 //!
-//! An rsocket's number is a real descriptor, as in rdma-core: the event channel of its
-//! RDMA CM id. Datagram rsockets (`SOCK_DGRAM`, rsocket.c's UD service) are not
-//! provided: `rsocket` refuses them with ENOTSUP (see docs/compatibility.md).
+//! An rsocket's number is a real descriptor, as in rdma-core: for a stream the event
+//! channel of its RDMA CM id, for a datagram socket a kernel UDP socket.
 pub mod api;
+pub mod dapi;
+pub mod dgram;
+pub mod dhdr;
 pub mod ep;
 pub mod iomap;
+pub mod keepalive;
 pub mod opts;
 pub mod poll;
 pub mod proto;

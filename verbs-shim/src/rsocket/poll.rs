@@ -1,9 +1,11 @@
-//! `rpoll`/`rselect`: readiness of rsockets and ordinary descriptors together, as
+//! `rpoll`/`rselect`: readiness of rsockets (stream and datagram) and ordinary
+//! descriptors together, as
 //! librspreload's `poll`/`select` hand them over. An rsocket is checked by progressing
 //! its stream (credits, completions); to sleep, its CQ is armed and its completion
 //! channel (or, listening, its CM channel) is polled with the ordinary descriptors, then
 //! everything is checked again (rsocket.c's `rs_poll_check`/`rs_poll_arm`/
 //! `rs_poll_events`).
+use super::dapi::{self, DSocket};
 use super::ep;
 use super::sock::Phase;
 use super::sock::RSock;
@@ -74,12 +76,32 @@ fn arm(rs: &RSock, events: i16) -> Result<c_int, i16> {
     }
 }
 
-fn check(fds: &mut [pollfd], socks: &[Option<Arc<RSock>>]) -> c_int {
+/// What one entry of the caller's array is.
+enum Entry {
+    Stream(Arc<RSock>),
+    Dgram(Arc<DSocket>),
+    Plain,
+}
+
+impl Entry {
+    fn of(fd: c_int) -> Entry {
+        if let Some(rs) = lookup(fd) {
+            Entry::Stream(rs)
+        } else if let Some(d) = dapi::lookup(fd) {
+            Entry::Dgram(d)
+        } else {
+            Entry::Plain
+        }
+    }
+}
+
+fn check(fds: &mut [pollfd], socks: &[Entry]) -> c_int {
     let mut n = 0;
     for (p, s) in fds.iter_mut().zip(socks) {
         p.revents = match s {
-            Some(rs) => revents(rs, p.events),
-            None => {
+            Entry::Stream(rs) => revents(rs, p.events),
+            Entry::Dgram(d) => dapi::revents(d, p.events),
+            Entry::Plain => {
                 let mut q = *p;
                 // SAFETY: one valid pollfd.
                 unsafe { libc::poll(&mut q, 1, 0) };
@@ -94,7 +116,7 @@ fn check(fds: &mut [pollfd], socks: &[Option<Arc<RSock>>]) -> c_int {
 }
 
 pub fn rpoll_slice(fds: &mut [pollfd], timeout: c_int) -> VResult<c_int> {
-    let socks: Vec<Option<Arc<RSock>>> = fds.iter().map(|p| lookup(p.fd)).collect();
+    let socks: Vec<Entry> = fds.iter().map(|p| Entry::of(p.fd)).collect();
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
     loop {
         let n = check(fds, &socks);
@@ -103,19 +125,24 @@ pub fn rpoll_slice(fds: &mut [pollfd], timeout: c_int) -> VResult<c_int> {
         }
         let mut real: Vec<pollfd> = Vec::with_capacity(fds.len());
         for (p, s) in fds.iter_mut().zip(&socks) {
-            let fd = match s {
-                Some(rs) => match arm(rs, p.events) {
-                    Ok(fd) => fd,
-                    Err(r) => {
-                        p.revents = r;
-                        return Ok(check(fds, &socks).max(1));
-                    }
-                },
-                None => p.fd,
+            let armed = match s {
+                Entry::Stream(rs) => arm(rs, p.events),
+                Entry::Dgram(d) => dapi::arm(d, p.events),
+                Entry::Plain => Ok(p.fd),
+            };
+            let fd = match armed {
+                Ok(fd) => fd,
+                Err(r) => {
+                    p.revents = r;
+                    return Ok(check(fds, &socks).max(1));
+                }
             };
             real.push(pollfd {
                 fd,
-                events: if s.is_some() { POLLIN } else { p.events },
+                events: match s {
+                    Entry::Plain => p.events,
+                    _ => POLLIN,
+                },
                 revents: 0,
             });
         }
@@ -140,15 +167,22 @@ pub fn rpoll_slice(fds: &mut [pollfd], timeout: c_int) -> VResult<c_int> {
             return Err(e);
         }
         for (q, s) in real.iter().zip(&socks) {
-            if let (Some(rs), true) = (s, q.revents != 0) {
-                let mut g = rs.lock();
-                if let Some(st) = g.stream.as_mut() {
-                    if q.fd == st.cq_fd() {
-                        let _w = rs.wait.lock().unwrap_or_else(|p| p.into_inner());
-                        ep::drain_cq_events(st.id);
-                        st.cq_armed = false;
+            if q.revents == 0 {
+                continue;
+            }
+            match s {
+                Entry::Stream(rs) => {
+                    let mut g = rs.lock();
+                    if let Some(st) = g.stream.as_mut() {
+                        if q.fd == st.cq_fd() {
+                            let _w = rs.wait.lock().unwrap_or_else(|p| p.into_inner());
+                            ep::drain_cq_events(st.id);
+                            st.cq_armed = false;
+                        }
                     }
                 }
+                Entry::Dgram(d) => dapi::woke(d),
+                Entry::Plain => {}
             }
         }
     }

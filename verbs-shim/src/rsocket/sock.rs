@@ -8,9 +8,7 @@ use super::iomap::IoMap;
 use super::proto::{self, ConnData};
 use super::stream::{self, Sizes, Stream};
 use crate::cm::abi::{rdma_cm_id, rdma_conn_param};
-use crate::cm::id::{
-    rdma_bind_addr, rdma_create_id, rdma_listen, rdma_resolve_addr, rdma_resolve_route,
-};
+use crate::cm::id::{rdma_bind_addr, rdma_listen, rdma_resolve_addr, rdma_resolve_route};
 use crate::ffi::{Errno, VResult};
 use core::ffi::c_int;
 use libc::sockaddr;
@@ -37,6 +35,7 @@ pub struct Sock {
     /// Option bits as rsocket.c keeps them (`so_opts`, `tcp_opts`), for getsockopt.
     pub so_opts: u64,
     pub tcp_opts: u64,
+    /// Seconds between keepalives (`TCP_KEEPIDLE`); 0 until set or keepalive is on.
     pub keepalive_time: u32,
 }
 
@@ -71,13 +70,7 @@ fn rc(r: c_int) -> VResult<()> {
 impl Sock {
     /// `rsocket(domain, SOCK_STREAM, ...)`.
     pub fn new(nonblock: bool) -> VResult<Sock> {
-        let mut id = core::ptr::null_mut();
-        rc(rdma_create_id(
-            core::ptr::null_mut(),
-            &mut id,
-            core::ptr::null_mut(),
-            ps::TCP as c_int,
-        ))?;
+        let id = ep::create_id(ps::TCP)?;
         Ok(Sock::with_id(id, nonblock, Sizes::default()))
     }
 
@@ -91,7 +84,7 @@ impl Sock {
             maps: Vec::new(),
             so_opts: 0,
             tcp_opts: 0,
-            keepalive_time: 7200,
+            keepalive_time: 0,
         }
     }
 

@@ -116,7 +116,7 @@ impl Stream {
         }
         sz.sbuf_size = sz.sbuf_size.max(proto::SNDLOWAT * 2);
         sz.rbuf_size = sz.rbuf_size.max(proto::SNDLOWAT * 2) & !1;
-        sz.sq_inline = ep::create_qp(id, sz.sq_size, posted(&sz), sz.sq_inline)?;
+        sz.sq_inline = ep::create_qp(id, IBV_QPT_RC, sz.sq_size, posted(&sz), sz.sq_inline)?;
         if msg_send && sz.sq_inline < proto::MSG_SIZE as u32 {
             return Err(Errno::EOPNOTSUPP);
         }

@@ -89,7 +89,7 @@ fn write_bw(site: &Site) -> (Figure, Figure) {
 }
 
 /// A number after `"key":` in iperf3's JSON, searched from `from`.
-fn json_number(text: &str, from: &str, key: &str) -> Option<f64> {
+pub(super) fn json_number(text: &str, from: &str, key: &str) -> Option<f64> {
     let at = text.find(from)?;
     let rest = &text[at..];
     let k = rest.find(&format!("\"{key}\""))?;
