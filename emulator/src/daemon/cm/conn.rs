@@ -101,6 +101,26 @@ impl Engine {
                 Vec::new()
             }
             Some(d) => vec![d],
+            // A loopback address bound without a device (`cm_bind`): every device serving
+            // it listens, each as if the id were bound to it.
+            None if !src.ip().is_unspecified() => {
+                let serving: Vec<usize> = (0..self.devices.len())
+                    .filter(|&i| {
+                        self.devices[i]
+                            .as_ref()
+                            .is_some_and(|d| d.gids.contains(addr::canonical(src.ip())))
+                    })
+                    .collect();
+                let mut ib = Vec::new();
+                for d in serving {
+                    if self.cm_dev_is_siw(d) {
+                        self.cm_siw_listen(h, src, Some(d), backlog as u32)?;
+                    } else {
+                        ib.push(d);
+                    }
+                }
+                ib
+            }
             None => {
                 self.cm_siw_listen(h, src, None, backlog as u32)?;
                 (0..self.devices.len())

@@ -310,7 +310,7 @@ impl Engine {
                 if family_ok && wildcard.is_none_or(|w: Handle| h < w) {
                     wildcard = Some(h);
                 }
-            } else if id.dev == Some(dev) && canonical(src.ip()) == local {
+            } else if id.dev.is_none_or(|d| d == dev) && canonical(src.ip()) == local {
                 return Some(h);
             }
         }
