@@ -199,3 +199,54 @@ fn fi_pingpong_verbs_rxm_rdm() {
 fn fi_pingpong_verbs_dgram() {
     pingpong("verbs", "dgram", "1024", "1k", &[], &["-d", "rxe1-dgram"]);
 }
+
+/// Beside the interface devices a loopback address binds without a device (what libfabric
+/// needs), yet one machine's RDMA CM programs still meet on it: the listener listens on
+/// the devices serving 127.0.0.1, the connection gets rxe0, and a second listener on the
+/// same port after the first one's end finds the port free again.
+#[test]
+fn rping_on_loopback_beside_interface_devices() {
+    let _s = serial();
+    let Some((hosts, da, _db)) = setup() else {
+        return;
+    };
+    if missing(&["rping"]) {
+        return;
+    }
+    for round in 0..2 {
+        let srv = da.program(
+            Some(&hosts.a),
+            &["rping", "-s", "-a", "127.0.0.1", "-p", "7176", "-C", "5"],
+        );
+        let (s, c) = run_pair_when(
+            srv,
+            || wait_cm_listening(&da, Some(&hosts.a), 7176, Duration::from_secs(20)),
+            "RDMA CM port 7176",
+            || {
+                da.program(
+                    Some(&hosts.a),
+                    &[
+                        "rping",
+                        "-c",
+                        "-a",
+                        "127.0.0.1",
+                        "-p",
+                        "7176",
+                        "-v",
+                        "-C",
+                        "5",
+                    ],
+                )
+            },
+            Duration::from_secs(120),
+        );
+        s.assert_success();
+        c.assert_success();
+        let pings = c
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("ping data: rdma-ping-"))
+            .count();
+        assert_eq!(pings, 5, "round {round}:\n{}", c.stdout);
+    }
+}
