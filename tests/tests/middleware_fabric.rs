@@ -23,6 +23,9 @@ fn setup() -> Option<(TwoHosts, Daemon, Daemon)> {
     let hosts = two_hosts()?;
     let da = Daemon::start_with(Some(&hosts.a), &[]);
     let db = Daemon::start_with(Some(&hosts.b), &[]);
+    for ns in [&hosts.a, &hosts.b] {
+        link_local_ready(ns, hosts.iface);
+    }
     for (d, ns) in [(&da, &hosts.a), (&db, &hosts.b)] {
         for (name, kind) in [("rxe1", "rxe"), ("siw1", "siw")] {
             d.cli(
@@ -44,6 +47,25 @@ fn setup() -> Option<(TwoHosts, Daemon, Daemon)> {
         }
     }
     Some((hosts, da, db))
+}
+
+/// Waits (at most 10 s) for `iface`'s IPv6 link-local address in `ns`, so that both hosts'
+/// rxe1 start with the same GID order (link-local at index 0, then the IPv4-mapped GID).
+/// libfabric's DGRAM endpoints send from GID index 0 (`FI_VERBS_GID_IDX`): an IPv4 GID on
+/// one side and a link-local one on the other mix the families in every address handle,
+/// which `ibv_create_ah` refuses (as on rxe), and `fi_av_insert` inserts nothing.
+fn link_local_ready(ns: &Netns, iface: &str) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &ns.name, "-6", "addr", "show", "dev", iface])
+            .args(["scope", "link", "-tentative"])
+            .output();
+        if out.is_ok_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `(provider, endpoint type)` of every `fi_info` entry.
