@@ -2,9 +2,11 @@
 //! namespaces with one daemon each: `fi_info` lists MSG endpoints for `verbs` and RDM ones
 //! for `verbs;ofi_rxm`, and `fi_pingpong` runs over MSG, RDM (ofi_rxm) and DGRAM.
 //!
-//! Each daemon serves its default devices (rxe0, siw0) on the namespace's interface
-//! (`--netdev eth0`): libfabric hides MSG endpoints of devices on a loopback interface
-//! (docs/compatibility.md, "libfabric").
+//! Each daemon keeps its default devices (rxe0 and siw0 on `lo`) and gets rxe1 and siw1 on
+//! the namespace's interface with `rdma-emu link add`, as a host with rxe gets them with
+//! `rdma link add`. libfabric offers MSG endpoints only for devices on non-loopback
+//! interfaces and binds "localhost" to find them, which the loopback devices must not
+//! answer (docs/cm.md, "Binding"; docs/compatibility.md, "libfabric").
 use rdma_emu_tests::*;
 use std::time::Duration;
 
@@ -12,15 +14,58 @@ use std::time::Duration;
 const CTRL_PORT: u16 = 47592;
 const ITERATIONS: &str = "100";
 
-/// Two namespaces with a daemon each, serving rxe0 and siw0 on `eth0`.
+/// Two namespaces with a daemon each, serving its defaults on `lo` plus rxe1 and siw1 on
+/// `eth0`.
 fn setup() -> Option<(TwoHosts, Daemon, Daemon)> {
     if missing(&["fi_info", "fi_pingpong"]) {
         return None;
     }
     let hosts = two_hosts()?;
-    let da = Daemon::start_with(Some(&hosts.a), &["--netdev", hosts.iface]);
-    let db = Daemon::start_with(Some(&hosts.b), &["--netdev", hosts.iface]);
+    let da = Daemon::start_with(Some(&hosts.a), &[]);
+    let db = Daemon::start_with(Some(&hosts.b), &[]);
+    for ns in [&hosts.a, &hosts.b] {
+        link_local_ready(ns, hosts.iface);
+    }
+    for (d, ns) in [(&da, &hosts.a), (&db, &hosts.b)] {
+        for (name, kind) in [("rxe1", "rxe"), ("siw1", "siw")] {
+            d.cli(
+                Some(ns),
+                &["link", "add", name, "type", kind, "netdev", hosts.iface],
+            )
+            .assert_success();
+        }
+        let devices = d
+            .program(Some(ns), &["ibv_devices"])
+            .wait(Duration::from_secs(60));
+        devices.assert_success();
+        for name in ["rxe0", "siw0", "rxe1", "siw1"] {
+            assert!(
+                devices.stdout.contains(name),
+                "{name} missing:\n{}",
+                devices.stdout
+            );
+        }
+    }
     Some((hosts, da, db))
+}
+
+/// Waits (at most 10 s) for `iface`'s IPv6 link-local address in `ns`, so that both hosts'
+/// rxe1 start with the same GID order (link-local at index 0, then the IPv4-mapped GID).
+/// libfabric's DGRAM endpoints send from GID index 0 (`FI_VERBS_GID_IDX`): an IPv4 GID on
+/// one side and a link-local one on the other mix the families in every address handle,
+/// which `ibv_create_ah` refuses (as on rxe), and `fi_av_insert` inserts nothing.
+fn link_local_ready(ns: &Netns, iface: &str) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &ns.name, "-6", "addr", "show", "dev", iface])
+            .args(["scope", "link", "-tentative"])
+            .output();
+        if out.is_ok_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `(provider, endpoint type)` of every `fi_info` entry.
@@ -58,8 +103,8 @@ fn fi_info_lists_verbs_msg_and_rxm_rdm_endpoints() {
         );
     }
     assert!(
-        verbs.stdout.contains("domain: rxe0\n") && verbs.stdout.contains("domain: siw0\n"),
-        "MSG domains rxe0 and siw0 missing:\n{}",
+        verbs.stdout.contains("domain: rxe1\n") && verbs.stdout.contains("domain: siw1\n"),
+        "MSG domains rxe1 and siw1 missing:\n{}",
         verbs.stdout
     );
     let rxm = da
@@ -106,8 +151,9 @@ fn assert_pingpong_table(out: &Output, size: &str) {
     println!("{}: {}", out.argv, row.join(" "));
 }
 
-/// Runs `fi_pingpong` with messages of `bytes` (printed as `size`) on both sides.
-fn pingpong(provider: &str, endpoint: &str, bytes: &str, size: &str, env: &[&str]) {
+/// Runs `fi_pingpong` with messages of `bytes` (printed as `size`) on both sides, under
+/// `env` and with `extra` options.
+fn pingpong(provider: &str, endpoint: &str, bytes: &str, size: &str, env: &[&str], extra: &[&str]) {
     let _s = serial();
     let Some((hosts, da, db)) = setup() else {
         return;
@@ -128,6 +174,7 @@ fn pingpong(provider: &str, endpoint: &str, bytes: &str, size: &str, env: &[&str
         "-S",
         bytes,
     ]);
+    argv.extend(extra);
     let mut client = argv.clone();
     client.push(hosts.addr_a.as_str());
     let (server, client) = run_pair(
@@ -147,12 +194,13 @@ fn pingpong(provider: &str, endpoint: &str, bytes: &str, size: &str, env: &[&str
 #[test]
 fn fi_pingpong_verbs_msg() {
     // Several packets on the 1024-byte path MTU of a veth.
-    pingpong("verbs", "msg", "4096", "4k", &[]);
+    pingpong("verbs", "msg", "4096", "4k", &[], &[]);
 }
 
-/// ofi_rxm sizes its verbs CQ as (rx size + tx size) × FI_UNIVERSE_SIZE (default 256):
-/// 196608 entries, beyond rxe's (and rdma-emu's) max_cqe of 32767; ibv_create_cq then
-/// fails and fi_enable returns -22, on the kernel's rxe too. 32 peers fit.
+/// ofi_rxm sizes its verbs CQ for every peer it may connect: (128 receives + 128 sends) ×
+/// FI_UNIVERSE_SIZE (1024 unless set), 262144 entries, beyond rxe's (and rdma-emu's)
+/// max_cqe of 32767; ibv_create_cq then fails and fi_enable returns -22, on the kernel's
+/// rxe too. 127 peers fit (128 is the first size that fails); 32 leave room.
 #[test]
 fn fi_pingpong_verbs_rxm_rdm() {
     pingpong(
@@ -161,11 +209,66 @@ fn fi_pingpong_verbs_rxm_rdm() {
         "4096",
         "4k",
         &["FI_UNIVERSE_SIZE=32"],
+        &[],
     );
 }
 
-/// A datagram holds at most the path MTU (1024 on a veth's 1500 bytes).
+/// A datagram holds at most the path MTU (1024 on a veth's 1500 bytes). libfabric lists a
+/// DGRAM domain for every device, in device order, without looking at addresses, and
+/// fi_pingpong takes the first: rxe0's on `lo`, whose address the peer cannot reach. So
+/// the domain is named, as on any host with several RDMA devices.
 #[test]
 fn fi_pingpong_verbs_dgram() {
-    pingpong("verbs", "dgram", "1024", "1k", &[]);
+    pingpong("verbs", "dgram", "1024", "1k", &[], &["-d", "rxe1-dgram"]);
+}
+
+/// Beside the interface devices a loopback address binds without a device (what libfabric
+/// needs), yet one machine's RDMA CM programs still meet on it: the listener listens on
+/// the devices serving 127.0.0.1, the connection gets rxe0, and a second listener on the
+/// same port after the first one's end finds the port free again.
+#[test]
+fn rping_on_loopback_beside_interface_devices() {
+    let _s = serial();
+    let Some((hosts, da, _db)) = setup() else {
+        return;
+    };
+    if missing(&["rping"]) {
+        return;
+    }
+    for round in 0..2 {
+        let srv = da.program(
+            Some(&hosts.a),
+            &["rping", "-s", "-a", "127.0.0.1", "-p", "7176", "-C", "5"],
+        );
+        let (s, c) = run_pair_when(
+            srv,
+            || wait_cm_listening(&da, Some(&hosts.a), 7176, Duration::from_secs(20)),
+            "RDMA CM port 7176",
+            || {
+                da.program(
+                    Some(&hosts.a),
+                    &[
+                        "rping",
+                        "-c",
+                        "-a",
+                        "127.0.0.1",
+                        "-p",
+                        "7176",
+                        "-v",
+                        "-C",
+                        "5",
+                    ],
+                )
+            },
+            Duration::from_secs(120),
+        );
+        s.assert_success();
+        c.assert_success();
+        let pings = c
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("ping data: rdma-ping-"))
+            .count();
+        assert_eq!(pings, 5, "round {round}:\n{}", c.stdout);
+    }
 }

@@ -51,6 +51,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
         // `cargo xtask bench mtu`: only the two-namespace MTU table, printed.
         return mtu::run_alone();
     }
+    if args.first().map(String::as_str) == Some("middleware") {
+        // `cargo xtask bench middleware`: only the UCX and libfabric tables, printed.
+        return middleware::run_alone();
+    }
     let plot_tool = crate::ensure_debian_packages(&["python3-matplotlib"]);
     let (bin, lib) = crate::build_release()?;
     let started = Instant::now();

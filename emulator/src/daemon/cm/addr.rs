@@ -91,6 +91,24 @@ impl Engine {
         })
     }
 
+    /// Whether a bind to `ip` leaves the id without a device although a device serves it:
+    /// `ip` is a loopback address and the daemon also serves a non-loopback interface.
+    /// The loopback names then stand for the host, not for its loopback devices (the
+    /// default `rxe0`/`siw0`): libfabric's verbs provider binds "localhost" and keeps only
+    /// the bound device's endpoints, and a device on `lo` has no MSG endpoints there, so
+    /// every MSG and RDM endpoint would vanish (-61), as on a kernel with rxe on `lo`
+    /// beside rxe on `eth0`. A daemon serving only loopback devices binds them as the
+    /// kernel does. Listeners and resolution still reach the loopback devices by address.
+    pub(super) fn cm_loopback_is_host(&self, ip: IpAddr) -> bool {
+        canonical(ip).is_loopback()
+            && self.devices.iter().flatten().any(|d| {
+                d.gids
+                    .addrs()
+                    .into_iter()
+                    .any(|a| !canonical(a).is_loopback())
+            })
+    }
+
     /// A device with addresses of its own (a siw device on smoltcp, which the kernel's
     /// routing does not know) on the interface that has `ip`, the source the kernel's
     /// routing picked: that device's first address of `ip`'s family stands in for it, so
@@ -150,8 +168,10 @@ impl Engine {
 
     /// `rdma_bind_addr` (also the implicit binds of resolve and listen): a specific
     /// address must be served by a device (EADDRNOTAVAIL: not an address of this host;
-    /// ENODEV: one no device serves), except a loopback address, which then binds without
-    /// a device; port 0 takes a free ephemeral port of the port space.
+    /// ENODEV: one no device serves), except a loopback address, which binds without a
+    /// device when no device serves it or when it names the host
+    /// ([`Engine::cm_loopback_is_host`]); port 0 takes a free ephemeral port of the port
+    /// space.
     pub(super) fn cm_bind(
         &mut self,
         session: SessionId,
@@ -164,11 +184,15 @@ impl Engine {
         let (dev, addr) = if ip.is_unspecified() {
             (None, addr)
         } else {
-            match self.cm_device_by_ip(ip, scope_of(addr)) {
+            let serving = self
+                .cm_device_by_ip(ip, scope_of(addr))
+                .filter(|_| !self.cm_loopback_is_host(ip));
+            match serving {
                 Some((d, ifindex)) => (Some(d), with_scope(ip, addr.port(), ifindex)),
-                // A loopback address no device serves binds without a device, as a
-                // wildcard does: libfabric's verbs provider probes "localhost" this way
-                // and then takes the addresses of the devices on real interfaces.
+                // A loopback address no device serves, or one naming the host, binds
+                // without a device, as a wildcard does: libfabric's verbs provider probes
+                // "localhost" this way and then takes the addresses of the devices on
+                // real interfaces.
                 None if ip.is_loopback() => (None, addr),
                 None if is_local_address(ip, scope_of(addr)) => return Err(libc::ENODEV),
                 None => return Err(libc::EADDRNOTAVAIL),

@@ -8,7 +8,7 @@ use crate::daemon::engine::Engine;
 use crate::daemon::objects::SessionId;
 use emu_core::cm::{self as core_cm, ConnParams, Route, RDMA_UDP_QKEY};
 use emu_core::{ClientId, Psn, QpState, QpType};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 use wire::client::cm::CmConnParam;
 use wire::client::proto::Handle;
@@ -101,6 +101,14 @@ impl Engine {
                 Vec::new()
             }
             Some(d) => vec![d],
+            // A loopback address bound without a device (`cm_bind`): every device serving
+            // it listens, each as if the id were bound to it.
+            None if !src.ip().is_unspecified() => {
+                for d in self.cm_devices_serving(src.ip(), true) {
+                    self.cm_siw_listen(h, src, Some(d), backlog as u32)?;
+                }
+                self.cm_devices_serving(src.ip(), false)
+            }
             None => {
                 self.cm_siw_listen(h, src, None, backlog as u32)?;
                 (0..self.devices.len())
@@ -116,6 +124,20 @@ impl Engine {
         id.state = IdState::Listen;
         tracing::debug!(id = h.0, %src, backlog = id.backlog, "cm listen");
         Ok(())
+    }
+
+    /// The siw devices (`siw`), or the others, whose GID tables hold `ip`: where a listener
+    /// bound to `ip` without a device listens.
+    pub(super) fn cm_devices_serving(&self, ip: IpAddr, siw: bool) -> Vec<usize> {
+        let ip = addr::canonical(ip);
+        (0..self.devices.len())
+            .filter(|&i| {
+                self.devices[i]
+                    .as_ref()
+                    .is_some_and(|d| d.gids.contains(ip))
+                    && self.cm_dev_is_siw(i) == siw
+            })
+            .collect()
     }
 
     /// Makes device `dev`'s agent listen on `sid` (shared by listeners on several

@@ -310,7 +310,7 @@ impl Engine {
                 if family_ok && wildcard.is_none_or(|w: Handle| h < w) {
                     wildcard = Some(h);
                 }
-            } else if id.dev == Some(dev) && canonical(src.ip()) == local {
+            } else if id.dev.is_none_or(|d| d == dev) && canonical(src.ip()) == local {
                 return Some(h);
             }
         }
@@ -480,8 +480,13 @@ impl Engine {
                     .filter(|(_, s)| *s == sid.0)
                     .map(|(d, _)| *d)
                     .collect();
+                // A specific address bound without a device listened where it is served.
+                let serving = match dev {
+                    None if !src.ip().is_unspecified() => self.cm_devices_serving(src.ip(), false),
+                    _ => Vec::new(),
+                };
                 for d in devs {
-                    if src.ip().is_unspecified() || dev == Some(d) {
+                    if src.ip().is_unspecified() || dev == Some(d) || serving.contains(&d) {
                         self.cm_unlisten_on(d, sid);
                     }
                 }
