@@ -138,7 +138,7 @@ fn classic_read_bw_all_sizes_as_typed() {
 /// every pair hashes to its own UDP source port, and a packet from a port that was not
 /// bound left from 4791 and failed its ICRC at the peer (which covers the source port), so
 /// `ib_write_bw -q 1000` ended in retry-exceeded completions. perftest makes one CQ of
-/// `-t` × `-q` entries, hence `-t 64` (within `max_cqe`, 32767). `-u 20` (a 4 s ACK
+/// `-t` × `-q` entries (`-t 64`: 19200, within rxe's `max_cqe` too). `-u 20` (a 4 s ACK
 /// timeout) keeps this about the ports: 300 QPs × 64 writes queue more than perftest's
 /// default 67 ms between the daemons, and the core has no congestion control to drain
 /// that queue before the timer fires (docs/performance.md).

@@ -378,7 +378,8 @@ impl Default for DeviceLimits {
             max_qp_wr: 0x100000,
             max_sge: 32,
             max_cq: 0x4000,
-            max_cqe: 32767,
+            // ConnectX's, above rxe's 32767: libfabric's ofi_rxm opens a CQ of 262144.
+            max_cqe: 4194303,
             max_mr: 0x40000,
             max_pd: 0x10000,
             max_qp_rd_atom: 128,

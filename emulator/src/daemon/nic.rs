@@ -88,7 +88,9 @@ impl Default for Limits {
             max_qp_wr: 1 << 20,
             max_sge: 32,
             max_cq: 1 << 16,
-            max_cqe: 32767,
+            // ConnectX's, above rxe's 32767: libfabric's ofi_rxm asks for 262144 entries
+            // by default (docs/compatibility.md, "libfabric"). The CQ ring is a sparse memfd.
+            max_cqe: 4194303,
             max_mr: 1 << 18,
             max_pd: 1 << 16,
             max_qp_rd_atom: 128,

@@ -525,7 +525,13 @@ impl UdpBackend {
                 let fd = s.socket.as_raw_fd();
                 let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 0);
                 tracing::debug!(%local, "send socket bound");
-                self.senders.insert(key, Sender { bound: s, used: now });
+                self.senders.insert(
+                    key,
+                    Sender {
+                        bound: s,
+                        used: now,
+                    },
+                );
             }
             Err(e) => tracing::warn!(%local, "source port not bound: {e}"),
         }
@@ -543,7 +549,11 @@ impl UdpBackend {
             .retain(|_, s| now.saturating_duration_since(s.used) < SENDER_IDLE);
         let closed = before - self.senders.len();
         if closed > 0 {
-            tracing::debug!(closed, open = self.senders.len(), "idle send sockets closed");
+            tracing::debug!(
+                closed,
+                open = self.senders.len(),
+                "idle send sockets closed"
+            );
             self.count(|c| c.senders_closed += closed as u64);
         }
     }

@@ -188,7 +188,10 @@ mod senders {
             b.senders().map(|s| s.local.port()).collect::<Vec<_>>(),
             vec![other.port()]
         );
-        assert!(UdpSocket::bind(src).is_ok(), "the idle socket's port is still held");
+        assert!(
+            UdpSocket::bind(src).is_ok(),
+            "the idle socket's port is still held"
+        );
         let counters: HashMap<String, u64> = b.offload_counters().into_iter().collect();
         assert_eq!(counters["udp_tx_port_sockets"], 1);
         assert_eq!(counters["udp_tx_port_sockets_closed"], 1);

@@ -5,9 +5,9 @@
 //! CPU seconds per GB moved of iperf3's sender and receiver (iperf3's own accounting)
 //! plus both daemons (from /proc). A section of its own after the perftest tables.
 
-use super::site::{Net, Program, Site};
 use super::mtu::json_number;
 use super::scale::cpu_seconds;
+use super::site::{Net, Program, Site};
 use super::{date, loadavg, Figure};
 use std::fmt::Write as _;
 use std::path::Path;

@@ -20,8 +20,8 @@ pub struct Scale {
     pub kib_per_qp: Figure,
 }
 
-/// The device's largest CQ (`max_cqe`, rxe's).
-pub const MAX_CQE: u32 = 32767;
+/// The device's largest CQ (`max_cqe`, ConnectX's).
+pub const MAX_CQE: u32 = 4194303;
 
 /// `ib_write_bw -q N` between the two daemons, for N = 1000 and then smaller until one
 /// works; every attempt with its figure or failure. perftest makes one CQ of `-t` × `-q`
