@@ -341,7 +341,7 @@ fn hostile_requests_get_errors_and_the_daemon_keeps_serving() {
         errno(c.call(
             RequestBody::CreateCq {
                 ctx: ctx.handle,
-                cqe: 1 << 20,
+                cqe: 1 << 22,
                 channel: None,
                 comp_vector: 0
             },
