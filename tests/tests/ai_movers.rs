@@ -571,6 +571,10 @@ fn torch_rpc_round_trip_over_tensorpipe_ibv() {
         &[&py, &prog, "1", &net.addr_a, "17023", net.iface, "16"],
     );
     eprintln!("{}", c.stdout);
-    assert!(c.stdout.contains("returned plus one, checked"), "{}", c.stdout);
+    assert!(
+        c.stdout.contains("returned plus one, checked"),
+        "{}",
+        c.stdout
+    );
     assert_moved(&da, &net.a, before, 16 << 20, 16 << 20);
 }
