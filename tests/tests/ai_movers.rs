@@ -21,15 +21,41 @@ use std::time::Duration;
 const LIMIT: Duration = Duration::from_secs(600);
 const MIB64: u64 = 64 << 20;
 
-/// The packages as tested; NIXL without its dependencies (they pull torch with CUDA; the
-/// DRAM path needs only numpy).
+/// The packages as tested, with torch's pure-Python dependencies.
 const PACKAGES: &[&str] = &[
     "mooncake-transfer-engine-non-cuda==0.3.13.post1",
     "numpy",
     "mpi4py",
+    "filelock",
+    "typing-extensions>=4.13",
+    "sympy>=1.13.3",
+    "networkx",
+    "jinja2",
+    "fsspec",
 ];
-const NO_DEPS: &[&str] = &["nixl-cu12==1.5.1"];
-const IMPORTS: &str = "import mooncake.engine, nixl_cu12._api, mpi4py, numpy";
+/// Installed without their dependencies. NIXL's pull torch; its DRAM path needs only
+/// numpy. PyPI's torch is a CUDA build whose libraries link to these CUDA libraries, so
+/// it cannot be imported without them even on a machine with no GPU (about 1.9 GB, with
+/// torch's own 0.5 GB); the rest of what it requires (the CUDA toolkit's other parts,
+/// triton, cuda-bindings) is loaded only on first use of a GPU or the compiler.
+const NO_DEPS: &[&str] = &[
+    "nixl-cu12==1.5.1",
+    "torch==2.15.0",
+    "nvidia-cuda-runtime==13.2.86.*",
+    "nvidia-cublas==13.4.1.3.*",
+    "nvidia-cuda-nvrtc==13.2.86.*",
+    "nvidia-cuda-cupti==13.2.86.*",
+    "nvidia-cufft==12.2.0.57.*",
+    "nvidia-cufile==1.17.1.22.*",
+    "nvidia-cusparse==12.7.10.12.*",
+    "nvidia-nvjitlink==13.2.86.*",
+    "nvidia-cudnn-cu13==9.26.0.51",
+    "nvidia-cusparselt-cu13==0.8.1",
+    "nvidia-nccl-cu13==2.30.7",
+    "nvidia-nvshmem-cu13==3.7.2",
+];
+const IMPORTS: &str =
+    "import mooncake.engine, nixl_cu12._api, mpi4py, numpy, torch.distributed.rpc";
 
 fn make_venv(dir: &Path) -> Result<(), String> {
     let python = dir.join("bin/python");
@@ -71,7 +97,10 @@ fn make_venv(dir: &Path) -> Result<(), String> {
 /// user opted out or, outside CI, when PyPI cannot be reached.
 fn python() -> Option<PathBuf> {
     if std::env::var_os("RDMA_EMU_NO_PYPI").is_some_and(|v| !v.is_empty() && v != "0") {
-        eprintln!("SKIPPED: RDMA_EMU_NO_PYPI is set: the AI movers need packages from PyPI");
+        eprintln!(
+            "SKIPPED: RDMA_EMU_NO_PYPI is set: the AI movers need packages from PyPI \
+             (about 2.5 GB to download, most of it torch's CUDA libraries)"
+        );
         return None;
     }
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -519,4 +548,33 @@ fn mpi4py_collectives_over_open_mpi_and_ucx() {
     }
     // 32 MiB Allreduce and Bcast alone move more than 32 MiB each way.
     assert_moved(&da, &net.a, before, 32 << 20, 32 << 20);
+}
+
+/// torch.distributed.rpc over TensorPipe's ibv transport only, the tensors carried by its
+/// basic channel through the transport (see the script for why both are named): worker1
+/// in b sends 16 MiB of int32 to worker0 in a, which returns them plus one; checked
+/// element by element, then a small call.
+#[test]
+fn torch_rpc_round_trip_over_tensorpipe_ibv() {
+    let Some(py) = python() else { return };
+    let Some((_s, net, da, db)) = hosts() else {
+        return;
+    };
+    let py = py.display().to_string();
+    let prog = script("torch_rpc.py");
+    let before = pkts(&da, &net.a);
+    let (_, c) = server_client(
+        &net,
+        &da,
+        &db,
+        &[&py, &prog, "0", &net.addr_a, "17023", net.iface, "16"],
+        &[&py, &prog, "1", &net.addr_a, "17023", net.iface, "16"],
+    );
+    eprintln!("{}", c.stdout);
+    assert!(
+        c.stdout.contains("returned plus one, checked"),
+        "{}",
+        c.stdout
+    );
+    assert_moved(&da, &net.a, before, 16 << 20, 16 << 20);
 }
