@@ -523,11 +523,7 @@ fn ib_write_bw_and_rping_complete_through_lost_packets() {
         LIMIT,
     );
     c.assert_success();
-    let pings = c
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("ping data: rdma-ping-"))
-        .count();
+    let pings = rping_pings(&c);
     assert_eq!(pings, 50, "{}", c.stdout);
     assert!(daemon.counter(None, "rxe0", "fault_dropped") > 0);
 }

@@ -252,11 +252,7 @@ fn rping_on_loopback_beside_interface_devices() {
         );
         s.assert_success();
         c.assert_success();
-        let pings = c
-            .stdout
-            .lines()
-            .filter(|l| l.starts_with("ping data: rdma-ping-"))
-            .count();
+        let pings = rping_pings(&c);
         assert_eq!(pings, 5, "round {round}:\n{}", c.stdout);
     }
 }

@@ -84,11 +84,7 @@ fn rping(two_hosts: bool) {
         ],
         7174,
     );
-    let pings = c
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("ping data: rdma-ping-"))
-        .count();
+    let pings = rping_pings(&c);
     assert_eq!(pings, 100, "client output:\n{}", c.stdout);
 }
 

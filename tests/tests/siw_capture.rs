@@ -143,11 +143,7 @@ fn rping_capture_dissects(server: Mpa, client: Mpa) {
     );
     c.assert_success();
     s.assert_success();
-    let pings = c
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("ping data: rdma-ping-"))
-        .count();
+    let pings = rping_pings(&c);
     assert_eq!(pings, 20, "client output:\n{}", c.stdout);
     // The daemons close the TCP streams once the programs are gone: let the FINs arrive.
     std::thread::sleep(Duration::from_millis(300));
