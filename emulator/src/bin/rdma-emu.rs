@@ -138,7 +138,7 @@ fn connect(cli: &Cli) -> Result<Client, String> {
 fn call(cli: &Cli, body: RequestBody) -> Result<ReplyBody, String> {
     let mut c = connect(cli)?;
     c.call(body, &[]).map(|(b, _)| b).map_err(|e| match e {
-        CallError::Errno(n) => std::io::Error::from_raw_os_error(n).to_string(),
+        CallError::Errno(n) => emulator::client::errno_text(n),
         e => e.to_string(),
     })
 }
