@@ -203,7 +203,11 @@ fn hostile() {
         version: PROTOCOL_VERSION,
         pid: v.pid,
     };
-    assert_eq!(raw_call(&sock, hello).err(), Some(libc::EPERM), "Hello as A");
+    assert_eq!(
+        raw_call(&sock, hello).err(),
+        Some(libc::EPERM),
+        "Hello as A"
+    );
     let mem = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -310,7 +314,11 @@ fn hostile() {
     w.remote_addr = v.addr;
     w.rkey = v.rkey;
     b.post_send(w);
-    assert_eq!(b.poll().status, wc_status::RETRY_EXC_ERR, "write to A's QPN");
+    assert_eq!(
+        b.poll().status,
+        wc_status::RETRY_EXC_ERR,
+        "write to A's QPN"
+    );
 
     // A's rkey over B's own connection: the responder finds no such key in B's PD.
     let (x, _y) = pair_of_b();
@@ -319,14 +327,22 @@ fn hostile() {
     w.remote_addr = v.addr;
     w.rkey = v.rkey;
     x.post_send(w);
-    assert_eq!(x.poll().status, wc_status::REM_ACCESS_ERR, "write with A's rkey");
+    assert_eq!(
+        x.poll().status,
+        wc_status::REM_ACCESS_ERR,
+        "write with A's rkey"
+    );
     let (x, _y) = pair_of_b();
     let own = sge_of(&x);
     let mut r = wqe(3, wr_opcode::RDMA_READ, &own);
     r.remote_addr = v.addr;
     r.rkey = v.rkey;
     x.post_send(r);
-    assert_eq!(x.poll().status, wc_status::REM_ACCESS_ERR, "read with A's rkey");
+    assert_eq!(
+        x.poll().status,
+        wc_status::REM_ACCESS_ERR,
+        "read with A's rkey"
+    );
     // A's lkey and address in a local gather list: a local protection error.
     let (x, _y) = pair_of_b();
     let stolen = [Sge {
@@ -335,7 +351,11 @@ fn hostile() {
         lkey: v.lkey,
     }];
     x.post_send(wqe(4, wr_opcode::SEND, &stolen));
-    assert_eq!(x.poll().status, wc_status::LOC_PROT_ERR, "send from A's lkey");
+    assert_eq!(
+        x.poll().status,
+        wc_status::LOC_PROT_ERR,
+        "send from A's lkey"
+    );
 
     // B's own ring indices gone wild: B's QP, and only it, goes to error.
     let z = Side::build_at(&socket(), qp_type::RC, false, false);
@@ -487,15 +507,25 @@ fn two_users_share_one_system_daemon() {
         .find_map(|l| l.find("VICTIM ").map(|at| l[at..].to_string()))
     else {
         let out = victim.wait_with_output().expect("victim");
-        panic!("the victim said nothing:\n{}", String::from_utf8_lossy(&out.stderr));
+        panic!(
+            "the victim said nothing:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     let v = Victim::parse(&line).expect("the victim's line");
     let hostile = spawn_role(&d, USER_B, "hostile", Some(&line));
     std::thread::scope(|scope| {
         let a = scope.spawn(|| {
-            user_pair(&ns, &d, USER_A, 18611, &["ibv_rc_pingpong", "-d", "rxe0", "-g", "0", "-n", "200"])
+            user_pair(
+                &ns,
+                &d,
+                USER_A,
+                18611,
+                &["ibv_rc_pingpong", "-d", "rxe0", "-g", "0", "-n", "200"],
+            )
         });
-        let b = scope.spawn(|| user_pair(&ns, &d, USER_B, 18612, &["ib_write_bw", "-d", "rxe0", "-F"]));
+        let b =
+            scope.spawn(|| user_pair(&ns, &d, USER_B, 18612, &["ib_write_bw", "-d", "rxe0", "-F"]));
         a.join().expect("user A's ibv_rc_pingpong");
         b.join().expect("user B's ib_write_bw");
     });
@@ -531,13 +561,20 @@ fn two_users_share_one_system_daemon() {
         );
     }
     let pcap = std::env::temp_dir().join(format!("rdma-emu-mu-{}.pcap", std::process::id()));
-    let out = cli_as(&d, b, &["capture", "rxe0", &pcap.display().to_string(), "-c", "1"]);
+    let out = cli_as(
+        &d,
+        b,
+        &["capture", "rxe0", &pcap.display().to_string(), "-c", "1"],
+    );
     assert!(!out.status.success(), "capture as user B");
     let _ = std::fs::remove_file(&pcap);
-    assert!(
-        d.counter(Some(&ns), "rxe0", "refused_privileged") >= refused.len() as u64 + 1,
-        "refusals are counted"
+    assert_eq!(
+        d.counter(Some(&ns), "rxe0", "refused_privileged"),
+        refused.len() as u64 + 1,
+        "every refusal is counted, the capture's too"
     );
+    // The hostile client's Hello as A.
+    assert_eq!(d.counter(Some(&ns), "rxe0", "refused_credentials"), 1);
     // Reading is for everyone.
     assert!(cli_as(&d, b, &["link", "show"]).status.success());
     assert!(cli_as(&d, b, &["fault", "list"]).status.success());

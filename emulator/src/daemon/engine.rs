@@ -708,8 +708,9 @@ fn socket_dir(dir: &std::path::Path, socket_mode: u32) -> io::Result<()> {
     if dir.as_os_str().is_empty() {
         return Ok(());
     }
-    let search = (socket_mode & 0o060 != 0).then_some(0o010).unwrap_or(0)
-        | (socket_mode & 0o006 != 0).then_some(0o001).unwrap_or(0);
+    let group = if socket_mode & 0o060 != 0 { 0o010 } else { 0 };
+    let others = if socket_mode & 0o006 != 0 { 0o001 } else { 0 };
+    let search = group | others;
     match std::fs::metadata(dir) {
         Ok(m) => {
             let missing = search & !m.permissions().mode();
