@@ -210,3 +210,47 @@ fn memory_of_another_process_is_refused() {
     // Its own memory opens the device on the same session.
     open_device(&mut c);
 }
+
+#[test]
+fn ud_send_with_an_ah_of_another_context_fails() {
+    use common::side::{pair, wqe};
+    use wire::client::slot::Sge;
+    use wire::client::verbs::{wc_status, wr_opcode};
+    use wire::client::{AhAttr, GlobalRoute};
+    let d = TestDaemon::start();
+    let (mut a, b) = pair(&d, qp_type::UD, false);
+    // The same session, a second context on the same device: its AH ids are the same
+    // core's, so without the check its AH would stand in for one of A's first context.
+    let other = open_device(&mut a.c).handle;
+    let pd = alloc_pd(&mut a.c, other);
+    let attr = AhAttr {
+        grh: GlobalRoute {
+            dgid: b.gid,
+            hop_limit: 64,
+            ..GlobalRoute::default()
+        },
+        is_global: 1,
+        port_num: 1,
+        ..AhAttr::default()
+    };
+    let ReplyBody::Ah { handle: ah } = a
+        .c
+        .call(RequestBody::CreateAh { pd, attr }, &[])
+        .expect("an AH in the second context")
+        .0
+    else {
+        panic!()
+    };
+    b.post_recv(1, 0, 40 + 64);
+    let sge = [Sge {
+        addr: a.addr(0),
+        length: 64,
+        lkey: a.lkey,
+    }];
+    let mut s = wqe(2, wr_opcode::SEND, &sge);
+    s.ah = ah.0;
+    s.remote_qpn = b.qpn;
+    s.remote_qkey = 0x1111_1111;
+    a.post_send(s);
+    assert_eq!(a.poll().status, wc_status::LOC_QP_OP_ERR);
+}
