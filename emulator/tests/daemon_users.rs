@@ -254,3 +254,60 @@ fn ud_send_with_an_ah_of_another_context_fails() {
     a.post_send(s);
     assert_eq!(a.poll().status, wc_status::LOC_QP_OP_ERR);
 }
+
+#[test]
+fn rdma_cm_may_not_name_the_qp_of_another_session() {
+    use wire::client::cm::{CmConnParam, CmReply, CmRequest};
+    let d = TestDaemon::start();
+    let victim = Side::build_at(&d.socket, qp_type::RC, false, false);
+    let mut own = Side::build_at(&d.socket, qp_type::RC, false, false);
+    let (_r, w) = emulator::daemon::sys::pipe().expect("pipe");
+    let cm = |c: &mut Client, req: CmRequest, fds: &[std::os::fd::RawFd]| {
+        match c.call(RequestBody::Cm(req), fds).map(|(b, _)| b) {
+            Ok(ReplyBody::Cm(reply)) => Ok(reply),
+            Ok(other) => panic!("{other:?}"),
+            Err(emulator::client::CallError::Errno(e)) => Err(e),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let Ok(CmReply::Channel { handle: channel }) =
+        cm(&mut own.c, CmRequest::CreateChannel, &[w.as_raw_fd()])
+    else {
+        panic!("channel")
+    };
+    let Ok(CmReply::Id { handle: id }) = cm(
+        &mut own.c,
+        CmRequest::CreateId {
+            channel,
+            ps: 0x0106, // RDMA_PS_TCP
+            qp_type: qp_type::RC,
+        },
+        &[],
+    ) else {
+        panic!("id")
+    };
+    let bound = cm(
+        &mut own.c,
+        CmRequest::BindAddr {
+            id,
+            addr: std::net::SocketAddr::new(d.addr, 0),
+        },
+        &[],
+    );
+    assert!(
+        matches!(bound, Ok(CmReply::Info(ref i)) if i.device.as_deref() == Some("rxe0")),
+        "{bound:?}"
+    );
+    let connect = |qp_num| CmRequest::Connect {
+        id,
+        param: CmConnParam {
+            qp_num,
+            ..CmConnParam::default()
+        },
+    };
+    assert_eq!(cm(&mut own.c, connect(victim.qpn), &[]), Err(libc::EINVAL));
+    assert_eq!(counter(&mut own.c, "refused_credentials"), 1);
+    // Its own QP passes the check (and the CM then wants a resolved route: EINVAL).
+    let _ = cm(&mut own.c, connect(own.qpn), &[]);
+    assert_eq!(counter(&mut own.c, "refused_credentials"), 1);
+}
