@@ -233,11 +233,10 @@ fn ud_send_with_an_ah_of_another_context_fails() {
         port_num: 1,
         ..AhAttr::default()
     };
-    let ReplyBody::Ah { handle: ah } = a
-        .c
-        .call(RequestBody::CreateAh { pd, attr }, &[])
-        .expect("an AH in the second context")
-        .0
+    let ReplyBody::Ah { handle: ah } =
+        a.c.call(RequestBody::CreateAh { pd, attr }, &[])
+            .expect("an AH in the second context")
+            .0
     else {
         panic!()
     };
@@ -262,13 +261,14 @@ fn rdma_cm_may_not_name_the_qp_of_another_session() {
     let victim = Side::build_at(&d.socket, qp_type::RC, false, false);
     let mut own = Side::build_at(&d.socket, qp_type::RC, false, false);
     let (_r, w) = emulator::daemon::sys::pipe().expect("pipe");
-    let cm = |c: &mut Client, req: CmRequest, fds: &[std::os::fd::RawFd]| {
-        match c.call(RequestBody::Cm(req), fds).map(|(b, _)| b) {
-            Ok(ReplyBody::Cm(reply)) => Ok(reply),
-            Ok(other) => panic!("{other:?}"),
-            Err(emulator::client::CallError::Errno(e)) => Err(e),
-            Err(e) => panic!("{e}"),
-        }
+    let cm = |c: &mut Client, req: CmRequest, fds: &[std::os::fd::RawFd]| match c
+        .call(RequestBody::Cm(req), fds)
+        .map(|(b, _)| b)
+    {
+        Ok(ReplyBody::Cm(reply)) => Ok(reply),
+        Ok(other) => panic!("{other:?}"),
+        Err(emulator::client::CallError::Errno(e)) => Err(e),
+        Err(e) => panic!("{e}"),
     };
     let Ok(CmReply::Channel { handle: channel }) =
         cm(&mut own.c, CmRequest::CreateChannel, &[w.as_raw_fd()])
