@@ -611,3 +611,69 @@ fn two_users_share_one_system_daemon() {
     }
     assert!(!d.log_text().contains("panicked"), "{}", d.log_text());
 }
+
+/// A system daemon at `/run/rdma-emu/rdma-emud.sock`, started without `--socket`
+/// (systemd gives system services no `XDG_RUNTIME_DIR`), creates its directory so that
+/// every user may reach the socket, and a user's program finds it with no setting.
+#[test]
+fn a_system_daemon_is_found_by_any_user_without_settings() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _s = serial();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let _ = cannot_run("the system daemon's directory /run/rdma-emu needs root");
+        return;
+    }
+    let dir = std::path::Path::new(wire::client::SYSTEM_SOCKET_DIR);
+    if dir.exists() {
+        let _ = cannot_run("/run/rdma-emu exists: a system daemon may run here; not touching it");
+        return;
+    }
+    let Some(ns) = loopback_ns("mus", false) else {
+        return;
+    };
+    let mut argv = ns.exec_prefix();
+    argv.extend(["env", "-u", "RDMA_EMU_SOCKET", "-u", "XDG_RUNTIME_DIR"].map(String::from));
+    argv.push(bin_dir().join("rdma-emud").display().to_string());
+    argv.extend(["--socket-mode", "666"].map(String::from));
+    let mut daemon = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("rdma-emud");
+    let socket = dir.join(wire::client::SOCKET_FILE);
+    let up = common::wait_for(Duration::from_secs(20), || socket.exists().then_some(()));
+    let mode = std::fs::metadata(dir).map(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.permissions().mode() & 0o777
+    });
+    let mut user = as_user(USER_B, &[]);
+    user.extend(["env", "-u", "RDMA_EMU_SOCKET"].map(String::from));
+    user.push(format!("XDG_RUNTIME_DIR=/run/user/{USER_B}"));
+    user.push(bin_dir().join("rdma-emu").display().to_string());
+    user.extend(["link", "show"].map(String::from));
+    let out = Command::new(&user[0]).args(&user[1..]).output();
+    // SAFETY: kill(2) on our own child's pid; SIGTERM makes it remove its socket.
+    unsafe { libc::kill(daemon.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = daemon.wait();
+    let _ = std::fs::remove_dir(dir);
+    assert!(
+        up.is_some(),
+        "the daemon made no socket at {}",
+        socket.display()
+    );
+    assert_eq!(
+        mode.ok(),
+        Some(0o711),
+        "searchable by all, listable by none"
+    );
+    let out = out.expect("rdma-emu");
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("rxe0"),
+        "user B did not reach the system daemon: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
