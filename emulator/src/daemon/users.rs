@@ -308,19 +308,4 @@ mod tests {
         assert!(!is_own_pid(me, 1));
         assert!(!is_own_pid(0, 0), "a peer the kernel could not name");
     }
-
-    #[test]
-    fn the_configuration_names_the_admin_group_and_the_limits() {
-        use crate::daemon::Config;
-        let cfg = Config::from_toml("admin_group = 27\n[user_limits]\nmax_qps = 3\n").unwrap();
-        assert_eq!(cfg.admin_group, Some(27));
-        assert_eq!(cfg.user_limits.max_qps, 3);
-        assert_eq!(cfg.user_limits.max_cqs, UserLimits::default().max_cqs);
-        let by_name = Config::from_toml("admin_group = \"root\"").unwrap();
-        assert_eq!(by_name.admin_group, Some(0));
-        assert!(Config::from_toml("admin_group = \"no-such-group-here\"").is_err());
-        assert!(Config::from_toml("[user_limits]\nmax_qp = 3\n").is_err());
-        assert_eq!(Group::parse("61010"), Group::Id(61010));
-        assert_eq!(Config::default().admin_group, None);
-    }
 }
