@@ -27,8 +27,23 @@ impl std::fmt::Display for CallError {
         match self {
             CallError::Io(e) => write!(f, "{e}"),
             CallError::Protocol(s) => write!(f, "protocol error: {s}"),
-            CallError::Errno(e) => write!(f, "{}", io::Error::from_raw_os_error(*e)),
+            CallError::Errno(e) => f.write_str(&errno_text(*e)),
         }
+    }
+}
+
+/// What to tell a person about an errno from the daemon: the system's text, and for
+/// EACCES, which the daemon answers only to a privileged request from a client that is
+/// not an administrator (`daemon/users.rs`), who may make it.
+pub fn errno_text(errno: i32) -> String {
+    let text = io::Error::from_raw_os_error(errno).to_string();
+    if errno == libc::EACCES {
+        format!(
+            "{text}: a privileged command; rdma-emud allows it to root, to its own user and \
+             to the members of its admin group (--admin-group, admin_group)"
+        )
+    } else {
+        text
     }
 }
 impl std::error::Error for CallError {}

@@ -48,6 +48,10 @@ struct Args {
     /// UDP source port: hash (of the QP pair, 0xC000..=0xFFFF, default) or fixed (4791).
     #[arg(long)]
     udp_src_port: Option<daemon::SrcPortMode>,
+    /// A group (name or number) whose members may use link add/del, capture and fault,
+    /// beside root and the daemon's own user.
+    #[arg(long, value_name = "GROUP")]
+    admin_group: Option<String>,
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -90,6 +94,9 @@ fn config(args: &Args) -> Result<Config, String> {
     }
     if let Some(m) = args.udp_src_port {
         cfg.set_src_port_mode(m);
+    }
+    if let Some(g) = &args.admin_group {
+        cfg.admin_group = Some(daemon::users::Group::parse(g).gid()?);
     }
     if let Some(n) = &args.netdev {
         // Moves every device when they share one interface (the defaults rxe0 and siw0

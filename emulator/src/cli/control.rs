@@ -1,6 +1,7 @@
 //! Reaching rdma-emud from the command line: one connection to its control socket per
 //! request, and the daemon's errors as the text a user reads (an errno as its
-//! `strerror`, anything else as the client's own message).
+//! `strerror`, a refused privileged command with who may run it, anything else as the
+//! client's own message).
 
 use crate::client::{CallError, Client};
 use std::path::Path;
@@ -24,10 +25,10 @@ pub(super) fn call(socket: Option<&Path>, body: RequestBody) -> Result<ReplyBody
     c.call(body, &[]).map(|(b, _)| b).map_err(error_text)
 }
 
-/// A failed call as the user reads it: an errno as its `strerror`.
+/// A failed call as the user reads it: an errno as its `strerror` (EACCES with who may).
 pub(super) fn error_text(e: CallError) -> String {
     match e {
-        CallError::Errno(n) => std::io::Error::from_raw_os_error(n).to_string(),
+        CallError::Errno(n) => crate::client::errno_text(n),
         e => e.to_string(),
     }
 }

@@ -9,6 +9,11 @@
 //! cm_max_retries = 15        # CM retransmissions before UNREACHABLE / a timed-out DREQ
 //! udp_src_port = "hash"      # hash (of the QP pair, 0xC000..=0xFFFF) | fixed (4791)
 //! faults = ["rxe0 drop 1% --seed 42"]   # in place at start (docs/faults.md)
+//! admin_group = "rdma"       # may link add/del, capture, fault (beside root and the daemon's user)
+//!
+//! [user_limits]              # per user, over all its sessions (users.rs)
+//! max_qps = 16384            # EAGAIN beyond, as the rdma cgroup's hca_object
+//! max_mr_bytes = 1099511627776   # ENOMEM beyond, as RLIMIT_MEMLOCK in ib_umem_get
 //!
 //! [[device]]
 //! name = "rxe0"
@@ -336,6 +341,8 @@ struct FileConfig {
     cm_response_timeout: Option<u8>,
     cm_max_retries: Option<u8>,
     udp_src_port: Option<SrcPortMode>,
+    admin_group: Option<super::users::Group>,
+    user_limits: Option<super::users::UserLimits>,
     #[serde(default)]
     faults: Vec<String>,
     #[serde(default)]
@@ -368,12 +375,17 @@ pub struct Config {
     /// Faults in place from the start (`faults = ["DEVICE KIND …", …]`), before those of
     /// `RDMA_EMU_FAULTS`.
     pub faults: Vec<(String, wire::client::fault::FaultSpec)>,
+    /// Members of this group may use the privileged requests (`users::is_privileged`)
+    /// beside root and the daemon's own user.
+    pub admin_group: Option<u32>,
+    /// What one user may hold at once (`users.rs`).
+    pub user_limits: super::users::UserLimits,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
-            socket: wire::client::socket_path(),
+            socket: wire::client::daemon_socket_path(),
             socket_mode: 0o600,
             poll: PollMode::Adaptive,
             spin: Duration::from_micros(50),
@@ -388,6 +400,8 @@ impl Default for Config {
             cm_max_retries: 15,
             udp_src_port: None,
             faults: Vec::new(),
+            admin_group: None,
+            user_limits: super::users::UserLimits::default(),
         }
     }
 }
@@ -431,6 +445,12 @@ impl Config {
         }
         if let Some(m) = file.udp_src_port {
             cfg.set_src_port_mode(m);
+        }
+        if let Some(g) = file.admin_group {
+            cfg.admin_group = Some(g.gid()?);
+        }
+        if let Some(l) = file.user_limits {
+            cfg.user_limits = l;
         }
         if !file.device.is_empty() {
             cfg.devices = file.device;

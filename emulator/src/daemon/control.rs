@@ -25,20 +25,41 @@ pub(super) fn ok(body: ReplyBody) -> Answer {
 /// `/proc` filesystem magic (statfs f_type).
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 
-/// Checks the descriptor is a `/proc/<pid>/mem` file opened for reading and writing.
-fn is_proc_mem(fd: &OwnedFd) -> bool {
+/// Checks the descriptor is a `/proc/<pid>/mem` file opened for reading and writing
+/// (EINVAL otherwise), of the peer itself (`peer_pid`, EPERM otherwise) when it comes from
+/// the daemon's own `/proc`. The kernel checked the client's right to open it; the pid
+/// check keeps a client from handing over another process's memory (a child's, say) as
+/// its own. A client in another PID namespace opens its own `/proc`, whose numbers are
+/// not the daemon's: there the kernel's check stands alone.
+fn check_proc_mem(fd: &OwnedFd, peer_pid: u32) -> Result<(), i32> {
+    use std::os::unix::fs::MetadataExt;
     let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
     if link.file_name().is_none_or(|n| n != "mem") {
-        return false;
+        return Err(libc::EINVAL);
     }
-    // SAFETY: statfs/fcntl on a descriptor we own, with a zeroed out-parameter.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        if libc::fstatfs(fd.as_raw_fd(), &mut st) != 0 || st.f_type as i64 != PROC_SUPER_MAGIC {
-            return false;
-        }
-        libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_RDWR
+    // SAFETY: statfs/fstat/fcntl on a descriptor we own, with zeroed out-parameters.
+    let (is_proc_rw, dev) = unsafe {
+        let mut sf: libc::statfs = std::mem::zeroed();
+        let mut st: libc::stat = std::mem::zeroed();
+        let ok = libc::fstatfs(fd.as_raw_fd(), &mut sf) == 0
+            && sf.f_type as i64 == PROC_SUPER_MAGIC
+            && libc::fstat(fd.as_raw_fd(), &mut st) == 0
+            && libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_RDWR;
+        (ok, st.st_dev)
+    };
+    if !is_proc_rw {
+        return Err(libc::EINVAL);
     }
+    let ours = std::fs::metadata("/proc/self").is_ok_and(|m| m.dev() == dev);
+    let pid = link
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.parse::<u32>().ok());
+    if ours && pid != Some(peer_pid) {
+        return Err(libc::EPERM);
+    }
+    Ok(())
 }
 
 /// Checks the descriptor is the write end of a pipe, and makes it nonblocking.
@@ -104,12 +125,17 @@ impl Engine {
         if s.objects >= MAX_OBJECTS_PER_SESSION {
             return Err(libc::ENOMEM);
         }
+        let uid = s.uid;
+        if let Some(r) = super::users::Resource::of(&kind) {
+            self.users.charge(&self.cfg.user_limits, uid, r)?;
+        }
         s.objects += 1;
         let h = self.alloc_handle();
         self.objects.insert(
             h,
             Object {
                 session,
+                uid,
                 ctx: ctx.unwrap_or(h),
                 kind,
             },
@@ -139,32 +165,31 @@ impl Engine {
         if !hello && !matches!(body, RequestBody::Hello { .. }) {
             return Err(libc::EPROTO);
         }
-        // Changing devices or watching every client's traffic is for the daemon's own user
-        // (or root), not for everyone the socket's group lets in.
-        let admin = matches!(
-            body,
-            RequestBody::LinkAdd { .. }
-                | RequestBody::LinkDel { .. }
-                | RequestBody::Capture { .. }
-                | RequestBody::Fault(
-                    wire::client::fault::FaultRequest::Add { .. }
-                        | wire::client::fault::FaultRequest::Clear { .. }
-                )
-        );
-        if admin
-            && !self
-                .sessions
-                .get(&session)
-                .is_some_and(|s| s.uid == 0 || s.uid == sys::euid())
-        {
-            return Err(libc::EPERM);
+        // Changing devices, faults or watching every client's traffic is for
+        // administrators, not for everyone the socket lets in (users.rs).
+        if super::users::is_privileged(&body) {
+            let admin = self.sessions.get(&session).is_some_and(|s| {
+                super::users::is_admin(s.uid, s.gid, &s.groups, sys::euid(), self.cfg.admin_group)
+            });
+            if !admin {
+                self.counters.refused_privileged += 1;
+                tracing::info!(session, "privileged request refused");
+                return Err(libc::EACCES);
+            }
         }
         let now = Instant::now();
         use RequestBody as R;
         match body {
-            R::Hello { version, pid: _ } => {
+            R::Hello { version, pid } => {
                 if version != PROTOCOL_VERSION {
                     return Err(libc::EPROTONOSUPPORT);
+                }
+                // The pid a client names must be its own (the kernel's SO_PEERCRED).
+                let peer = self.sessions.get(&session).map_or(0, |s| s.pid);
+                if !super::users::is_own_pid(peer, pid) {
+                    self.counters.refused_credentials += 1;
+                    tracing::info!(session, peer, claimed = pid, "Hello with another pid");
+                    return Err(libc::EPERM);
                 }
                 if let Some(s) = self.sessions.get_mut(&session) {
                     s.hello = true;
@@ -254,6 +279,7 @@ impl Engine {
                 }
                 let mr = Kind::Mr {
                     lkey,
+                    length,
                     shared: attached.clone(),
                 };
                 let handle = match self.insert(session, Some(ctx), mr) {
@@ -432,7 +458,14 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             R::Stat { device, qpn } => self.stat(device, qpn),
-            R::Cm(req) => self.cm_request(session, req, fds, now),
+            R::Cm(req) => {
+                if let wire::client::cm::CmRequest::Connect { id, param }
+                | wire::client::cm::CmRequest::Accept { id, param } = &req
+                {
+                    self.cm_qp_not_foreign(session, *id, param.qp_num, now)?;
+                }
+                self.cm_request(session, req, fds, now)
+            }
             R::LinkShow => ok(ReplyBody::Links(
                 self.devices
                     .iter()
@@ -586,10 +619,49 @@ impl Engine {
         }
     }
 
+    /// Refuses (EINVAL, as the kernel's iw_cm for a QP it cannot use) an RDMA CM
+    /// connect or accept of `id` that names QP `qpn` of another session on the id's
+    /// device: the connection would be bound to (siw) or advertise (RoCE) someone else's
+    /// QP. A number no QP has is left to the CM to refuse.
+    fn cm_qp_not_foreign(
+        &mut self,
+        session: SessionId,
+        id: Handle,
+        qpn: u32,
+        now: Instant,
+    ) -> Result<(), i32> {
+        use wire::client::cm::{CmReply, CmRequest};
+        let info = match self.cm_request(session, CmRequest::Query { id }, Vec::new(), now)? {
+            (ReplyBody::Cm(CmReply::Info(info)), _) => info,
+            _ => return Err(libc::EINVAL),
+        };
+        let Some(dev) = info.device.and_then(|name| self.device_index(&name)) else {
+            return Ok(());
+        };
+        let owner = self.devices[dev]
+            .as_ref()
+            .and_then(|d| d.qp_by_qpn.get(&(qpn & 0xff_ffff)))
+            .and_then(|h| self.objects.get(h))
+            .map(|o| o.session);
+        match owner {
+            Some(s) if s != session => {
+                self.counters.refused_credentials += 1;
+                tracing::info!(session, qpn, "RDMA CM named another session's QP");
+                Err(libc::EINVAL)
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn open_device(&mut self, session: SessionId, name: &str, mem: OwnedFd) -> Answer {
         let dev = self.device_index(name).ok_or(libc::ENODEV)?;
-        if !is_proc_mem(&mem) {
-            return Err(libc::EINVAL);
+        let peer = self.sessions.get(&session).map_or(0, |s| s.pid);
+        if let Err(e) = check_proc_mem(&mem, peer) {
+            if e == libc::EPERM {
+                self.counters.refused_credentials += 1;
+                tracing::info!(session, peer, "memory of another process offered");
+            }
+            return Err(e);
         }
         let (async_r, async_w) = sys::pipe().map_err(|_| libc::EMFILE)?;
         let doorbell = sys::eventfd().map_err(|_| libc::EMFILE)?;

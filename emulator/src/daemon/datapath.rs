@@ -502,13 +502,15 @@ impl Engine {
                             }
                             return Ok(());
                         }
+                        // The AH must be of the QP's own context: AH ids are the
+                        // device core's, so one of another context names someone else's.
                         let ah = if qp.qp_type == qp_type::UD {
                             match self.objects.get(&Handle(repr.ah)) {
                                 Some(Object {
                                     kind: Kind::Ah { id },
-                                    session,
+                                    ctx,
                                     ..
-                                }) if *session == obj.session => Some(*id),
+                                }) if *ctx == obj.ctx => Some(*id),
                                 _ => return Err((wc_status::LOC_QP_OP_ERR, libc::EINVAL)),
                             }
                         } else {

@@ -39,11 +39,14 @@ pub(super) const TX_STAGE: usize = 32;
 /// Most objects one session may hold.
 pub const MAX_OBJECTS_PER_SESSION: usize = 1 << 18;
 
-/// A connected client.
+/// A connected client, named by the kernel's credentials of its connection
+/// (`SO_PEERCRED`, `SO_PEERGROUPS`) as they were when it connected (`users.rs`).
 pub struct Session {
     pub sock: OwnedFd,
     pub pid: u32,
     pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
     pub hello: bool,
     pub objects: usize,
 }
@@ -55,6 +58,10 @@ pub struct DaemonCounters {
     pub sessions_closed_for_garbage: u64,
     pub bad_wqes: u64,
     pub broken_rings: u64,
+    /// Privileged requests refused to clients that are not administrators (`users.rs`).
+    pub refused_privileged: u64,
+    /// Requests refused because the client claimed another process's pid or memory.
+    pub refused_credentials: u64,
 }
 
 /// A way to stop a running engine from another thread or a signal handler.
@@ -108,6 +115,8 @@ pub struct Engine {
     pub(super) rings: BTreeSet<Handle>,
     pub(super) mem: ProcMem,
     pub(super) counters: DaemonCounters,
+    /// What each user holds, against `cfg.user_limits`.
+    pub(super) users: super::users::Users,
     next_handle: u32,
     next_session: SessionId,
     /// Packets the cores produced, sent in batches (sendmmsg).
@@ -141,12 +150,7 @@ impl Engine {
             )?));
         }
         if let Some(dir) = cfg.socket.parent() {
-            if !dir.as_os_str().is_empty() && !dir.exists() {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode_0700()
-                    .create(dir)?;
-            }
+            socket_dir(dir, cfg.socket_mode)?;
         }
         let listener = sys::seqpacket_listen(&cfg.socket, cfg.socket_mode).map_err(|e| {
             io::Error::new(
@@ -183,6 +187,7 @@ impl Engine {
             rings: BTreeSet::new(),
             mem: ProcMem::default(),
             counters: DaemonCounters::default(),
+            users: super::users::Users::default(),
             next_handle: 1,
             next_session: 1,
             tx_bufs: (0..TX_STAGE).map(|_| Vec::with_capacity(4352)).collect(),
@@ -429,8 +434,10 @@ impl Engine {
 
     fn accept_all(&mut self) -> io::Result<()> {
         while let Some(sock) = sys::accept(self.listener.as_raw_fd())? {
-            let (pid, uid, _gid) =
+            // A peer the kernel cannot name is nobody (it always can on a unix socket).
+            let (pid, uid, gid) =
                 sys::peer_cred(sock.as_raw_fd()).unwrap_or((0, u32::MAX, u32::MAX));
+            let groups = sys::peer_groups(sock.as_raw_fd()).unwrap_or_default();
             let id = self.next_session;
             self.next_session += 1;
             self.epoll.add(sock.as_raw_fd(), T_SESSION | id)?;
@@ -441,6 +448,8 @@ impl Engine {
                     sock,
                     pid,
                     uid,
+                    gid,
+                    groups,
                     hello: false,
                     objects: 0,
                 },
@@ -605,6 +614,9 @@ impl Engine {
         if let Some(s) = self.sessions.get_mut(&obj.session) {
             s.objects = s.objects.saturating_sub(1);
         }
+        if let Some(r) = super::users::Resource::of(&obj.kind) {
+            self.users.release(obj.uid, r);
+        }
         let dev = match self.objects.get(&obj.ctx) {
             Some(Object {
                 kind: Kind::Ctx(c), ..
@@ -687,13 +699,38 @@ impl Engine {
     }
 }
 
-trait DirBuilderExt {
-    fn mode_0700(&mut self) -> &mut Self;
-}
-
-impl DirBuilderExt for std::fs::DirBuilder {
-    fn mode_0700(&mut self) -> &mut Self {
-        std::os::unix::fs::DirBuilderExt::mode(self, 0o700)
+/// Makes the socket's directory if it is missing: private (0700) but searchable by those
+/// the socket's mode lets in (a system daemon's `--socket-mode 666` makes it 0711). An
+/// existing directory is left as it is, with a warning when it keeps out whom the socket
+/// lets in (its owner, systemd's `RuntimeDirectoryMode`, decides).
+fn socket_dir(dir: &std::path::Path, socket_mode: u32) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    let group = if socket_mode & 0o060 != 0 { 0o010 } else { 0 };
+    let others = if socket_mode & 0o006 != 0 { 0o001 } else { 0 };
+    let search = group | others;
+    match std::fs::metadata(dir) {
+        Ok(m) => {
+            let missing = search & !m.permissions().mode();
+            if missing != 0 {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    mode = format!("{:o}", m.permissions().mode() & 0o7777),
+                    "the socket's directory keeps out users its mode lets in"
+                );
+            }
+            Ok(())
+        }
+        Err(_) => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700 | search)
+                .create(dir)?;
+            // The umask may have taken the search bits: set them as asked.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700 | search))
+        }
     }
 }
 

@@ -34,6 +34,7 @@ pub mod siw;
 mod slice;
 pub mod sys;
 pub mod udp;
+pub mod users;
 pub mod xdp;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};

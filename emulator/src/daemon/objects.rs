@@ -12,6 +12,8 @@ pub type SessionId = u64;
 /// An object and who owns it.
 pub struct Object {
     pub session: SessionId,
+    /// The uid of the session's peer, whose per-user limits the object counts in.
+    pub uid: u32,
     /// The device context it belongs to (itself for a context).
     pub ctx: Handle,
     pub kind: Kind,
@@ -24,6 +26,8 @@ pub enum Kind {
     },
     Mr {
         lkey: u32,
+        /// The registered length (counted in the user's `max_mr_bytes`).
+        length: u64,
         /// Shared page ranges (`addr`, `len`) this MR attached in the memory accessor;
         /// detached when it goes.
         shared: Vec<(u64, u64)>,

@@ -128,7 +128,13 @@ impl Engine {
             ring: Ring::new(layout),
             max_sge: actual.max_sge,
         };
-        let handle = self.insert(session, Some(ctx), Kind::Srq(srq))?;
+        let handle = match self.insert(session, Some(ctx), Kind::Srq(srq)) {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_srq(id));
+                return Err(e);
+            }
+        };
         self.rings.insert(handle);
         self.device_of(session, ctx)?.srq_by_id.insert(id, handle);
         Ok((
@@ -335,6 +341,10 @@ impl Engine {
                     counters.push(("bad_client_requests".into(), self.counters.bad_requests));
                     counters.push(("bad_wqes".into(), self.counters.bad_wqes));
                     counters.push(("broken_rings".into(), self.counters.broken_rings));
+                    let c = &self.counters;
+                    counters.push(("refused_privileged".into(), c.refused_privileged));
+                    counters.push(("refused_credentials".into(), c.refused_credentials));
+                    counters.push(("user_limit_refusals".into(), self.users.refusals));
                     counters.push(("memory_faults".into(), self.mem.faults));
                     let m = self.mem.counters;
                     counters.push(("memory_shared_bytes".into(), m.shared_bytes));

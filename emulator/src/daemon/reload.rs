@@ -69,6 +69,10 @@ impl Engine {
         self.cfg.poll = new.poll;
         self.cfg.spin = new.spin;
         self.cfg.local_path = new.local_path;
+        // Who is an administrator and the per-user limits hold from the next request;
+        // objects already made beyond new, lower limits stay.
+        self.cfg.admin_group = new.admin_group;
+        self.cfg.user_limits = new.user_limits;
         let mut kept = Vec::new();
         for old in std::mem::take(&mut self.cfg.devices) {
             if new.devices.iter().any(|d| d.name == old.name) {

@@ -31,6 +31,14 @@ impl TestDaemon {
     }
 
     pub fn start_with(factory: emulator::daemon::device::NicFactory) -> TestDaemon {
+        Self::start_configured(factory, |_| {})
+    }
+
+    /// A daemon whose configuration `tweak` changed (beyond the socket and device).
+    pub fn start_configured(
+        factory: emulator::daemon::device::NicFactory,
+        tweak: impl Fn(&mut Config),
+    ) -> TestDaemon {
         // Another test process may hold the same 127.x.y.z: move on to the next one.
         let mut last = None;
         for _ in 0..64 {
@@ -56,6 +64,8 @@ impl TestDaemon {
                 }],
                 ..Config::default()
             };
+            let mut cfg = cfg;
+            tweak(&mut cfg);
             match Daemon::start_with(cfg, factory) {
                 Ok(daemon) => {
                     return TestDaemon {

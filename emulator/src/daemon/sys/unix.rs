@@ -129,6 +129,37 @@ pub fn peer_cred(fd: RawFd) -> io::Result<(u32, u32, u32)> {
     Ok((cred.pid as u32, cred.uid, cred.gid))
 }
 
+/// The peer's supplementary groups at `connect` time (`SO_PEERGROUPS`, Linux 4.13), or
+/// an error on kernels without it.
+pub fn peer_groups(fd: RawFd) -> io::Result<Vec<u32>> {
+    // NGROUPS_MAX is 65536; start small and grow to what the kernel asks for (ERANGE
+    // with the needed length).
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` holds `len` bytes of writable gid_t slots; `len` is updated.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if r == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE) || n <= groups.len() {
+            return Err(e);
+        }
+        groups.resize(n, 0);
+    }
+}
+
 /// The effective user id of this process.
 pub fn euid() -> u32 {
     // SAFETY: geteuid cannot fail and has no preconditions.
