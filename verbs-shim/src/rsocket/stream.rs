@@ -61,6 +61,10 @@ pub struct Stream {
     /// Our copy of the current target SGE (the peer writes the others).
     target_sge: usize,
     target_cur: Option<RemoteSge>,
+    /// The first half of the peer's receive buffer, from its connection data. Every
+    /// target SGE the peer writes is one of its two halves (rsocket.c's
+    /// `rs_send_credits`), so an SGE read as anything else is still being written.
+    peer_half: RemoteSge,
     remote_sgl: RemoteSge,
     pub(super) remote_iomap: RemoteSge,
     remote_sge: u32,
@@ -151,6 +155,7 @@ impl Stream {
             target_mr,
             target_sge: 0,
             target_cur: None,
+            peer_half: RemoteSge::default(),
             remote_sgl: RemoteSge::default(),
             remote_iomap: RemoteSge::default(),
             remote_sge: 1,
@@ -216,6 +221,7 @@ impl Stream {
             };
         }
         self.target_cur = Some(c.data_buf);
+        self.peer_half = c.data_buf;
         self.sseq_comp = c.credits;
         self.state = CONNECT_RDWR;
     }
@@ -407,19 +413,31 @@ impl Stream {
             + proto::SGE_LEN * (self.ctrl_seqno & (proto::QP_CTRL_SIZE - 1)) as usize
     }
 
-    /// The current target SGE: ours once set, else what the peer wrote at that slot.
+    /// The current target SGE: ours once set, else what the peer wrote at that slot, once
+    /// it is whole. The peer's RDMA WRITE of the slot may be placed while we read it, and
+    /// a torn read (the new length with the old key) would send to a key the peer never
+    /// gave: iWARP answers that with a Terminate (invalid STag).
     fn target(&mut self) -> RemoteSge {
         if let Some(t) = self.target_cur {
             return t;
         }
         let b = self.target.read16(self.target_sge * proto::SGE_LEN);
         let t = RemoteSge::read(&b, self.swap_sgl);
-        if t.length != 0 {
-            // Taken over from the peer's write: clear it so the next lap sees a fresh one.
-            self.target
-                .write(self.target_sge * proto::SGE_LEN, &[0u8; 16]);
-            self.target_cur = Some(t);
+        // At `rbuf_free_offset` 0, half or (an odd buffer size) twice half.
+        let half = self.peer_half;
+        let offset = t.addr.wrapping_sub(half.addr);
+        let whole = t.key == half.key
+            && t.length == half.length
+            && half.length != 0
+            && offset.is_multiple_of(u64::from(half.length))
+            && offset / u64::from(half.length) <= 2;
+        if !whole {
+            return RemoteSge::default();
         }
+        // Taken over from the peer's write: clear it so the next lap sees a fresh one.
+        self.target
+            .write(self.target_sge * proto::SGE_LEN, &[0u8; 16]);
+        self.target_cur = Some(t);
         t
     }
 
