@@ -677,3 +677,71 @@ fn a_system_daemon_is_found_by_any_user_without_settings() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A per-user limit as an unmodified program meets it: with `max_qps = 3`, a user's
+/// `ibv_rc_pingpong` pair (two QPs) runs, the same user's `ib_write_bw -q 4` cannot create
+/// its QPs (EAGAIN, as the kernel's rdma cgroup answers) and ends with an error instead of
+/// hanging, the refusal is counted, and the QPs it did create come back when it exits:
+/// the pair runs again.
+#[test]
+fn a_per_user_limit_refuses_an_unmodified_program() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _s = serial();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let _ = cannot_run("running as another user needs root");
+        return;
+    }
+    if missing(&["ibv_rc_pingpong", "ib_write_bw", "setpriv"]) {
+        return;
+    }
+    let Some(ns) = loopback_ns("mul", false) else {
+        return;
+    };
+    let dir = TempDir::new("user-limits");
+    let cfg = dir.path().join("limits.toml");
+    std::fs::write(&cfg, "[user_limits]\nmax_qps = 3\n").expect("write the configuration");
+    let cfg = cfg.display().to_string();
+    let d = Daemon::start_with(Some(&ns), &["--socket-mode", "666", "--config", &cfg]);
+    let pingpong = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "0", "-n", "100"];
+    user_pair(&ns, &d, USER_A, 18561, &pingpong);
+    let before = d.counter(Some(&ns), "rxe0", "user_limit_refusals");
+    let server = ["ib_write_bw", "-d", "rxe0", "-q", "4", "-p", "18562"];
+    let srv = user_program(&ns, &d, USER_A, &server);
+    assert!(
+        wait_listening(Some(&ns), 18562, Duration::from_secs(30)),
+        "ib_write_bw never listened"
+    );
+    let mut client = server.to_vec();
+    client.push("127.0.0.1");
+    let c = user_program(&ns, &d, USER_A, &client)
+        .wait_with_output()
+        .expect("client");
+    let s = srv.wait_with_output().expect("server");
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    assert!(
+        !s.status.success() || !c.status.success(),
+        "ib_write_bw -q 4 ran past max_qps = 3:\n{}\n{}",
+        text(&s),
+        text(&c)
+    );
+    assert!(
+        text(&s).contains("Unable to create QP") || text(&c).contains("Unable to create QP"),
+        "ib_write_bw should say it could not create a QP:\n{}\n{}",
+        text(&s),
+        text(&c)
+    );
+    assert!(
+        d.counter(Some(&ns), "rxe0", "user_limit_refusals") > before,
+        "the refusal was not counted"
+    );
+    user_pair(&ns, &d, USER_A, 18563, &pingpong);
+}
