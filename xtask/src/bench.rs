@@ -18,8 +18,9 @@
 //!
 //! This file runs the sections in order and writes the tables; each section measures in a
 //! file of its own (`limits.rs`, `perftest.rs`, `backends.rs`, `mtu.rs`, `scale.rs`,
-//! `core_bench.rs`, `middleware.rs`, `rsockets.rs`), on daemons that `site.rs` starts, with the figures of
+//! `core_bench.rs`, `middleware.rs`, `rsockets.rs`, `ai.rs`), on daemons that `site.rs` starts, with the figures of
 //! `figure.rs`.
+mod ai;
 mod backends;
 mod core_bench;
 mod figure;
@@ -54,6 +55,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if args.first().map(String::as_str) == Some("middleware") {
         // `cargo xtask bench middleware`: only the UCX and libfabric tables, printed.
         return middleware::run_alone();
+    }
+    if args.first().map(String::as_str) == Some("ai") {
+        // `cargo xtask bench ai`: only the AI data movers beside ib_write_bw, printed.
+        return ai::run_alone();
     }
     let plot_tool = crate::ensure_debian_packages(&["python3-matplotlib"]);
     let (bin, lib) = crate::build_release()?;
@@ -144,7 +149,8 @@ fn suite(
         &core,
         &plotted,
     ) + &middleware::measure(bin, lib, dir)
-        + &rsockets::measure(bin, lib, dir);
+        + &rsockets::measure(bin, lib, dir)
+        + &ai::measure(bin, lib, dir);
     let header = format!(
         "Run of {when}, {minutes:.1} minutes; load average (1 min) {load0} at the start and \
          {load1} at the end ({} cores).\n\n",
