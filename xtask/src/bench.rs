@@ -40,7 +40,7 @@ use perftest::{
     all_runs, perftest_matrix, shared_rows, Matrix, Placement, SharedRows, Transport, BW_PROGRAMS,
     BW_SIZES, LAT_PROGRAMS, LAT_SIZES, SHARED_ENV,
 };
-use scale::{qps_between_daemons, scale_one_host, Scale, MAX_CQE};
+use scale::{qps_between_daemons, scale_one_host, Scale};
 use site::{Net, Site};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -347,8 +347,7 @@ fn report(
     for (q, f) in &scale.many_qps {
         let _ = writeln!(
             d,
-            "| `ib_write_bw -q {q} -t {} -u 20 -s 4096 -n 128`, RoCE, two daemons in two namespaces | {} |",
-            (MAX_CQE / q).min(128),
+            "| `ib_write_bw -q {q} -s 4096 -n 128`, RoCE, two daemons in two namespaces | {} |",
             notes.fig(f, 3, "GB/s")
         );
     }

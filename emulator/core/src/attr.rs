@@ -507,4 +507,7 @@ pub struct Counters {
     /// Times a QP's next packet was held because the link partner paused its priority
     /// (802.1Qbb PFC or 802.3 PAUSE).
     pub pfc_held: u64,
+    /// Times an RC QP waited to start a message because the device had its window of
+    /// request packets in flight.
+    pub device_window_waits: u64,
 }

@@ -153,6 +153,11 @@ impl Device {
                     self.go_back(now, qpn);
                 }
                 TimerKind::Retransmit => self.ack_timeout(now, qpn),
+                TimerKind::Window => {
+                    if let Some(qp) = self.qps.get_mut(&qpn) {
+                        self.o.schedule(qp);
+                    }
+                }
                 TimerKind::DcqcnAlpha | TimerKind::DcqcnRate | TimerKind::Pace => {
                     self.dcqcn_timer(now, qpn, kind)
                 }

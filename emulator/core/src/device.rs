@@ -66,6 +66,8 @@ pub(crate) struct Objects {
     pub timers: Timers,
     /// QPs that may have something to transmit, round robin.
     pub sched: VecDeque<u32>,
+    /// Request packets in flight over the device's RC QPs, as last counted.
+    pub inflight: crate::requester::Inflight,
     pub next_handle: u32,
     pub key_state: u64,
 }

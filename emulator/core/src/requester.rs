@@ -1,7 +1,7 @@
 //! The requester (IBA 9.7.4): the transmit scheduler, segmentation to the path MTU,
 //! packet building straight from application memory.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wire::roce::{
     packet, AtomicEthRepr, Body, DethRepr, Header, ImmDt, Request, SendSeg, UcRequest, UcSendSeg,
@@ -19,6 +19,29 @@ use wire::roce::Qpn;
 
 /// Most PSNs a requester has in flight (go-back-N window).
 const WINDOW: i32 = 512;
+
+/// Most request packets a device has in flight over all its RC QPs before it starts no
+/// new message. Each QP's own window keeps one QP's queue short, but a thousand QPs with
+/// 512 each put half a million packets between two daemons: the receiving one drains
+/// them more slowly than the sender sends them (a software NIC has no line rate), so the
+/// first QPs' ACKs come back after their ACK timeout (perftest's 67 ms) and the retries
+/// run out with nothing lost. 4096 packets are 4–16 MiB at the path MTU, tens of
+/// milliseconds of a software receiver's work at most, and more than one QP needs for
+/// its bandwidth.
+pub(crate) const DEVICE_WINDOW: u32 = 4096;
+
+/// How long a count of the device's packets in flight stands: messages started since
+/// are added to it, ACKs are seen at the next count.
+const RECOUNT: Duration = Duration::from_millis(1);
+
+/// The device's request packets in flight over its RC QPs (PSNs sent and not yet
+/// acknowledged): counted at most every [`RECOUNT`], with the messages started since
+/// added, so between counts it can only be too high, never too low.
+#[derive(Debug, Default)]
+pub(crate) struct Inflight {
+    packets: u32,
+    counted_at: Option<Instant>,
+}
 
 impl Device {
     /// Writes the next packet to send into `buf` (BTH through ICRC) and says where it
@@ -55,6 +78,24 @@ impl Device {
         None
     }
 
+    /// Whether the device may start another RC message ([`DEVICE_WINDOW`]).
+    fn device_window_open(&mut self, now: Instant) -> bool {
+        let f = &mut self.o.inflight;
+        if f.counted_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= RECOUNT)
+        {
+            f.packets = self
+                .qps
+                .values()
+                .filter(|q| q.qp_type == QpType::Rc)
+                .filter_map(|q| q.conn.as_ref()?.req.as_ref())
+                .map(|r| r.next_psn.distance(r.una).max(0) as u32)
+                .sum();
+            f.counted_at = Some(now);
+        }
+        f.packets < DEVICE_WINDOW
+    }
+
     fn transmit_one(
         &mut self,
         now: Instant,
@@ -62,6 +103,7 @@ impl Device {
         mem: &mut dyn Memory,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
+        let window_open = self.device_window_open(now);
         let qp = self.qps.get(&qpn)?;
         if matches!(qp.state, QpState::Reset | QpState::Init | QpState::Err) {
             return None;
@@ -102,6 +144,11 @@ impl Device {
                     return None;
                 }
                 if qp.qp_type == QpType::Rc && req.next_psn.distance(req.una) >= WINDOW {
+                    return None;
+                }
+                if qp.qp_type == QpType::Rc && !window_open {
+                    self.o.counters.device_window_waits += 1;
+                    self.o.timers.set(qpn, TimerKind::Window, now + RECOUNT);
                     return None;
                 }
                 match wqe.wr.opcode {
@@ -148,6 +195,9 @@ impl Device {
                 };
                 let first = req.next_psn;
                 req.next_psn = first.wrapping_add(npkts);
+                if qp.qp_type == QpType::Rc {
+                    self.o.inflight.packets = self.o.inflight.packets.saturating_add(npkts);
+                }
                 let w = &mut qp.sq[i];
                 w.first_psn = Some(first);
                 w.npkts = npkts;

@@ -17,6 +17,9 @@ pub(crate) enum TimerKind {
     DcqcnRate,
     /// DCQCN: the paced requester's next packet is due.
     Pace,
+    /// The device's window of request packets in flight was full when this QP wanted to
+    /// start a message: it tries again (`requester::DEVICE_WINDOW`).
+    Window,
 }
 
 /// Deadlines by (QPN, kind), with an ordered index for the earliest.

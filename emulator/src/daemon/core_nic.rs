@@ -328,6 +328,7 @@ fn named(c: &core::Counters) -> Vec<(String, u64)> {
         ("rp_rate_cuts", c.rp_rate_cuts),
         ("rp_paced_holds", c.rp_paced_holds),
         ("pfc_held", c.pfc_held),
+        ("device_window_waits", c.device_window_waits),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

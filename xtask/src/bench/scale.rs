@@ -20,26 +20,19 @@ pub struct Scale {
     pub kib_per_qp: Figure,
 }
 
-/// The device's largest CQ (`max_cqe`, ConnectX's).
-pub const MAX_CQE: u32 = 4194303;
-
-/// `ib_write_bw -q N` between the two daemons, for N = 1000 and then smaller until one
-/// works; every attempt with its figure or failure. perftest makes one CQ of `-t` × `-q`
-/// entries, so the send queue depth `-t` is lowered to keep that within `MAX_CQE`. `-u 20`
-/// (a 4 s local ACK timeout instead of perftest's 67 ms): with 1000 QPs the daemons queue
-/// more than 67 ms of packets between them, and without congestion control every QP's
-/// timer then fires on packets that are only queued (docs/performance.md).
+/// `ib_write_bw -q N` between the two daemons at perftest's defaults otherwise (send
+/// queue depth 128, so one CQ of 128 000 entries, and the 67 ms ACK timeout), for N =
+/// 1000 and then smaller until one works; every attempt with its figure or failure. It
+/// needs the devices' ConnectX-sized `max_cqe` and the core's device window of packets in
+/// flight (docs/performance.md).
 pub fn qps_between_daemons(site: &Site) -> Vec<(u32, Figure)> {
     let mut tries = Vec::new();
     for q in [1000u32, 500, 200, 100] {
         let qs = q.to_string();
-        let depth = (MAX_CQE / q).min(128).to_string();
         let figure = site
             .perftest(
                 "ib_write_bw",
-                &[
-                    "-q", &qs, "-t", &depth, "-u", "20", "-s", "4096", "-n", "128",
-                ],
+                &["-q", &qs, "-s", "4096", "-n", "128"],
                 Duration::from_secs(120),
             )
             .and_then(|out| {
