@@ -398,19 +398,69 @@ fn as_user(uid: u32, groups: &[u32]) -> Vec<String> {
     argv
 }
 
+/// What the test's other users run (`rdma-emu`, the shim, this test binary for its
+/// roles), copied into a folder every user may enter and removed with it: the build
+/// folder may lie under one only root can enter (a checkout in a `mktemp -d` folder,
+/// mode 0700), where another uid's exec fails with EACCES.
+struct Staged(TempDir);
+
+impl Staged {
+    fn new() -> Staged {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = TempDir::new("multi-user-bin");
+        let open = |p: &std::path::Path| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))
+                .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()))
+        };
+        open(dir.path());
+        let copy = |from: &std::path::Path, to: &str| {
+            std::fs::copy(from, dir.path().join(to))
+                .unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+        };
+        copy(&bin_dir().join("rdma-emu"), "rdma-emu");
+        copy(&std::env::current_exe().expect("own path"), "multi_user");
+        let lib = dir.path().join("lib");
+        let out = Command::new("cp")
+            .arg("-a")
+            .arg(lib_dir())
+            .arg(&lib)
+            .output()
+            .expect("cp");
+        assert!(
+            out.status.success(),
+            "cp -a {}: {out:?}",
+            lib_dir().display()
+        );
+        open(&lib);
+        Staged(dir)
+    }
+
+    fn rdma_emu(&self) -> String {
+        self.0.path().join("rdma-emu").display().to_string()
+    }
+
+    fn lib(&self) -> std::path::PathBuf {
+        self.0.path().join("lib")
+    }
+
+    fn exe(&self) -> std::path::PathBuf {
+        self.0.path().join("multi_user")
+    }
+}
+
 /// An unmodified program run by `uid` in `ns` against the daemon, through `rdma-emu run`.
-fn user_program(ns: &Netns, d: &Daemon, uid: u32, argv: &[&str]) -> Child {
+fn user_program(st: &Staged, ns: &Netns, d: &Daemon, uid: u32, argv: &[&str]) -> Child {
     let mut full = ns.exec_prefix();
     // A program that hangs is killed, and its pair then fails, instead of the test hanging.
     full.extend(["timeout".into(), "300".into()]);
     full.extend(as_user(uid, &[]));
-    full.push(bin_dir().join("rdma-emu").display().to_string());
+    full.push(st.rdma_emu());
     full.extend(["run".into(), "--no-device-view".into(), "--".into()]);
     full.extend(argv.iter().map(|s| s.to_string()));
     Command::new(&full[0])
         .args(&full[1..])
         .env("RDMA_EMU_SOCKET", &d.socket)
-        .env("RDMA_EMU_LIB_DIR", lib_dir())
+        .env("RDMA_EMU_LIB_DIR", st.lib())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -419,18 +469,18 @@ fn user_program(ns: &Netns, d: &Daemon, uid: u32, argv: &[&str]) -> Child {
 }
 
 /// A server/client pair of `program` run by `uid` on `port`; panics unless both succeed.
-fn user_pair(ns: &Netns, d: &Daemon, uid: u32, port: u16, program: &[&str]) {
+fn user_pair(st: &Staged, ns: &Netns, d: &Daemon, uid: u32, port: u16, program: &[&str]) {
     let p = port.to_string();
     let mut server: Vec<&str> = program.to_vec();
     server.extend(["-p", &p]);
-    let srv = user_program(ns, d, uid, &server);
+    let srv = user_program(st, ns, d, uid, &server);
     assert!(
         wait_listening(Some(ns), port, Duration::from_secs(30)),
         "{program:?} of uid {uid} never listened"
     );
     let mut client = server.clone();
     client.push("127.0.0.1");
-    let c = user_program(ns, d, uid, &client)
+    let c = user_program(st, ns, d, uid, &client)
         .wait_with_output()
         .expect("client");
     let s = srv.wait_with_output().expect("server");
@@ -446,8 +496,8 @@ fn user_pair(ns: &Netns, d: &Daemon, uid: u32, port: u16, program: &[&str]) {
 }
 
 /// This test binary again, as `uid`, playing `role`.
-fn spawn_role(d: &Daemon, uid: u32, role: &str, victim: Option<&str>) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+fn spawn_role(st: &Staged, d: &Daemon, uid: u32, role: &str, victim: Option<&str>) -> Child {
+    let mut cmd = Command::new(st.exe());
     cmd.args(["--exact", "spawned_role", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env("RDMA_EMU_SOCKET", &d.socket)
@@ -463,9 +513,14 @@ fn spawn_role(d: &Daemon, uid: u32, role: &str, victim: Option<&str>) -> Child {
 }
 
 /// `rdma-emu ARGS` as `uid` (with supplementary `groups`), or as root (`None`).
-fn cli_as(d: &Daemon, who: Option<(u32, &[u32])>, args: &[&str]) -> std::process::Output {
+fn cli_as(
+    st: &Staged,
+    d: &Daemon,
+    who: Option<(u32, &[u32])>,
+    args: &[&str],
+) -> std::process::Output {
     let mut argv: Vec<String> = who.map(|(u, g)| as_user(u, g)).unwrap_or_default();
-    argv.push(bin_dir().join("rdma-emu").display().to_string());
+    argv.push(st.rdma_emu());
     argv.extend(["--socket".into(), d.socket.display().to_string()]);
     argv.extend(args.iter().map(|s| s.to_string()));
     Command::new(&argv[0])
@@ -491,6 +546,7 @@ fn two_users_share_one_system_daemon() {
     let Some(ns) = loopback_ns("mu", false) else {
         return;
     };
+    let st = Staged::new();
     let admin_group = ADMIN_GROUP.to_string();
     let d = Daemon::start_with(
         Some(&ns),
@@ -498,7 +554,7 @@ fn two_users_share_one_system_daemon() {
     );
 
     // User A's victim client, then B's hostile one while both users' programs run.
-    let mut victim = spawn_role(&d, USER_A, "victim", None);
+    let mut victim = spawn_role(&st, &d, USER_A, "victim", None);
     let mut lines = BufReader::new(victim.stdout.take().expect("stdout")).lines();
     // The test harness may print its own words before the role's on the same line.
     let Some(line) = lines
@@ -513,10 +569,11 @@ fn two_users_share_one_system_daemon() {
         );
     };
     let v = Victim::parse(&line).expect("the victim's line");
-    let hostile = spawn_role(&d, USER_B, "hostile", Some(&line));
+    let hostile = spawn_role(&st, &d, USER_B, "hostile", Some(&line));
     std::thread::scope(|scope| {
         let a = scope.spawn(|| {
             user_pair(
+                &st,
                 &ns,
                 &d,
                 USER_A,
@@ -524,8 +581,16 @@ fn two_users_share_one_system_daemon() {
                 &["ibv_rc_pingpong", "-d", "rxe0", "-g", "0", "-n", "200"],
             )
         });
-        let b =
-            scope.spawn(|| user_pair(&ns, &d, USER_B, 18612, &["ib_write_bw", "-d", "rxe0", "-F"]));
+        let b = scope.spawn(|| {
+            user_pair(
+                &st,
+                &ns,
+                &d,
+                USER_B,
+                18612,
+                &["ib_write_bw", "-d", "rxe0", "-F"],
+            )
+        });
         a.join().expect("user A's ibv_rc_pingpong");
         b.join().expect("user B's ib_write_bw");
     });
@@ -551,7 +616,7 @@ fn two_users_share_one_system_daemon() {
         vec!["fault", "clear"],
     ];
     for args in &refused {
-        let out = cli_as(&d, b, args);
+        let out = cli_as(&st, &d, b, args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && err.contains("a privileged command"),
@@ -562,6 +627,7 @@ fn two_users_share_one_system_daemon() {
     }
     let pcap = std::env::temp_dir().join(format!("rdma-emu-mu-{}.pcap", std::process::id()));
     let out = cli_as(
+        &st,
         &d,
         b,
         &["capture", "rxe0", &pcap.display().to_string(), "-c", "1"],
@@ -576,8 +642,8 @@ fn two_users_share_one_system_daemon() {
     // The hostile client's Hello as A.
     assert_eq!(d.counter(Some(&ns), "rxe0", "refused_credentials"), 1);
     // Reading is for everyone.
-    assert!(cli_as(&d, b, &["link", "show"]).status.success());
-    assert!(cli_as(&d, b, &["fault", "list"]).status.success());
+    assert!(cli_as(&st, &d, b, &["link", "show"]).status.success());
+    assert!(cli_as(&st, &d, b, &["fault", "list"]).status.success());
 
     // Nothing of A's changed: its buffer and its QP's state.
     let mut stdin = victim.stdin.take().expect("stdin");
@@ -600,7 +666,7 @@ fn two_users_share_one_system_daemon() {
             vec!["fault", "add", "rxe0", "delay", "1ms"],
             vec!["fault", "clear"],
         ] {
-            let out = cli_as(&d, who, &args);
+            let out = cli_as(&st, &d, who, &args);
             assert!(
                 out.status.success(),
                 "`rdma-emu {}` as {who:?}: {}",
@@ -634,6 +700,7 @@ fn a_system_daemon_is_found_by_any_user_without_settings() {
     let Some(ns) = loopback_ns("mus", false) else {
         return;
     };
+    let st = Staged::new();
     let mut argv = ns.exec_prefix();
     argv.extend(["env", "-u", "RDMA_EMU_SOCKET", "-u", "XDG_RUNTIME_DIR"].map(String::from));
     argv.push(bin_dir().join("rdma-emud").display().to_string());
@@ -653,7 +720,7 @@ fn a_system_daemon_is_found_by_any_user_without_settings() {
     let mut user = as_user(USER_B, &[]);
     user.extend(["env", "-u", "RDMA_EMU_SOCKET"].map(String::from));
     user.push(format!("XDG_RUNTIME_DIR=/run/user/{USER_B}"));
-    user.push(bin_dir().join("rdma-emu").display().to_string());
+    user.push(st.rdma_emu());
     user.extend(["link", "show"].map(String::from));
     let out = Command::new(&user[0]).args(&user[1..]).output();
     // SAFETY: kill(2) on our own child's pid; SIGTERM makes it remove its socket.
@@ -700,23 +767,24 @@ fn a_per_user_limit_refuses_an_unmodified_program() {
     let Some(ns) = loopback_ns("mul", false) else {
         return;
     };
+    let st = Staged::new();
     let dir = TempDir::new("user-limits");
     let cfg = dir.path().join("limits.toml");
     std::fs::write(&cfg, "[user_limits]\nmax_qps = 3\n").expect("write the configuration");
     let cfg = cfg.display().to_string();
     let d = Daemon::start_with(Some(&ns), &["--socket-mode", "666", "--config", &cfg]);
     let pingpong = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "0", "-n", "100"];
-    user_pair(&ns, &d, USER_A, 18561, &pingpong);
+    user_pair(&st, &ns, &d, USER_A, 18561, &pingpong);
     let before = d.counter(Some(&ns), "rxe0", "user_limit_refusals");
     let server = ["ib_write_bw", "-d", "rxe0", "-q", "4", "-p", "18562"];
-    let srv = user_program(&ns, &d, USER_A, &server);
+    let srv = user_program(&st, &ns, &d, USER_A, &server);
     assert!(
         wait_listening(Some(&ns), 18562, Duration::from_secs(30)),
         "ib_write_bw never listened"
     );
     let mut client = server.to_vec();
     client.push("127.0.0.1");
-    let c = user_program(&ns, &d, USER_A, &client)
+    let c = user_program(&st, &ns, &d, USER_A, &client)
         .wait_with_output()
         .expect("client");
     let s = srv.wait_with_output().expect("server");
@@ -743,5 +811,5 @@ fn a_per_user_limit_refuses_an_unmodified_program() {
         d.counter(Some(&ns), "rxe0", "user_limit_refusals") > before,
         "the refusal was not counted"
     );
-    user_pair(&ns, &d, USER_A, 18563, &pingpong);
+    user_pair(&st, &ns, &d, USER_A, 18563, &pingpong);
 }
