@@ -18,12 +18,13 @@
 //!
 //! This file runs the sections in order and writes the tables; each section measures in a
 //! file of its own (`limits.rs`, `perftest.rs`, `backends.rs`, `mtu.rs`, `scale.rs`,
-//! `core_bench.rs`, `middleware.rs`, `rsockets.rs`, `ai.rs`), on daemons that `site.rs` starts, with the figures of
+//! `core_bench.rs`, `goals.rs` (issue 22's table), `middleware.rs`, `rsockets.rs`, `ai.rs`), on daemons that `site.rs` starts, with the figures of
 //! `figure.rs`.
 mod ai;
 mod backends;
 mod core_bench;
 mod figure;
+mod goals;
 mod limits;
 mod middleware;
 mod mtu;
@@ -401,7 +402,17 @@ fn report(
             let _ = writeln!(d, "| RC WRITE | {} | |", notes.fig(&Err(e.clone()), 0, ""));
         }
     }
-    targets(&mut d, &mut notes, limits, matrix, shared, scale);
+    goals::report(
+        &mut d,
+        &mut notes,
+        &goals::Inputs {
+            limits,
+            matrix,
+            shared,
+            mtu_rows,
+            scale,
+        },
+    );
     match plotted {
         Ok(()) => {
             let _ = writeln!(
@@ -420,153 +431,6 @@ fn report(
         }
     }
     d
-}
-
-/// Issue 9's targets: each with the measured ratio and whether it is met.
-fn targets(
-    d: &mut String,
-    notes: &mut Notes,
-    limits: &Limits,
-    matrix: &Matrix,
-    shared: &SharedRows,
-    scale: &Scale,
-) {
-    let _ = writeln!(
-        d,
-        "\n### Issue 9's targets\n\n| target | measured | ratio | met? |\n|---|---|---|---|"
-    );
-    let get = |t, p, program, size| {
-        matrix
-            .get(&(t, p, program, size))
-            .cloned()
-            .unwrap_or_else(|| Err("not run".into()))
-    };
-    let memcpy: Figure = Ok(limits.memcpy);
-    let mut row = |d: &mut String,
-                   name: String,
-                   f: &Figure,
-                   unit: &str,
-                   r: Option<f64>,
-                   goal: &str,
-                   met: Option<bool>| {
-        let _ = writeln!(
-            d,
-            "| {name} | {} | {} | {} |",
-            notes.fig(f, 2, unit),
-            r.map_or("–".into(), |r| format!("{r:.2} (goal {goal})")),
-            match met {
-                Some(true) => "yes",
-                Some(false) => "**no**",
-                None => "not measured",
-            }
-        );
-    };
-    for t in [Transport::Roce, Transport::Iwarp] {
-        let f = get(t, Placement::OneHost, "ib_write_bw", 65536);
-        let r = ratio(&f, &memcpy);
-        row(
-            d,
-            format!("{} ib_write_bw 64 KiB, one host ≥ 1/3 of memcpy", t.name()),
-            &f,
-            "GB/s",
-            r,
-            "≥ 0.33",
-            r.map(|r| r >= 1.0 / 3.0),
-        );
-        if t == Transport::Roce {
-            let f = shared
-                .get(&("ib_write_bw", 65536))
-                .cloned()
-                .unwrap_or_else(|| Err("not run".into()));
-            let r = ratio(&f, &memcpy);
-            row(
-                d,
-                format!("RoCE ib_write_bw 64 KiB, one host, `{SHARED_ENV}` ≥ 1/3 of memcpy"),
-                &f,
-                "GB/s",
-                r,
-                "≥ 0.33",
-                r.map(|r| r >= 1.0 / 3.0),
-            );
-        }
-        let f = get(t, Placement::TwoNamespaces, "ib_write_bw", 65536);
-        let r = ratio(&f, &memcpy);
-        row(
-            d,
-            format!(
-                "{} ib_write_bw 64 KiB, two namespaces ≥ 1/4 of memcpy",
-                t.name()
-            ),
-            &f,
-            "GB/s",
-            r,
-            "≥ 0.25",
-            r.map(|r| r >= 0.25),
-        );
-        let r = ratio(&f, &limits.udp_veth_gso);
-        row(
-            d,
-            format!(
-                "{} ib_write_bw 64 KiB, two namespaces ≥ 1/2 of UDP GSO+GRO over veth",
-                t.name()
-            ),
-            &f,
-            "GB/s",
-            r,
-            "≥ 0.5",
-            r.map(|r| r >= 0.5),
-        );
-        for program in ["ib_write_lat", "ib_send_lat"] {
-            let f = get(t, Placement::OneHost, program, 2);
-            let r = ratio(&f, &limits.rtt_lo);
-            row(
-                d,
-                format!(
-                    "{} {program} 2 B, one host ≤ UDP busy-poll round trip",
-                    t.name()
-                ),
-                &f,
-                "µs",
-                r,
-                "≤ 1",
-                r.map(|r| r <= 1.0),
-            );
-            let f = get(t, Placement::TwoNamespaces, program, 2);
-            let r = ratio(&f, &limits.rtt_veth);
-            row(
-                d,
-                format!(
-                    "{} {program} 2 B, two namespaces ≤ 1.5 × UDP busy-poll round trip over veth",
-                    t.name()
-                ),
-                &f,
-                "µs",
-                r,
-                "≤ 1.5",
-                r.map(|r| r <= 1.5),
-            );
-        }
-    }
-    let r = scale.idle_cpu.as_ref().ok().map(|c| c / 1.0);
-    row(
-        d,
-        "daemon idle CPU < 1 % (100 idle clients)".into(),
-        &scale.idle_cpu,
-        "%",
-        r,
-        "< 1 %",
-        r.map(|c| c < 1.0),
-    );
-    let r = scale.kib_per_qp.as_ref().ok().map(|k| k / 16.0);
-    row(
-        d,
-        "memory per idle RC QP < 16 KiB".into(),
-        &scale.kib_per_qp,
-        "KiB",
-        r,
-        "< 1 × 16 KiB",
-        r.map(|r| r < 1.0),
-    );
 }
 
 /// ib_write_bw against message size for both transports and placements, with the UDP
