@@ -12,6 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub mod releases;
 pub mod two_host;
 
 /// Flags for every tshark that reads our captures. The RPC-over-RDMA heuristics would

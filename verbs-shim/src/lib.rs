@@ -13,6 +13,7 @@
 //! - [`datapath`], [`wr_api`], [`cq_ex`]: the `ibv_context.ops` hot path, the `ibv_wr_*`
 //!   API and the `ibv_start_poll` API, ring operations on shared memory;
 //! - [`misc`]: helpers and the operations rdma-emu does not implement;
+//! - [`mr_ex`]: rdma-core v59's `ibv_reg_mr_ex` and DMA handles;
 //! - [`shared_mr`]: opt-in shared memory regions (`RDMA_EMU_SHARED_MR=1`);
 //! - [`cm`]: librdmacm's RDMA CM over the daemon;
 //! - [`rsocket`]: librdmacm's rsockets (stream sockets over RC, rdma-core's protocol);
@@ -42,6 +43,7 @@ pub mod ffi;
 pub mod log;
 pub mod misc;
 pub mod mmap;
+pub mod mr_ex;
 pub mod qp;
 pub mod rdmacm;
 pub mod rsocket;

@@ -129,6 +129,7 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "stress-ng",
     "binutils",
     "python3-venv",
+    "curl",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a

@@ -113,8 +113,9 @@ fn version_script(exports: &str) -> Result<String, String> {
             .or_insert_with(|| (node.to_string(), Vec::new()));
         Ok(())
     };
-    // Every node the real libraries define (rdma-core v44 has no IBVERBS_1.2..1.4).
-    for v in [0, 1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14] {
+    // Every node the real libraries define (rdma-core has no IBVERBS_1.2..1.4; v59 added
+    // 1.15).
+    for v in [0, 1, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
         add(&format!("IBVERBS_1.{v}"))?;
     }
     for v in 0..=3 {
