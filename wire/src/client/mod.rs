@@ -22,6 +22,7 @@
 //! event types cross the protocol with the values libibverbs gives them, so the shim copies
 //! them 1:1 and the daemon translates them 1:1 into the core's types.
 
+mod attr;
 pub mod cm;
 pub mod event;
 pub mod fault;
