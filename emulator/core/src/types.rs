@@ -277,15 +277,21 @@ flags!(
 
 /// `enum ibv_qp_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[allow(missing_docs)]
 pub enum QpState {
+    /// IBV_QPS_RESET: as created; queues empty, nothing processed.
     #[default]
     Reset = 0,
+    /// IBV_QPS_INIT: receives may be posted; nothing is processed yet.
     Init = 1,
+    /// IBV_QPS_RTR: ready to receive; the path and remote QP are set.
     Rtr = 2,
+    /// IBV_QPS_RTS: ready to send.
     Rts = 3,
+    /// IBV_QPS_SQD: send queue drain; no new send WQE starts.
     Sqd = 4,
+    /// IBV_QPS_SQE: send queue error (UC, UD); receives still work.
     Sqe = 5,
+    /// IBV_QPS_ERR: every outstanding WQE completes with [`WcStatus::WrFlushErr`].
     Err = 6,
 }
 
@@ -308,10 +314,12 @@ impl QpState {
 
 /// `enum ibv_qp_type` (the ones this device creates).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum QpType {
+    /// IBV_QPT_RC: reliable connected.
     Rc = 2,
+    /// IBV_QPT_UC: unreliable connected (no ACKs, no READ or atomics).
     Uc = 3,
+    /// IBV_QPT_UD: unreliable datagram (one address handle per send).
     Ud = 4,
 }
 
@@ -329,55 +337,88 @@ impl QpType {
 
 /// `enum ibv_wc_status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[allow(missing_docs)]
 pub enum WcStatus {
+    /// IBV_WC_SUCCESS: the work request completed.
     #[default]
     Success = 0,
+    /// IBV_WC_LOC_LEN_ERR: a length did not fit (receive buffer too short, too much
+    /// inline data).
     LocLenErr = 1,
+    /// IBV_WC_LOC_QP_OP_ERR: the WQE is not valid for the QP's type or state.
     LocQpOpErr = 2,
+    /// IBV_WC_LOC_PROT_ERR: a local SGE's lkey, range or PD does not allow the access.
     LocProtErr = 4,
+    /// IBV_WC_WR_FLUSH_ERR: the QP went to error before this WQE was done.
     WrFlushErr = 5,
+    /// IBV_WC_MW_BIND_ERR: a memory window bind was refused.
     MwBindErr = 6,
+    /// IBV_WC_BAD_RESP_ERR: the responder answered with an unexpected opcode or length.
     BadRespErr = 7,
+    /// IBV_WC_LOC_ACCESS_ERR: incoming data hit a receive buffer it may not write.
     LocAccessErr = 8,
+    /// IBV_WC_REM_INV_REQ_ERR: the responder NAKed the request as invalid.
     RemInvReqErr = 9,
+    /// IBV_WC_REM_ACCESS_ERR: the responder refused the access (bad rkey, range, or
+    /// rights).
     RemAccessErr = 10,
+    /// IBV_WC_REM_OP_ERR: the responder could not carry out the operation.
     RemOpErr = 11,
+    /// IBV_WC_RETRY_EXC_ERR: `retry_cnt` retransmissions went unanswered.
     RetryExcErr = 12,
+    /// IBV_WC_RNR_RETRY_EXC_ERR: `rnr_retry` RNR NAKs in a row.
     RnrRetryExcErr = 13,
+    /// IBV_WC_FATAL_ERR: the device failed.
     FatalErr = 19,
+    /// IBV_WC_GENERAL_ERR: an error no other status describes.
     GeneralErr = 21,
 }
 
 /// `enum ibv_wc_opcode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[allow(missing_docs)]
 pub enum WcOpcode {
+    /// IBV_WC_SEND: a SEND (any variant) completed.
     #[default]
     Send = 0,
+    /// IBV_WC_RDMA_WRITE: an RDMA WRITE (with or without immediate) completed.
     RdmaWrite = 1,
+    /// IBV_WC_RDMA_READ: an RDMA READ completed.
     RdmaRead = 2,
+    /// IBV_WC_COMP_SWAP: an atomic compare-and-swap completed.
     CompSwap = 3,
+    /// IBV_WC_FETCH_ADD: an atomic fetch-and-add completed.
     FetchAdd = 4,
+    /// IBV_WC_BIND_MW: a memory window bind completed.
     BindMw = 5,
+    /// IBV_WC_LOCAL_INV: a local invalidate completed.
     LocalInv = 6,
+    /// IBV_WC_RECV: a receive consumed by a SEND (bit 7: receive side).
     Recv = 128,
+    /// IBV_WC_RECV_RDMA_WITH_IMM: a receive consumed by an RDMA WRITE with immediate.
     RecvRdmaWithImm = 129,
 }
 
 /// `enum ibv_wr_opcode` (the ones this device executes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum WrOpcode {
+    /// IBV_WR_RDMA_WRITE: write local data at a remote address.
     RdmaWrite = 0,
+    /// IBV_WR_RDMA_WRITE_WITH_IMM: an RDMA WRITE that also consumes a remote receive.
     RdmaWriteWithImm = 1,
+    /// IBV_WR_SEND: a message into the responder's next receive.
     Send = 2,
+    /// IBV_WR_SEND_WITH_IMM: a SEND with immediate data.
     SendWithImm = 3,
+    /// IBV_WR_RDMA_READ: read a remote range into local SGEs.
     RdmaRead = 4,
+    /// IBV_WR_ATOMIC_CMP_AND_SWP: 8-byte remote compare-and-swap.
     AtomicCmpAndSwp = 5,
+    /// IBV_WR_ATOMIC_FETCH_AND_ADD: 8-byte remote fetch-and-add.
     AtomicFetchAndAdd = 6,
+    /// IBV_WR_LOCAL_INV: invalidate a local key.
     LocalInv = 7,
+    /// IBV_WR_BIND_MW: bind a type 2 memory window in send queue order.
     BindMw = 8,
+    /// IBV_WR_SEND_WITH_INV: a SEND that invalidates the responder's rkey.
     SendWithInv = 9,
 }
 

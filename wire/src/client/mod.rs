@@ -22,20 +22,13 @@
 //! event types cross the protocol with the values libibverbs gives them, so the shim copies
 //! them 1:1 and the daemon translates them 1:1 into the core's types.
 
-// Documentation debt: the items of `cm`, `proto`, `slot` and `verbs` mirror rdma-core's
-// structures, fields and constants under the same names (`docs/client-protocol.md` says
-// where they differ), and not every one of them has its own doc comment yet. The rest of
-// the crate is held to `missing_docs`; remove an `allow` when its module is done.
-#[allow(missing_docs)]
+mod attr;
 pub mod cm;
 pub mod event;
 pub mod fault;
-#[allow(missing_docs)]
 pub mod proto;
 pub mod ring;
-#[allow(missing_docs)]
 pub mod slot;
-#[allow(missing_docs)]
 pub mod verbs;
 
 pub use event::{AsyncEventRecord, CompEventRecord};

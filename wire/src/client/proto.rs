@@ -19,6 +19,9 @@
 //! | `Capture` request | `[write end of a pipe]` |
 //! | `Cm(CreateChannel)` request | `[write end of a pipe]` |
 
+pub use super::attr::{
+    AhAttr, DeviceAttr, GidEntry, GlobalRoute, PortAttr, QpAttr, QpCap, SrqAttr,
+};
 use super::ring::RingLayout;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +35,9 @@ pub struct Handle(pub u32);
 /// A control request. `seq` is chosen by the client and echoed in the [`Reply`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
+    /// Chosen by the client (the shim counts up from 1); the daemon only echoes it.
     pub seq: u64,
+    /// The verb asked for.
     pub body: RequestBody,
 }
 
@@ -40,125 +45,221 @@ pub struct Request {
 /// rdma-core would return it for that verb.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reply {
+    /// The `seq` of the request this answers.
     pub seq: u64,
+    /// The reply, or the positive errno the verb returns (the shim sets `errno` from it).
     pub result: Result<ReplyBody, i32>,
 }
 
+/// What a client asks the daemon to do. Every handle must name an object of the
+/// requesting session (ENOENT otherwise) of the right kind (EINVAL otherwise); each
+/// variant's reply is named in its doc, `Ok` when none is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum RequestBody {
-    /// First message of a session.
+    /// First message of a session; any other before it is EPROTO. Reply `Hello`.
     Hello {
+        /// [`super::PROTOCOL_VERSION`]; another value is EPROTONOSUPPORT.
         version: u32,
+        /// The client's own pid, which must be the socket peer's (`SO_PEERCRED`; EPERM
+        /// otherwise).
         pid: u32,
     },
-    /// fd[0]: the client's `/proc/self/mem`, opened `O_RDWR`.
+    /// `ibv_open_device`. `fd[0]`: the client's `/proc/self/mem`, opened `O_RDWR` (EINVAL
+    /// if it is not a `/proc/<pid>/mem`, EPERM if of another process). Reply
+    /// `DeviceOpened`.
     OpenDevice {
+        /// The device's name as the `Hello` reply listed it (ENODEV otherwise).
         name: String,
     },
+    /// `ibv_close_device`: releases the context and every object created under it.
     CloseDevice {
+        /// The device context (a `DeviceOpened` handle).
         ctx: Handle,
     },
+    /// `ibv_query_device`. Reply `DeviceAttr`.
     QueryDevice {
+        /// The device context (a `DeviceOpened` handle).
         ctx: Handle,
     },
+    /// `ibv_query_port`. Reply `PortAttr`.
     QueryPort {
+        /// The device context (a `DeviceOpened` handle).
         ctx: Handle,
+        /// The port number; devices have port 1 only (EINVAL otherwise).
         port: u8,
     },
+    /// `ibv_query_gid` / `ibv_query_gid_ex`. Reply `Gid`; an empty slot is the zero GID.
     QueryGid {
+        /// The device context (a `DeviceOpened` handle).
         ctx: Handle,
+        /// The port number; 1 only (EINVAL otherwise).
         port: u8,
+        /// The GID table index, below the port's `gid_tbl_len` (EINVAL otherwise).
         index: u32,
     },
+    /// `ibv_alloc_pd`. Reply `Pd`.
     AllocPd {
+        /// The device context (a `DeviceOpened` handle).
         ctx: Handle,
     },
+    /// `ibv_dealloc_pd`; the core refuses (EBUSY) while objects use the PD.
     DeallocPd {
+        /// The PD to free.
         pd: Handle,
     },
-    /// fd[i]: the memfd that backs `shared[i]` (see [`SharedPages`]); none when `shared`
-    /// is empty, the default, where the daemon reaches the region through `/proc/self/mem`.
+    /// `ibv_reg_mr`. Reply `Mr`. `fd[i]`: the memfd that backs `shared[i]` (see
+    /// [`SharedPages`]); none when `shared` is empty, the default, where the daemon reaches
+    /// the region through `/proc/self/mem`.
     RegMr {
+        /// The PD the MR belongs to.
         pd: Handle,
+        /// Start of the region in the client's address space; the daemon probes it
+        /// through `/proc/<pid>/mem` (EFAULT when unreadable).
         addr: u64,
+        /// Bytes of the region.
         length: u64,
+        /// The address peers use for the region's first byte (`ibv_reg_mr_iova`; equal to
+        /// `addr` for `ibv_reg_mr`).
         iova: u64,
+        /// `IBV_ACCESS_*` ([`super::verbs::access`]); remote write or atomic without
+        /// local write, or an unknown bit, is EINVAL.
         access: u32,
+        /// Pages the client mapped from memfds, at most [`MAX_SHARED_PAGES`] (EINVAL beyond),
+        /// each inside the region (EINVAL otherwise).
         shared: Vec<SharedPages>,
     },
+    /// `ibv_dereg_mr`.
     DeregMr {
+        /// The MR to deregister.
         mr: Handle,
     },
-    /// fd[0]: write end of a pipe; the daemon writes [`super::CompEventRecord`]s to it.
+    /// `ibv_create_comp_channel`. Reply `CompChannel`. `fd[0]`: write end of a pipe (EINVAL
+    /// otherwise); the daemon writes [`super::CompEventRecord`]s to it.
     CreateCompChannel {
+        /// The device context the channel serves.
         ctx: Handle,
     },
+    /// `ibv_destroy_comp_channel`; EBUSY while a CQ uses it.
     DestroyCompChannel {
+        /// The channel to destroy.
         channel: Handle,
     },
+    /// `ibv_create_cq`. fd: none. Reply `Cq`, with the ring's memfd.
     CreateCq {
+        /// The device context (a `DeviceOpened` handle).
         ctx: Handle,
+        /// Completions the CQ must hold: 1 to the device's `max_cqe` (EINVAL otherwise).
         cqe: u32,
+        /// The completion channel of the same context that gets this CQ's events, if any.
         channel: Option<Handle>,
+        /// The completion vector: below the context's `num_comp_vectors`, 1 (EINVAL
+        /// otherwise); otherwise unused.
         comp_vector: u32,
     },
+    /// `ibv_destroy_cq`; the core refuses (EBUSY) while QPs use it.
     DestroyCq {
+        /// The CQ to destroy.
         cq: Handle,
     },
+    /// `ibv_resize_cq`: EOPNOTSUPP (a ring cannot grow under its reader).
     ResizeCq {
+        /// The CQ to resize.
         cq: Handle,
+        /// The completions it should hold.
         cqe: u32,
     },
+    /// `ibv_create_srq`. Reply `Srq`, with the ring's memfd.
     CreateSrq {
+        /// The PD the SRQ belongs to.
         pd: Handle,
+        /// `max_wr` 1..=`max_srq_wr`, `max_sge` ≤ `max_srq_sge` (EINVAL otherwise);
+        /// `srq_limit` is ignored.
         attr: SrqAttr,
     },
+    /// `ibv_modify_srq`.
     ModifySrq {
+        /// The SRQ to modify.
         srq: Handle,
+        /// The new values; only those `mask` names are read.
         attr: SrqAttr,
+        /// `IBV_SRQ_*` bits ([`super::verbs::srq_attr_mask`]); others are EINVAL.
         mask: u32,
     },
+    /// `ibv_query_srq`. Reply `SrqAttr`.
     QuerySrq {
+        /// The SRQ to query.
         srq: Handle,
     },
+    /// `ibv_destroy_srq`; the core refuses (EBUSY) while QPs use it.
     DestroySrq {
+        /// The SRQ to destroy.
         srq: Handle,
     },
+    /// `ibv_create_qp`. Reply `Qp`, with the memfd of its rings.
     CreateQp {
+        /// The PD the QP belongs to.
         pd: Handle,
+        /// CQs and SRQ of the PD's context (EINVAL otherwise), a type of RC, UC or UD
+        /// (EOPNOTSUPP otherwise) and capabilities within the device's limits (EINVAL).
         init: QpInitAttr,
     },
+    /// `ibv_modify_qp`: the core checks the transition and the attributes it needs (IBA
+    /// 10.3, EINVAL). A move to RESET drops the queued receives without completions.
     ModifyQp {
+        /// The QP to modify.
         qp: Handle,
+        /// The new values; only those `mask` names are read.
         attr: QpAttr,
+        /// `IBV_QP_*` bits ([`super::verbs::qp_attr_mask`]).
         mask: u32,
     },
+    /// `ibv_query_qp`. Reply `QpAttrs`.
     QueryQp {
+        /// The QP to query.
         qp: Handle,
+        /// The `IBV_QP_*` bits asked for; ignored, the reply holds every attribute.
         mask: u32,
     },
+    /// `ibv_destroy_qp`: outstanding work is dropped without completions; EBUSY while
+    /// attached to a multicast group.
     DestroyQp {
+        /// The QP to destroy.
         qp: Handle,
     },
+    /// `ibv_create_ah`. Reply `Ah`.
     CreateAh {
+        /// The PD the AH belongs to.
         pd: Handle,
+        /// Where UD sends go. RoCE has no LIDs, so `is_global`, a nonzero `dgid` and an
+        /// occupied `sgid_index` of the same IP family are required (EINVAL).
         attr: AhAttr,
     },
+    /// `ibv_destroy_ah`.
     DestroyAh {
+        /// The AH to destroy.
         ah: Handle,
     },
+    /// `ibv_alloc_mw`. Reply `Mw`.
     AllocMw {
+        /// The PD the window belongs to.
         pd: Handle,
+        /// `IBV_MW_TYPE_1` or `IBV_MW_TYPE_2` ([`super::verbs::mw_type`]).
         mw_type: u32,
     },
+    /// `ibv_dealloc_mw`.
     DeallocMw {
+        /// The window to free.
         mw: Handle,
     },
-    /// Counters of a device (all devices when `None`), or of one QP by number.
+    /// Counters of a device (all devices when `None`), or of one QP by number. Reply
+    /// `Stat`.
     Stat {
+        /// The device's name, or `None` for every device.
         device: Option<String>,
+        /// A QP number: that QP's counters instead of the device's.
         qpn: Option<u32>,
     },
+    /// `rdma-emu link show`. Reply `Links`.
     LinkShow,
     /// `rdma-emu link add`. `mpa_crc` / `mpa_markers`: what a siw device asks for in
     /// MPA (unset: off); EINVAL when set for an rxe device. `backend`: how the device
@@ -170,26 +271,39 @@ pub enum RequestBody {
     /// `default_tos` / `cnp_dscp`: rxe's RDMA CM default traffic class and CNP DSCP (unset:
     /// 0 and 48); EINVAL when set for a siw device or out of range.
     LinkAdd {
+        /// The new device's name; EEXIST when one has it.
         name: String,
+        /// `rxe` or `siw` (EOPNOTSUPP otherwise).
         link_type: String,
+        /// The network interface the device runs on (ENODEV when it does not exist).
         netdev: String,
+        /// siw: ask for MPA CRCs.
         mpa_crc: Option<bool>,
+        /// siw: ask for MPA markers.
         mpa_markers: Option<bool>,
+        /// How the device reaches the network; `None` is the type's default.
         backend: Option<String>,
+        /// rxe: the IP TOS byte of RDMA CM ids without `RDMA_OPTION_ID_TOS`.
         default_tos: Option<u8>,
+        /// rxe: the DSCP of the CNPs the device sends (0..=63).
         cnp_dscp: Option<u8>,
+        /// The device's own addresses (the smoltcp backend).
         addrs: Option<Vec<std::net::IpAddr>>,
     },
+    /// `rdma-emu link del`: EBUSY while a context is open on the device; RDMA CM ids bound
+    /// to it get DEVICE_REMOVAL.
     LinkDel {
+        /// The device to delete (ENODEV when none has the name).
         name: String,
     },
-    /// fd[0]: write end of a pipe. The daemon writes a pcap stream (Ethernet link type) of
+    /// `fd[0]`: write end of a pipe. The daemon writes a pcap stream (Ethernet link type) of
     /// every frame the device sends and receives into it until the read end closes
     /// (`rdma-emu capture`). Frames that do not fit while the reader lags are dropped.
     Capture {
+        /// The device whose frames to capture (ENODEV otherwise).
         device: String,
     },
-    /// RDMA CM (librdmacm): see [`super::cm`]. `CreateChannel` carries fd[0], the write
+    /// RDMA CM (librdmacm): see [`super::cm`]. `CreateChannel` carries `fd[0]`, the write
     /// end of the channel's pipe.
     Cm(super::cm::CmRequest),
     /// `ibv_attach_mcast`: the UD QP joins the multicast group `gid` (a multicast GID:
@@ -197,15 +311,21 @@ pub enum RequestBody {
     /// RoCE (IBA Annex A17) but kept per attachment, as the kernel's uverbs layer does.
     /// Reply `Ok`. Attaching again with the same `gid` and `lid` is a success.
     AttachMcast {
+        /// A UD QP of the session.
         qp: Handle,
+        /// The multicast GID (MGID), network order.
         gid: [u8; 16],
+        /// The multicast LID; kept to name the attachment, otherwise unused.
         lid: u16,
     },
     /// `ibv_detach_mcast`: the reverse; EINVAL when the QP is not attached with this
     /// `gid` and `lid`. Reply `Ok`.
     DetachMcast {
+        /// A UD QP of the session.
         qp: Handle,
+        /// The multicast GID (MGID), network order.
         gid: [u8; 16],
+        /// The multicast LID; kept to name the attachment, otherwise unused.
         lid: u16,
     },
     /// Fault injection (`rdma-emu fault`): see [`super::fault`]. Reply `Faults`.
@@ -213,75 +333,122 @@ pub enum RequestBody {
     /// Every QP of a device (all devices when `None`), as `rdma-emu top` and `rdma-emu res
     /// qp` show them. Reply `Qps`.
     QpList {
+        /// The device's name (ENODEV when unknown), or `None` for every device.
         device: Option<String>,
     },
 }
 
+/// The daemon's answer to a [`RequestBody`], one variant per kind of result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ReplyBody {
     /// Success with nothing to return.
     Ok,
+    /// Answers `Hello`: the session may send other requests now.
     Hello {
+        /// [`super::PROTOCOL_VERSION`].
         version: u32,
+        /// Every device the daemon serves, in its order.
         devices: Vec<DeviceSummary>,
     },
-    /// fds: async event pipe read end, doorbell eventfd, session page memfd.
+    /// Answers `OpenDevice`. fds: async event pipe read end, doorbell eventfd, session page
+    /// memfd.
     DeviceOpened {
+        /// The new device context.
         ctx: Handle,
+        /// What `QueryDevice` would answer, so opening costs one round trip.
         device_attr: DeviceAttr,
+        /// What `QueryPort` answers for each port (one: port 1).
         ports: Vec<PortAttr>,
+        /// The occupied GID table entries.
         gids: Vec<GidEntry>,
     },
+    /// Answers `QueryDevice`.
     DeviceAttr(DeviceAttr),
+    /// Answers `QueryPort`.
     PortAttr(PortAttr),
+    /// Answers `QueryGid`.
     Gid(GidEntry),
+    /// Answers `AllocPd`.
     Pd {
+        /// The new PD.
         handle: Handle,
     },
+    /// Answers `RegMr`.
     Mr {
+        /// The new MR.
         handle: Handle,
+        /// The key local SGEs name the MR with.
         lkey: u32,
+        /// The key peers name the MR with (meaningful with a remote access right).
         rkey: u32,
     },
+    /// Answers `CreateCompChannel`.
     CompChannel {
+        /// The new channel; `CompEventRecord`s name CQs, not it.
         handle: Handle,
     },
-    /// fd[0]: the ring memfd. `cqe` is the depth the application may use.
+    /// Answers `CreateCq`. `fd[0]`: the ring memfd.
     Cq {
+        /// The new CQ.
         handle: Handle,
+        /// The depth the application may use (the `cqe` asked for).
         cqe: u32,
+        /// The CQ ring's place in the memfd ([`CQE_LEN`](super::slot::CQE_LEN)-byte slots).
         ring: RingLayout,
     },
-    /// fd[0]: the ring memfd.
+    /// Answers `CreateSrq`. `fd[0]`: the ring memfd.
     Srq {
+        /// The new SRQ.
         handle: Handle,
+        /// The SRQ's actual attributes (the device may raise `max_wr` and `max_sge`).
         attr: SrqAttr,
+        /// The SRQ ring's place in the memfd.
         ring: RingLayout,
     },
+    /// Answers `QuerySrq`.
     SrqAttr(SrqAttr),
-    /// fd[0]: the memfd with both rings. `rq` is `None` when the QP uses an SRQ.
+    /// Answers `CreateQp`. `fd[0]`: the memfd with both rings.
     Qp {
+        /// The new QP.
         handle: Handle,
+        /// The QP number peers address (24 bits).
         qpn: u32,
+        /// The QP's actual capabilities (at least those asked for).
         cap: QpCap,
+        /// The send queue ring's place in the memfd (offset 0).
         sq: RingLayout,
+        /// The receive queue ring's place, after the send queue's; `None` when the QP
+        /// uses an SRQ.
         rq: Option<RingLayout>,
     },
+    /// Answers `QueryQp`.
     QpAttrs {
+        /// The QP's current attributes, all of them.
         attr: QpAttr,
+        /// The attributes it was created with.
         init: QpInitAttr,
     },
+    /// Answers `CreateAh`.
     Ah {
+        /// The new AH; UD send WQEs name it in their `ah` field.
         handle: Handle,
     },
+    /// Answers `AllocMw`.
     Mw {
+        /// The new window.
         handle: Handle,
+        /// Its initial rkey (the index in the high 24 bits); a bind changes the low byte.
         rkey: u32,
     },
+    /// Answers `Stat`: one set per device, or the one QP's (empty: no such QP).
     Stat(Vec<CounterSet>),
+    /// Answers `LinkShow`.
     Links(Vec<LinkInfo>),
+    /// Answers `RequestBody::Cm`.
     Cm(super::cm::CmReply),
+    /// Answers `RequestBody::Fault`: the rules in place.
     Faults(Vec<super::fault::FaultInfo>),
+    /// Answers `QpList`.
     Qps(Vec<QpSummary>),
 }
 
@@ -294,8 +461,11 @@ pub enum ReplyBody {
 /// descriptor path still reaches those pages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SharedPages {
+    /// First byte, in the client's address space.
     pub addr: u64,
+    /// Bytes covered.
     pub len: u64,
+    /// Where `addr` lies in the memfd.
     pub offset: u64,
 }
 
@@ -305,6 +475,7 @@ pub const MAX_SHARED_PAGES: usize = 4;
 /// One device in the `Hello` reply (what `ibv_get_device_list` needs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceSummary {
+    /// The device's name (`rxe0`, `siw0`, …), as `OpenDevice` takes it.
     pub name: String,
     /// `__be64` as `ibv_get_device_guid` returns it: the value in host order.
     pub node_guid: u64,
@@ -314,190 +485,40 @@ pub struct DeviceSummary {
     pub node_type: u32,
 }
 
-/// `struct ibv_device_attr`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceAttr {
-    pub fw_ver: String,
-    pub node_guid: u64,
-    pub sys_image_guid: u64,
-    pub max_mr_size: u64,
-    pub page_size_cap: u64,
-    pub vendor_id: u32,
-    pub vendor_part_id: u32,
-    pub hw_ver: u32,
-    pub max_qp: i32,
-    pub max_qp_wr: i32,
-    pub device_cap_flags: u32,
-    pub max_sge: i32,
-    pub max_sge_rd: i32,
-    pub max_cq: i32,
-    pub max_cqe: i32,
-    pub max_mr: i32,
-    pub max_pd: i32,
-    pub max_qp_rd_atom: i32,
-    pub max_ee_rd_atom: i32,
-    pub max_res_rd_atom: i32,
-    pub max_qp_init_rd_atom: i32,
-    pub max_ee_init_rd_atom: i32,
-    /// `enum ibv_atomic_cap`.
-    pub atomic_cap: u32,
-    pub max_ee: i32,
-    pub max_rdd: i32,
-    pub max_mw: i32,
-    pub max_raw_ipv6_qp: i32,
-    pub max_raw_ethy_qp: i32,
-    pub max_mcast_grp: i32,
-    pub max_mcast_qp_attach: i32,
-    pub max_total_mcast_qp_attach: i32,
-    pub max_ah: i32,
-    pub max_fmr: i32,
-    pub max_map_per_fmr: i32,
-    pub max_srq: i32,
-    pub max_srq_wr: i32,
-    pub max_srq_sge: i32,
-    pub max_pkeys: u16,
-    pub local_ca_ack_delay: u8,
-    pub phys_port_cnt: u8,
-}
-
-/// `struct ibv_port_attr`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PortAttr {
-    /// `enum ibv_port_state`.
-    pub state: u32,
-    /// `enum ibv_mtu`.
-    pub max_mtu: u32,
-    pub active_mtu: u32,
-    pub gid_tbl_len: i32,
-    pub port_cap_flags: u32,
-    pub max_msg_sz: u32,
-    pub bad_pkey_cntr: u32,
-    pub qkey_viol_cntr: u32,
-    pub pkey_tbl_len: u16,
-    pub lid: u16,
-    pub sm_lid: u16,
-    pub lmc: u8,
-    pub max_vl_num: u8,
-    pub sm_sl: u8,
-    pub subnet_timeout: u8,
-    pub init_type_reply: u8,
-    pub active_width: u8,
-    pub active_speed: u8,
-    pub phys_state: u8,
-    pub link_layer: u8,
-    pub flags: u8,
-    pub port_cap_flags2: u16,
-    pub active_speed_ex: u32,
-}
-
-/// One GID table entry (`ibv_query_gid_ex`'s `struct ibv_gid_entry`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GidEntry {
-    pub index: u32,
-    pub port_num: u8,
-    pub gid: [u8; 16],
-    /// IB = 0, RoCE v1 = 1, RoCE v2 = 2 ([`super::verbs::gid_type`]).
-    pub gid_type: u32,
-}
-
-/// `struct ibv_qp_cap`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QpCap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
 /// `struct ibv_qp_init_attr`, with handles in place of pointers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QpInitAttr {
+    /// The CQ that gets send completions.
     pub send_cq: Handle,
+    /// The CQ that gets receive completions.
     pub recv_cq: Handle,
+    /// The SRQ the QP receives from; `None`: the QP has its own receive queue.
     pub srq: Option<Handle>,
+    /// The queue sizes asked for.
     pub cap: QpCap,
     /// `enum ibv_qp_type`.
     pub qp_type: u32,
+    /// Every send WR completes into the CQ, not only those with IBV_SEND_SIGNALED.
     pub sq_sig_all: bool,
-}
-
-/// `struct ibv_global_route`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GlobalRoute {
-    pub dgid: [u8; 16],
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-}
-
-/// `struct ibv_ah_attr`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AhAttr {
-    pub grh: GlobalRoute,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-}
-
-/// `struct ibv_qp_attr`. Only the fields named by the accompanying mask are meaningful.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QpAttr {
-    /// `enum ibv_qp_state`.
-    pub qp_state: u32,
-    pub cur_qp_state: u32,
-    /// `enum ibv_mtu`.
-    pub path_mtu: u32,
-    /// `enum ibv_mig_state`.
-    pub path_mig_state: u32,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: u32,
-    pub cap: QpCap,
-    pub ah_attr: AhAttr,
-    pub alt_ah_attr: AhAttr,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub rate_limit: u32,
-}
-
-/// `struct ibv_srq_attr`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SrqAttr {
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub srq_limit: u32,
 }
 
 /// Named counters of one device or QP (`rdma-emu stat`), named like rxe's hw_counters.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CounterSet {
+    /// The device the counters are of.
     pub device: String,
+    /// The QP they are of; `None` for the device's own.
     pub qpn: Option<u32>,
+    /// (name, value) pairs, named like rxe's hw_counters, in a stable order.
     pub counters: Vec<(String, u64)>,
 }
 
 /// One QP as `rdma-emu top` and `rdma-emu res qp` show it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QpSummary {
+    /// The QP's device.
     pub device: String,
+    /// The QP number.
     pub qpn: u32,
     /// The owning process (0 when unknown).
     pub pid: u32,
@@ -505,44 +526,61 @@ pub struct QpSummary {
     pub qp_type: u32,
     /// `enum ibv_qp_state`.
     pub state: u32,
+    /// RC/UC: the remote QP, once set.
     pub dest_qpn: Option<u32>,
+    /// RC/UC: the peer's address, once past RTR.
     pub peer: Option<std::net::SocketAddr>,
-    /// Requester: the next PSN, the oldest unacknowledged one.
+    /// Requester: the PSN the next new packet gets.
     pub next_psn: Option<u32>,
+    /// Requester: the oldest PSN not yet acknowledged (`next_psn` when idle).
     pub unacked_psn: Option<u32>,
     /// Responder: the PSN expected next.
     pub expected_psn: Option<u32>,
     /// Packets sent and not yet acknowledged.
     pub in_flight: u32,
+    /// Send WRs the core holds and has not completed yet.
     pub send_queued: u32,
+    /// Receive WRs posted and not yet consumed.
     pub recv_posted: u32,
+    /// Whether the requester waits out an RNR NAK's timer.
     pub rnr_waiting: bool,
+    /// Packets sent.
     pub sent_pkts: u64,
+    /// Packets received.
     pub rcvd_pkts: u64,
+    /// Packets sent again (timeouts, NAKs).
     pub retransmitted_pkts: u64,
+    /// RNR NAKs received.
     pub rnr_naks_rcvd: u64,
+    /// RNR NAKs sent.
     pub rnr_naks_sent: u64,
+    /// Sequence error NAKs received.
     pub seq_naks_rcvd: u64,
 }
 
 /// One device as `rdma-emu link show` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkInfo {
+    /// The device's name.
     pub name: String,
     /// `rxe` or `siw`.
     pub link_type: String,
+    /// The network interface it runs on.
     pub netdev: String,
     /// `enum ibv_port_state`.
     pub state: u32,
     /// `enum ibv_mtu`.
     pub active_mtu: u32,
+    /// The interface's MTU, in bytes.
     pub netdev_mtu: u32,
+    /// The occupied GID table entries.
     pub gids: Vec<GidEntry>,
     /// siw: whether the device asks for MPA CRCs (C bit); `None` for rxe.
     pub mpa_crc: Option<bool>,
     /// siw: whether the device asks for MPA markers (M bit); `None` for rxe.
     pub mpa_markers: Option<bool>,
-    /// How the device reaches the network: `udp`, `packet` (rxe) or `tcp` (siw).
+    /// How the device reaches the network: rxe `udp`, `packet` or `xdp mode <mode>` (an
+    /// XDP program attached); siw `tcp` or `smoltcp`.
     pub backend: String,
     /// rxe: the traffic class RDMA CM ids without `RDMA_OPTION_ID_TOS` get (IP TOS byte,
     /// DSCP << 2); `None` for siw.
@@ -572,10 +610,12 @@ impl Request {
 }
 
 impl Reply {
+    /// Encode into a buffer of at most [`super::MAX_MESSAGE_LEN`] bytes.
     pub fn encode(&self) -> Result<Vec<u8>, EncodeError> {
         encode(self)
     }
 
+    /// Decode one datagram. Never panics, whatever the bytes.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         postcard::from_bytes(bytes).map_err(|_| DecodeError)
     }
@@ -592,6 +632,7 @@ fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
 /// A message could not be encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EncodeError {
+    /// postcard refused the value (it cannot for these types; kept so no path panics).
     Serialize,
     /// Longer than [`super::MAX_MESSAGE_LEN`].
     TooLong(usize),

@@ -129,8 +129,12 @@ fn u64_at(b: &[u8], r: field::Field) -> u64 {
 /// One scatter/gather element (`struct ibv_sge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Sge {
+    /// Virtual address of the first byte, in the posting process's address space.
     pub addr: u64,
+    /// Bytes from `addr`; 0 is a valid, empty element.
     pub length: u32,
+    /// Local key of the MR that must cover `[addr, addr + length)` with the access the
+    /// operation needs; the core checks it when it executes the WQE (IBV_WC_LOC_PROT_ERR).
     pub lkey: u32,
 }
 
@@ -154,10 +158,12 @@ impl Sge {
 pub enum SgeList<'a> {
     /// `16 × n` bytes of a slot.
     Bytes(&'a [u8]),
+    /// Elements given by the caller (for `emit`).
     Slice(&'a [Sge]),
 }
 
 impl<'a> SgeList<'a> {
+    /// The number of elements (whole 16-byte elements for `Bytes`).
     pub fn len(&self) -> usize {
         match self {
             SgeList::Bytes(b) => b.len() / SGE_LEN,
@@ -165,10 +171,12 @@ impl<'a> SgeList<'a> {
         }
     }
 
+    /// Whether the list has no element.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The elements in order, decoded from the bytes if need be.
     pub fn iter(&self) -> impl Iterator<Item = Sge> + 'a {
         let (bytes, slice): (&'a [u8], &'a [Sge]) = match *self {
             SgeList::Bytes(b) => (b, &[]),
@@ -197,6 +205,8 @@ impl Eq for SgeList<'_> {}
 /// What follows a send WQE's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendData<'a> {
+    /// A scatter/gather list of `num_sge` elements the device reads (or, for READ and
+    /// atomics, writes).
     Sges(SgeList<'a>),
     /// Inline data, copied into the slot at post time (`IBV_SEND_INLINE`).
     Inline(&'a [u8]),
@@ -209,26 +219,31 @@ pub struct SendWqe<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> SendWqe<T> {
+    /// Wraps a buffer without checking its length; accessors then panic on a short one.
     pub fn new_unchecked(buffer: T) -> Self {
         SendWqe { buffer }
     }
+    /// Wraps a buffer after [`Self::check_len`]: no accessor panics afterwards.
     pub fn new_checked(buffer: T) -> Result<Self, SlotError> {
         let w = Self::new_unchecked(buffer);
         w.check_len()?;
         Ok(w)
     }
+    /// [`SlotError::Truncated`] unless the buffer holds the 64-byte header.
     pub fn check_len(&self) -> Result<(), SlotError> {
         if self.buffer.as_ref().len() < SEND_WQE_HEADER_LEN {
             return Err(SlotError::Truncated);
         }
         Ok(())
     }
+    /// The wrapped buffer.
     pub fn into_inner(self) -> T {
         self.buffer
     }
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    /// The application's `wr_id`, returned in the CQE unchanged.
     pub fn wr_id(&self) -> u64 {
         u64_at(self.b(), field::send::WR_ID)
     }
@@ -236,6 +251,7 @@ impl<T: AsRef<[u8]>> SendWqe<T> {
     pub fn opcode(&self) -> u8 {
         self.b()[field::send::OPCODE]
     }
+    /// SGEs following the header (ignored with `IBV_SEND_INLINE`).
     pub fn num_sge(&self) -> u8 {
         self.b()[field::send::NUM_SGE]
     }
@@ -247,27 +263,35 @@ impl<T: AsRef<[u8]>> SendWqe<T> {
     pub fn imm_data(&self) -> u32 {
         u32_at(self.b(), field::send::IMM)
     }
+    /// Bytes of inline data after the header (only with `IBV_SEND_INLINE`).
     pub fn inline_len(&self) -> u32 {
         u32_at(self.b(), field::send::INLINE_LEN)
     }
+    /// RDMA/atomic target address (bind MW: the window's address).
     pub fn remote_addr(&self) -> u64 {
         u64_at(self.b(), field::send::REMOTE_ADDR)
     }
+    /// RDMA/atomic remote key (bind MW: the window's current rkey).
     pub fn rkey(&self) -> u32 {
         u32_at(self.b(), field::send::RKEY)
     }
+    /// UD destination QP number, low 24 bits used (bind MW: the access flags).
     pub fn remote_qpn(&self) -> u32 {
         u32_at(self.b(), field::send::REMOTE_QPN)
     }
+    /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD); bind MW: the length.
     pub fn compare_add(&self) -> u64 {
         u64_at(self.b(), field::send::COMPARE_ADD)
     }
+    /// Swap value (CMP_AND_SWP); bind MW: the MR's lkey in the low 32 bits.
     pub fn swap(&self) -> u64 {
         u64_at(self.b(), field::send::SWAP)
     }
+    /// UD: the [`super::Handle`] of an address handle of the QP's own context.
     pub fn ah(&self) -> u32 {
         u32_at(self.b(), field::send::AH)
     }
+    /// UD: the Q_Key sent in the DETH.
     pub fn remote_qkey(&self) -> u32 {
         u32_at(self.b(), field::send::REMOTE_QKEY)
     }
@@ -291,23 +315,39 @@ impl<'a, T: AsRef<[u8]> + ?Sized> SendWqe<&'a T> {
 /// `remote_qpn` = access flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SendWqeRepr<'a> {
+    /// Returned in the CQE unchanged.
     pub wr_id: u64,
+    /// `enum ibv_wr_opcode` ([`super::verbs::wr_opcode`]); the core refuses an unknown
+    /// value (IBV_WC_LOC_QP_OP_ERR).
     pub opcode: u8,
     /// `IBV_SEND_INLINE` is set by `parse` exactly when `data` is `Inline`; `emit` derives
     /// it from `data`.
     pub send_flags: u32,
+    /// Immediate data (the app's `__be32` as stored), or the rkey to invalidate for
+    /// SEND_WITH_INV and LOCAL_INV; bind MW: the new rkey.
     pub imm_data: u32,
+    /// RDMA/atomic target address; bind MW: the window's address.
     pub remote_addr: u64,
+    /// RDMA/atomic remote key; bind MW: the window's current rkey.
     pub rkey: u32,
+    /// UD destination QP (low 24 bits); bind MW: the window's access flags.
     pub remote_qpn: u32,
+    /// Compare value or addend of an atomic; bind MW: the window's length.
     pub compare_add: u64,
+    /// Swap value of CMP_AND_SWP; bind MW: the MR's lkey in the low 32 bits.
     pub swap: u64,
+    /// UD: address handle; the daemon completes the WQE with IBV_WC_LOC_QP_OP_ERR unless
+    /// it names an AH of the QP's own context. Ignored for RC and UC.
     pub ah: u32,
+    /// UD: the Q_Key for the DETH (its high bit set means: use the QP's own Q_Key).
     pub remote_qkey: u32,
+    /// The SGEs or the inline payload.
     pub data: SendData<'a>,
 }
 
 impl<'a> SendWqeRepr<'a> {
+    /// Parses a slot: [`SlotError::Truncated`] for a short one, [`SlotError::Overrun`]
+    /// when `num_sge` or `inline_len` runs past its end.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(wqe: &SendWqe<&'a T>) -> Result<Self, SlotError> {
         wqe.check_len()?;
         let payload = wqe.payload_ref();
@@ -395,26 +435,33 @@ pub struct RecvWqe<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> RecvWqe<T> {
+    /// Wraps a buffer without checking its length; accessors then panic on a short one.
     pub fn new_unchecked(buffer: T) -> Self {
         RecvWqe { buffer }
     }
+    /// Wraps a buffer after [`Self::check_len`]: no accessor panics afterwards.
     pub fn new_checked(buffer: T) -> Result<Self, SlotError> {
         let w = Self::new_unchecked(buffer);
         w.check_len()?;
         Ok(w)
     }
+    /// [`SlotError::Truncated`] unless the buffer holds the 16-byte header.
     pub fn check_len(&self) -> Result<(), SlotError> {
         if self.buffer.as_ref().len() < RECV_WQE_HEADER_LEN {
             return Err(SlotError::Truncated);
         }
         Ok(())
     }
+    /// The application's `wr_id`, returned in the CQE unchanged.
     pub fn wr_id(&self) -> u64 {
         u64_at(self.buffer.as_ref(), field::recv::WR_ID)
     }
+    /// SGEs following the header. The daemon refuses more than the QP's `max_recv_sge`
+    /// (an IBV_WC_LOC_LEN_ERR CQE) or the SRQ's `max_sge` (IBV_EVENT_SRQ_ERR).
     pub fn num_sge(&self) -> u32 {
         u32_at(self.buffer.as_ref(), field::recv::NUM_SGE)
     }
+    /// The bytes after the header (the SGEs).
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[RECV_WQE_HEADER_LEN..]
     }
@@ -430,11 +477,15 @@ impl<'a, T: AsRef<[u8]> + ?Sized> RecvWqe<&'a T> {
 /// A parsed receive WQE (`struct ibv_recv_wr` without `next`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvWqeRepr<'a> {
+    /// Returned in the CQE unchanged.
     pub wr_id: u64,
+    /// Where an incoming message is scattered, in order.
     pub sg_list: SgeList<'a>,
 }
 
 impl<'a> RecvWqeRepr<'a> {
+    /// Parses a slot: [`SlotError::Truncated`] for a short one, [`SlotError::Overrun`]
+    /// when `num_sge` runs past its end.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(wqe: &RecvWqe<&'a T>) -> Result<Self, SlotError> {
         wqe.check_len()?;
         let len = usize::try_from(wqe.num_sge())
@@ -448,10 +499,13 @@ impl<'a> RecvWqeRepr<'a> {
         })
     }
 
+    /// Bytes the slot needs: the header and 16 per SGE.
     pub fn buffer_len(&self) -> usize {
         RECV_WQE_HEADER_LEN + self.sg_list.len() * SGE_LEN
     }
 
+    /// Writes the WQE (the reserved word zeroed); bytes past `buffer_len` are left as they
+    /// are. Fails if the buffer is too small.
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), SlotError> {
         if buf.len() < self.buffer_len() {
             return Err(SlotError::BufferTooSmall);
@@ -472,9 +526,11 @@ pub struct Cqe<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Cqe<T> {
+    /// Wraps a buffer without checking its length; accessors then panic on a short one.
     pub fn new_unchecked(buffer: T) -> Self {
         Cqe { buffer }
     }
+    /// Wraps a buffer of at least [`CQE_LEN`] bytes ([`SlotError::Truncated`] otherwise).
     pub fn new_checked(buffer: T) -> Result<Self, SlotError> {
         if buffer.as_ref().len() < CQE_LEN {
             return Err(SlotError::Truncated);
@@ -484,42 +540,55 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     fn b(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    /// `wr_id` of the completed work request.
     pub fn wr_id(&self) -> u64 {
         u64_at(self.b(), field::cqe::WR_ID)
     }
+    /// `enum ibv_wc_status`.
     pub fn status(&self) -> u32 {
         u32_at(self.b(), field::cqe::STATUS)
     }
+    /// `enum ibv_wc_opcode`.
     pub fn opcode(&self) -> u32 {
         u32_at(self.b(), field::cqe::OPCODE)
     }
+    /// The errno behind an error the daemon's checks raised, else 0.
     pub fn vendor_err(&self) -> u32 {
         u32_at(self.b(), field::cqe::VENDOR_ERR)
     }
+    /// Bytes received (receive completions) or transferred.
     pub fn byte_len(&self) -> u32 {
         u32_at(self.b(), field::cqe::BYTE_LEN)
     }
+    /// Immediate data or invalidated rkey, as the `wc_flags` say.
     pub fn imm_data(&self) -> u32 {
         u32_at(self.b(), field::cqe::IMM_DATA)
     }
+    /// The local QP the work request belonged to.
     pub fn qp_num(&self) -> u32 {
         u32_at(self.b(), field::cqe::QP_NUM)
     }
+    /// UD receives: the sender's QP number.
     pub fn src_qp(&self) -> u32 {
         u32_at(self.b(), field::cqe::SRC_QP)
     }
+    /// `enum ibv_wc_flags` bits.
     pub fn wc_flags(&self) -> u32 {
         u32_at(self.b(), field::cqe::WC_FLAGS)
     }
+    /// UD receives: the P_Key index (0: RoCE has one P_Key).
     pub fn pkey_index(&self) -> u16 {
         u16_at(self.b(), field::cqe::PKEY_INDEX)
     }
+    /// Source LID (0 on RoCE and iWARP).
     pub fn slid(&self) -> u16 {
         u16_at(self.b(), field::cqe::SLID)
     }
+    /// Service level (0 on RoCE and iWARP).
     pub fn sl(&self) -> u8 {
         self.b()[field::cqe::SL]
     }
+    /// Destination LID path bits (0 on RoCE and iWARP).
     pub fn dlid_path_bits(&self) -> u8 {
         self.b()[field::cqe::DLID_PATH_BITS]
     }
@@ -528,26 +597,38 @@ impl<T: AsRef<[u8]>> Cqe<T> {
 /// A completion (`struct ibv_wc`), numbering as verbs.h.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CqeRepr {
+    /// `wr_id` of the completed work request, as posted.
     pub wr_id: u64,
     /// `enum ibv_wc_status`.
     pub status: u32,
     /// `enum ibv_wc_opcode`.
     pub opcode: u32,
+    /// The errno when the daemon's checks or the core refused the WQE (EINVAL, ENODEV,
+    /// …), else 0.
     pub vendor_err: u32,
+    /// Bytes received (receive completions; UD counts the 40-byte GRH), or the WQE's
+    /// length on the send side; 0 for an error.
     pub byte_len: u32,
     /// As in `ibv_wc`: the network-order bytes as received, read as a host u32.
     pub imm_data: u32,
+    /// The local QP number the work request belonged to.
     pub qp_num: u32,
+    /// UD receives: the sender's QP number (from the DETH).
     pub src_qp: u32,
     /// `enum ibv_wc_flags` bits.
     pub wc_flags: u32,
+    /// UD receives: the P_Key index (0: RoCE devices have one P_Key).
     pub pkey_index: u16,
+    /// Source LID; 0 on RoCE and iWARP, which have none.
     pub slid: u16,
+    /// Service level; 0 on RoCE and iWARP.
     pub sl: u8,
+    /// Destination LID path bits; 0 on RoCE and iWARP.
     pub dlid_path_bits: u8,
 }
 
 impl CqeRepr {
+    /// Reads every field ([`SlotError::Truncated`] below [`CQE_LEN`] bytes).
     pub fn parse<T: AsRef<[u8]>>(cqe: &Cqe<T>) -> Result<Self, SlotError> {
         if cqe.b().len() < CQE_LEN {
             return Err(SlotError::Truncated);
@@ -569,6 +650,7 @@ impl CqeRepr {
         })
     }
 
+    /// Always [`CQE_LEN`].
     pub const fn buffer_len(&self) -> usize {
         CQE_LEN
     }

@@ -101,43 +101,60 @@ impl CmPath {
 
 /// ConnectRequest (IBA 12.6.5, table 106).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub struct Req<'a> {
+    /// Local Communication ID: the sender's handle for this connection.
     pub local_comm_id: u32,
     /// Vendor ID (24 bits).
     pub vendor_id: u32,
+    /// Service ID of the listener asked for (RDMA CM: port space and port).
     pub service_id: u64,
+    /// The sender's CA (node) GUID.
     pub local_ca_guid: u64,
+    /// The sender's Q_Key (RD only; 0 otherwise).
     pub local_qkey: Qkey,
+    /// The sender's QP number (24 bits).
     pub local_qpn: Qpn,
+    /// RDMA READs/atomics the sender accepts at once as responder.
     pub responder_resources: u8,
     /// Local EE context number (24 bits).
     pub local_eecn: u32,
+    /// RDMA READs/atomics the sender has outstanding at once as requester.
     pub initiator_depth: u8,
+    /// Remote EE context number (24 bits; RD only).
     pub remote_eecn: u32,
-    /// 5 bits.
+    /// How long the recipient may take to answer (REP, MRA or REJ): 4.096 µs × 2^n
+    /// (5 bits).
     pub remote_cm_response_timeout: u8,
     /// 2 bits: 0 RC, 1 UC, 2 RD, 3 extended (XRC).
     pub transport_service_type: u8,
+    /// Whether the sender's receive queue generates end-to-end credits.
     pub end_to_end_flow_control: bool,
+    /// The first PSN the sender will send.
     pub starting_psn: Psn,
-    /// 5 bits.
+    /// How long the sender may take to answer the recipient's messages (the RTU after a
+    /// REP): 4.096 µs × 2^n (5 bits).
     pub local_cm_response_timeout: u8,
-    /// 3 bits.
+    /// Transport retries after timeouts the recipient should make (3 bits).
     pub retry_count: u8,
+    /// Partition key of the connection.
     pub pkey: Pkey,
     /// IBA MTU code (4 bits: 1 = 256 .. 5 = 4096).
     pub path_mtu: u8,
+    /// Whether an RD channel exists (RD only).
     pub rdc_exists: bool,
-    /// 3 bits.
+    /// RNR NAK retries the recipient should make (3 bits; 7 = infinite).
     pub rnr_retry_count: u8,
-    /// 4 bits.
+    /// How often the CMs resend a message that is not answered before giving up (4 bits).
     pub max_cm_retries: u8,
+    /// Whether the sender's QP receives from an SRQ.
     pub srq: bool,
-    /// 3 bits.
+    /// Extended transport type when `transport_service_type` is 3 (3 bits; 1 = XRC).
     pub extended_transport_type: u8,
+    /// The primary path (RoCE: GIDs, flow label, traffic class, hop limit).
     pub primary_path: CmPath,
+    /// The alternate path (all zero when there is none).
     pub alternate_path: CmPath,
+    /// Whether the sender supports alternate paths (automatic path migration).
     pub sap_supported: bool,
     /// 92 octets (starts with the CMA header under RDMA CM).
     pub private_data: &'a [u8],
@@ -179,26 +196,36 @@ pub struct Rej<'a> {
 
 /// ConnectReply (IBA 12.6.8, table 110).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub struct Rep<'a> {
+    /// Local Communication ID: the replier's handle for this connection.
     pub local_comm_id: u32,
+    /// Remote Communication ID: the REQ's local one.
     pub remote_comm_id: u32,
+    /// The replier's Q_Key (RD only; 0 otherwise).
     pub local_qkey: Qkey,
+    /// The replier's QP number (24 bits).
     pub local_qpn: Qpn,
+    /// Local EE context number (24 bits; RD only).
     pub local_eecn: u32,
+    /// The first PSN the replier will send.
     pub starting_psn: Psn,
     /// Vendor ID: octets 15, 19 and 23 (high, middle, low).
     pub vendor_id: u32,
+    /// RDMA READs/atomics the replier accepts at once as responder.
     pub responder_resources: u8,
+    /// RDMA READs/atomics the replier has outstanding at once as requester.
     pub initiator_depth: u8,
-    /// 5 bits.
+    /// The replier's CA ACK delay: 4.096 µs × 2^n (5 bits).
     pub target_ack_delay: u8,
-    /// 2 bits.
+    /// The answer to the REQ's alternate path (2 bits: 0 accepted).
     pub failover_accepted: u8,
+    /// Whether the replier's receive queue generates end-to-end credits.
     pub end_to_end_flow_control: bool,
-    /// 3 bits.
+    /// RNR NAK retries the REQ's sender should make (3 bits; 7 = infinite).
     pub rnr_retry_count: u8,
+    /// Whether the replier's QP receives from an SRQ.
     pub srq: bool,
+    /// The replier's CA (node) GUID.
     pub local_ca_guid: u64,
     /// 196 octets.
     pub private_data: &'a [u8],
@@ -243,16 +270,21 @@ pub struct SidrReq<'a> {
 
 /// Service ID Resolution Response (IBA 12.11.2, table 120).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub struct SidrRep<'a> {
+    /// Request ID: the SIDR_REQ's, echoed.
     pub request_id: u32,
-    /// 0 = valid QP.
+    /// 0 = valid QP, 1 = Service ID not supported, 2 = rejected by the service, 3 = no
+    /// QP, 4 = redirect, 5 = unsupported class version.
     pub status: u8,
+    /// Length of the valid part of `additional_info`.
     pub additional_info_length: u8,
     /// Vendor ID: octets 6, 7 and 11.
     pub vendor_id: u32,
+    /// The QP that serves the Service ID (24 bits; valid with status 0).
     pub qpn: Qpn,
+    /// The Service ID resolved, echoed.
     pub service_id: u64,
+    /// The Q_Key datagrams to `qpn` must carry.
     pub qkey: Qkey,
     /// 72 octets.
     pub additional_info: &'a [u8],
