@@ -14,6 +14,7 @@
 //!   API and the `ibv_start_poll` API, ring operations on shared memory;
 //! - [`misc`]: helpers and the operations rdma-emu does not implement;
 //! - [`mr_ex`]: rdma-core v59's `ibv_reg_mr_ex` and DMA handles;
+//! - [`private_abi`]: `ibv_query_gid_type` under each release's private node;
 //! - [`shared_mr`]: opt-in shared memory regions (`RDMA_EMU_SHARED_MR=1`);
 //! - [`cm`]: librdmacm's RDMA CM over the daemon;
 //! - [`rsocket`]: librdmacm's rsockets (stream sockets over RC, rdma-core's protocol);
@@ -44,6 +45,7 @@ pub mod log;
 pub mod misc;
 pub mod mmap;
 pub mod mr_ex;
+pub mod private_abi;
 pub mod qp;
 pub mod rdmacm;
 pub mod rsocket;
