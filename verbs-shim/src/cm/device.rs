@@ -4,7 +4,8 @@
 //! the life of the process.
 use super::{verbs_ptr, Errno, VResult};
 use crate::abi::*;
-use crate::device::{ibv_free_device_list, ibv_get_device_list, ibv_open_device, Context};
+use crate::context::Context;
+use crate::device::{ibv_free_device_list, ibv_get_device_list, ibv_open_device};
 use crate::ffi;
 use crate::log::shim_log;
 use core::ffi::{c_char, c_int, CStr};
