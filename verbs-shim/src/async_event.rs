@@ -17,13 +17,11 @@
 //! Daemon handles are not reused while the daemon runs (they grow monotonically), so a stale
 //! record never resolves to a newer object.
 use crate::abi::*;
-use crate::device::Context;
+use crate::context::{Context, EventObject};
 use crate::ffi::{self, Errno};
 use core::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use wire::client::verbs::event_type as ev;
-
-pub use crate::device::EventObject;
 
 /// Which object an event of `event_type` names; `None` for port and device events.
 fn object_of(event_type: u32) -> Option<EventObject> {

@@ -1,15 +1,16 @@
-//! Completion channels and completion queues (`ibv_poll_cq` itself is in
-//! [`crate::datapath`], the `ibv_start_poll` API in [`crate::cq_ex`]).
+//! Completion channels and completion queues, plain and extended (`ibv_poll_cq` itself
+//! is in [`crate::datapath`], the `ibv_start_poll` API in [`crate::cq_ex`]).
 use crate::abi::*;
-use crate::async_event::{self, EventObject};
-use crate::device::Context;
+use crate::async_event;
+use crate::context::{Context, EventObject};
+use crate::cq_ex::cq_ex_table;
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
-use crate::verbs::obj;
+use crate::objects::{cq_of, obj, Cq, CqPoll};
 use core::ffi::{c_int, c_uint, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
-use wire::client::{Handle, ReplyBody, RequestBody, RingLayout};
+use wire::client::{Handle, ReplyBody, RequestBody};
 
 fn ctx_of<'a>(p: *mut ibv_context) -> VResult<&'a Context> {
     Context::from_ibv(p)
@@ -75,31 +76,6 @@ pub extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_
 
 // ---- completion queues ------------------------------------------------------------------------
 
-/// A CQ. Every CQ is an `ibv_cq_ex` (whose head is `struct ibv_cq`); the poll table is
-/// filled for all of them, as rdma-core's providers do.
-#[repr(C)]
-pub struct Cq {
-    pub cq: ibv_cq_ex,
-    pub handle: Handle,
-    pub ring: Mapping,
-    pub layout: RingLayout,
-    pub poll: Mutex<CqPoll>,
-}
-
-/// The consumer side of a CQ ring: the private consumer index and, for the
-/// `ibv_start_poll` API, the completion being read.
-pub struct CqPoll {
-    pub tail: u64,
-    pub current: wire::client::slot::CqeRepr,
-    /// Polls in a row that found the CQ empty (see [`crate::datapath::empty_poll`]).
-    pub empty: u32,
-}
-
-pub fn cq_of<'a>(p: *mut ibv_cq) -> VResult<&'a Cq> {
-    // SAFETY: every ibv_cq the shim returns is the first field of a Cq.
-    unsafe { obj(p) }
-}
-
 #[no_mangle]
 pub extern "C" fn ibv_create_cq(
     context: *mut ibv_context,
@@ -116,7 +92,7 @@ pub extern "C" fn ibv_create_cq(
 }
 
 /// Creates a CQ (both `ibv_create_cq` and `ibv_create_cq_ex`).
-pub fn create_cq(
+fn create_cq(
     context: *mut ibv_context,
     cqe: u32,
     cq_context: *mut c_void,
@@ -147,7 +123,7 @@ pub fn create_cq(
     let tail = wire::client::RingView::new(map.words(), ring)
         .map_err(|_| Errno::EIO)?
         .consumer_index();
-    let mut cqx = crate::cq_ex::cq_ex_table();
+    let mut cqx = cq_ex_table();
     cqx.context = context;
     cqx.channel = channel;
     cqx.cq_context = cq_context;
@@ -175,6 +151,40 @@ pub fn create_cq(
         .cqs
         .insert(handle.0, cq as usize);
     Ok(cq)
+}
+
+/// `IBV_WC_STANDARD_FLAGS`: the `ibv_wc` fields; timestamps, CVLAN, flow tag and tag
+/// matching are not produced.
+const SUPPORTED_WC_FLAGS: u64 = 0x7f;
+const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a hint, honoured by taking the lock anyway.
+const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+
+/// `verbs_context.create_cq_ex`.
+///
+/// # Safety
+/// `context` is a context this library opened; `attr` is NULL or a valid
+/// `ibv_cq_init_attr_ex` (called through rdma-core's inline `ibv_create_cq_ex`).
+pub unsafe extern "C" fn vctx_create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    ffi::ptr(|| {
+        let a = ffi::nonnull(attr)?;
+        if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0
+            && a.flags & !CREATE_CQ_ATTR_SINGLE_THREADED != 0
+        {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector)
+            .map(|c| c as *mut ibv_cq_ex)
+    })
 }
 
 #[no_mangle]

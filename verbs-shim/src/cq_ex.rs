@@ -1,18 +1,11 @@
-//! `ibv_create_cq_ex` and the `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` /
+//! The `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` /
 //! `ibv_wc_read_*` API over the same CQ ring as `ibv_poll_cq`.
 use crate::abi::*;
-use crate::cq::{cq_of, create_cq, Cq};
 use crate::ffi::{self, Errno, VResult};
+use crate::objects::{cq_of, Cq};
 use core::ffi::{c_int, c_uint};
 use wire::client::slot::{Cqe, CqeRepr};
 use wire::client::{Consumer, RingView};
-
-/// `IBV_WC_STANDARD_FLAGS`: the `ibv_wc` fields; timestamps, CVLAN, flow tag and tag
-/// matching are not produced.
-const SUPPORTED_WC_FLAGS: u64 = 0x7f;
-const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
-/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a hint, honoured by taking the lock anyway.
-const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
 
 /// An `ibv_cq_ex` with the poll table filled (the `ibv_cq` head is set by the caller).
 pub fn cq_ex_table() -> ibv_cq_ex {
@@ -50,33 +43,6 @@ pub fn cq_ex_table() -> ibv_cq_ex {
         read_tm_info: None,
         read_completion_wallclock_ns: None,
     }
-}
-
-/// `verbs_context.create_cq_ex`.
-///
-/// # Safety
-/// `context` is a context this library opened; `attr` is NULL or a valid
-/// `ibv_cq_init_attr_ex` (called through rdma-core's inline `ibv_create_cq_ex`).
-pub unsafe extern "C" fn vctx_create_cq_ex(
-    context: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-) -> *mut ibv_cq_ex {
-    ffi::ptr(|| {
-        let a = ffi::nonnull(attr)?;
-        if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if a.comp_mask & !CQ_INIT_ATTR_MASK_FLAGS != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0
-            && a.flags & !CREATE_CQ_ATTR_SINGLE_THREADED != 0
-        {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector)
-            .map(|c| c as *mut ibv_cq_ex)
-    })
 }
 
 fn cq_ex_of<'a>(cq: *mut ibv_cq_ex) -> VResult<&'a Cq> {

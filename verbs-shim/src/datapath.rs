@@ -3,11 +3,12 @@
 //! directly: ring operations on shared memory, no syscall except the doorbell write
 //! when the engine sleeps (contracts §3, "Rings").
 use crate::abi::*;
-use crate::cq::cq_of;
-use crate::device::Context;
+use crate::context::Context;
 use crate::ffi::{self, Errno, VResult};
-use crate::qp::{qp_of, Qp, RecvQueue, SendQueue};
-use crate::verbs::{obj, srq_of, Ah};
+use crate::mmap::Mapping;
+use crate::objects::{
+    cq_of, obj, qp_of, refuse_in_reset, srq_of, Ah, Mw, Qp, RecvQueue, SendQueue,
+};
 use core::ffi::c_int;
 use wire::client::slot::{CqeRepr, RecvWqeRepr, SendData, SendWqeRepr, Sge, SgeList};
 use wire::client::{Consumer, Producer, RingError, RingView};
@@ -102,7 +103,7 @@ unsafe extern "C" fn post_send(
     let mut failed = core::ptr::null_mut();
     let rc = ffi::errno(|| {
         let q = qp_of(qp)?;
-        crate::qp::refuse_in_reset(q)?;
+        refuse_in_reset(q)?;
         let mut guard = q.sq.lock().unwrap_or_else(|p| p.into_inner());
         let sq = &mut *guard;
         let view = RingView::new(q.ring.words(), sq.layout).map_err(|_| Errno::EIO)?;
@@ -234,7 +235,7 @@ fn bind_mw_fields(
     info: &ibv_mw_bind_info,
 ) -> VResult<()> {
     // SAFETY: the application names an MW this shim allocated.
-    let mw: &crate::verbs::Mw = unsafe { obj(mw)? };
+    let mw: &Mw = unsafe { obj(mw)? };
     let lkey = if info.mr.is_null() {
         0
     } else {
@@ -260,7 +261,7 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
         let q = qp_of(qp)?;
         let b = ffi::nonnull(bind)?;
         // SAFETY: an MW this shim allocated.
-        let m: &crate::verbs::Mw = unsafe { obj(mw)? };
+        let m: &Mw = unsafe { obj(mw)? };
         let old = m.mw.rkey;
         let new_rkey = (old & !0xff) | (old.wrapping_add(1) & 0xff);
         let mut repr = SendWqeRepr {
@@ -294,7 +295,7 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw
 }
 
 fn post_recv_ring(
-    q_ring: &crate::mmap::Mapping,
+    q_ring: &Mapping,
     rq: &mut RecvQueue,
     max_sge: u32,
     wr: *mut ibv_recv_wr,
@@ -358,7 +359,7 @@ unsafe extern "C" fn post_recv(
     let mut failed = core::ptr::null_mut();
     let rc = ffi::errno(|| {
         let q = qp_of(qp)?;
-        crate::qp::refuse_in_reset(q)?;
+        refuse_in_reset(q)?;
         let rq = q.rq.as_ref().ok_or(Errno::EINVAL)?;
         let mut rq = rq.lock().unwrap_or_else(|p| p.into_inner());
         let r = post_recv_ring(&q.ring, &mut rq, q.cap.max_recv_sge, wr, &mut failed);

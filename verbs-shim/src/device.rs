@@ -1,15 +1,16 @@
 //! Devices and device contexts: `ibv_get_device_list`, `ibv_open_device`, the query
 //! verbs and the GID table.
 use crate::abi::*;
-use crate::client::{session, Session};
+use crate::client::session;
+use crate::context::{Context, Objects};
 use crate::ffi::{self, Errno, VResult};
 use crate::log::shim_log;
 use crate::mmap::Mapping;
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::{Arc, Mutex, OnceLock};
-use wire::client::{DeviceAttr, DeviceSummary, GidEntry, Handle, PortAttr, ReplyBody, RequestBody};
+use std::sync::{Mutex, OnceLock};
+use wire::client::{DeviceAttr, DeviceSummary, GidEntry, PortAttr, ReplyBody, RequestBody};
 
 /// An `ibv_device` and what the daemon said about it. Never freed: rdma-core keeps
 /// device structs alive while any context uses them, and programs compare pointers.
@@ -70,80 +71,6 @@ fn copy_cstr(dst: &mut [c_char], s: &str) {
 fn device_of<'a>(dev: *mut ibv_device) -> VResult<&'a Device> {
     // SAFETY: every ibv_device the shim hands out is the first field of a leaked Device.
     unsafe { (dev as *const Device).as_ref() }.ok_or(Errno::EINVAL)
-}
-
-/// A device context: `verbs_context` (whose tail is the `ibv_context` handed to the
-/// application) followed by the shim's own state.
-#[repr(C)]
-pub struct Context {
-    pub vctx: verbs_context,
-    pub session: Arc<Session>,
-    pub handle: Handle,
-    pub device_attr: DeviceAttr,
-    pub ports: Vec<PortAttr>,
-    pub gids: Vec<GidEntry>,
-    pub async_fd: OwnedFd,
-    /// Behind `ibv_context.cmd_fd` (see `command_fd`).
-    pub cmd_fd: OwnedFd,
-    pub doorbell: OwnedFd,
-    pub session_page: Mapping,
-    /// CQs, QPs and SRQs by daemon handle (events name them this way).
-    pub objects: Mutex<Objects>,
-}
-
-#[derive(Default)]
-pub struct Objects {
-    pub cqs: HashMap<u32, usize>,
-    pub qps: HashMap<u32, usize>,
-    pub srqs: HashMap<u32, usize>,
-    /// Async events handed to the application per object (see `crate::async_event`).
-    pub events_reported: HashMap<(EventObject, u32), u32>,
-}
-
-impl Context {
-    /// The shim context around an `ibv_context` this shim created.
-    pub fn from_ibv<'a>(ctx: *mut ibv_context) -> VResult<&'a Context> {
-        if ctx.is_null() {
-            return Err(Errno::EINVAL);
-        }
-        let off = core::mem::offset_of!(Context, vctx.context);
-        // SAFETY: every ibv_context the shim hands out sits at `off` inside a Context
-        // (open_device), which lives until close_device.
-        Ok(unsafe { &*((ctx as *mut u8).sub(off) as *const Context) })
-    }
-
-    pub fn ibv(&self) -> *mut ibv_context {
-        &self.vctx.context as *const ibv_context as *mut ibv_context
-    }
-
-    pub fn call(&self, body: RequestBody) -> VResult<ReplyBody> {
-        self.session.call(body, &[]).map(|(r, _)| r)
-    }
-
-    /// After publishing work on a ring: wake the engine if it sleeps (contracts §3).
-    pub fn ring_doorbell(&self) {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        let sleeping =
-            wire::client::SessionPage::new(self.session_page.words()).is_some_and(|p| p.sleeping());
-        if sleeping {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a live u64 to our eventfd.
-            let _ = unsafe {
-                libc::write(
-                    self.doorbell.as_raw_fd(),
-                    &one as *const u64 as *const c_void,
-                    8,
-                )
-            };
-        }
-    }
-
-    fn port(&self, port: u8) -> VResult<&PortAttr> {
-        if port == 0 {
-            return Err(Errno::EINVAL);
-        }
-        self.ports.get(usize::from(port) - 1).ok_or(Errno::EINVAL)
-    }
 }
 
 fn ibv_port_attr_from(p: &PortAttr) -> ibv_port_attr {
@@ -373,7 +300,7 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
             modify_wq: None,
             create_wq: None,
             query_rt_values: None,
-            create_cq_ex: Some(crate::cq_ex::vctx_create_cq_ex),
+            create_cq_ex: Some(crate::cq::vctx_create_cq_ex),
             priv_: core::ptr::null_mut(),
             query_device_ex: Some(vctx_query_device_ex),
             ibv_destroy_flow: None,
@@ -692,16 +619,4 @@ pub extern "C" fn ibv_get_pkey_index(context: *mut ibv_context, port_num: u8, pk
             Err(Errno::ENOENT)
         }
     })
-}
-
-impl Errno {
-    pub const ENOENT: Errno = Errno(libc::ENOENT);
-}
-
-/// The kind of object an event's element points at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventObject {
-    Cq,
-    Qp,
-    Srq,
 }

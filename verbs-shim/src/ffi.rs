@@ -17,6 +17,7 @@ impl Errno {
     pub const EIO: Errno = Errno(libc::EIO);
     pub const EAGAIN: Errno = Errno(libc::EAGAIN);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
+    pub const ENOENT: Errno = Errno(libc::ENOENT);
 
     /// The calling thread's current `errno`.
     pub fn last() -> Errno {

@@ -8,6 +8,9 @@
 //!   system's `verbs.h` by `tests/abi_layout.rs`;
 //! - [`ffi`]: the one shape of every export (panics caught, errors converted once);
 //! - [`client`]: the control connection (wire::client protocol, SCM_RIGHTS);
+//! - [`context`]: the shim's state behind an `ibv_context`;
+//! - [`objects`]: the objects the verbs create (PD, AH, MW, CQ, QP, SRQ), owning their
+//!   state;
 //! - [`device`], [`verbs`], [`cq`], [`qp`]: the control-path verbs;
 //! - [`async_event`]: async events and the destroy-side wait for their acks;
 //! - [`datapath`], [`wr_api`], [`cq_ex`]: the `ibv_context.ops` hot path, the `ibv_wr_*`
@@ -36,6 +39,7 @@ pub mod abi;
 pub mod async_event;
 pub mod client;
 pub mod cm;
+pub mod context;
 pub mod cq;
 pub mod cq_ex;
 pub mod datapath;
@@ -45,6 +49,7 @@ pub mod log;
 pub mod misc;
 pub mod mmap;
 pub mod mr_ex;
+pub mod objects;
 pub mod private_abi;
 pub mod qp;
 pub mod rdmacm;

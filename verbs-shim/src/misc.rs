@@ -311,8 +311,8 @@ pub extern "C" fn ibv_query_qp_data_in_order(
 fn mcast_args(
     qp: *mut ibv_qp,
     gid: *const ibv_gid,
-) -> ffi::VResult<(&'static crate::qp::Qp, [u8; 16])> {
-    let q = crate::qp::qp_of(qp)?;
+) -> ffi::VResult<(&'static crate::objects::Qp, [u8; 16])> {
+    let q = crate::objects::qp_of(qp)?;
     if gid.is_null() {
         return Err(Errno::EINVAL);
     }
@@ -336,7 +336,7 @@ fn mcast_args(
 pub extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
     ffi::errno(|| {
         let (q, gid) = mcast_args(qp, gid)?;
-        crate::device::Context::from_ibv(q.qpx.qp_base.context)?.call(
+        crate::context::Context::from_ibv(q.qpx.qp_base.context)?.call(
             wire::client::RequestBody::AttachMcast {
                 qp: q.handle,
                 gid,
@@ -352,7 +352,7 @@ pub extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u1
 pub extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
     ffi::errno(|| {
         let (q, gid) = mcast_args(qp, gid)?;
-        crate::device::Context::from_ibv(q.qpx.qp_base.context)?.call(
+        crate::context::Context::from_ibv(q.qpx.qp_base.context)?.call(
             wire::client::RequestBody::DetachMcast {
                 qp: q.handle,
                 gid,

@@ -1,75 +1,14 @@
 //! Queue pairs: create (plain and extended), modify, query, destroy.
 use crate::abi::*;
-use crate::async_event::{self, EventObject};
-use crate::cq::cq_of;
-use crate::device::Context;
+use crate::async_event;
+use crate::context::{Context, EventObject};
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
-use crate::verbs::{ah_attr_from_wire, ah_attr_to_wire, obj, pd_of, srq_of};
+use crate::objects::{cq_of, pd_of, qp_of, srq_of, Qp, RecvQueue, SendQueue};
+use crate::verbs::{ah_attr_from_wire, ah_attr_to_wire};
 use core::ffi::{c_int, c_void};
 use std::sync::Mutex;
-use wire::client::{Handle, QpAttr, QpCap, QpInitAttr, ReplyBody, RequestBody, RingLayout};
-
-/// The send queue's private state (serialised by the QP's lock, like a provider's
-/// SQ spinlock).
-pub struct SendQueue {
-    pub layout: RingLayout,
-    /// Producer index, as last published.
-    pub head: u64,
-    /// Scratch slot.
-    pub slot: Vec<u8>,
-    /// WQEs built by the `ibv_wr_*` API since `wr_start`, one slot each, staged and
-    /// published by `wr_complete`, dropped by `wr_abort`.
-    pub batch: Vec<u8>,
-    /// The `ibv_wr_*` WQE being built (extended API).
-    pub pending: Option<crate::wr_api::PendingWqe>,
-    /// Scratch for `ibv_post_send`: inline data and the SGE list of one WR.
-    pub inline: Vec<u8>,
-    pub sges: Vec<wire::client::slot::Sge>,
-    pub error: Option<Errno>,
-}
-
-pub struct RecvQueue {
-    pub layout: RingLayout,
-    pub head: u64,
-    /// Receives that may be outstanding (posted and not completed): `max_recv_wr`, or the
-    /// SRQ's `max_wr`. The ring may have more slots (a power of two).
-    pub max_wr: u32,
-    pub slot: Vec<u8>,
-    pub sges: Vec<wire::client::slot::Sge>,
-}
-
-#[repr(C)]
-pub struct Qp {
-    /// `ibv_qp_ex` starts with `ibv_qp`; plain QPs simply leave the `wr_*` table unused.
-    pub qpx: ibv_qp_ex,
-    pub handle: Handle,
-    pub ring: Mapping,
-    pub cap: QpCap,
-    pub sq_sig_all: bool,
-    /// Created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: `ibv_qp_to_qp_ex` answers.
-    pub extended: bool,
-    /// A QP of an iWARP device.
-    pub iwarp: bool,
-    pub sq: Mutex<SendQueue>,
-    pub rq: Option<Mutex<RecvQueue>>,
-}
-
-/// The immediate error of posting to a QP in RESET (IBA C10-97.2.1 for receives; rxe
-/// refuses both queues, librxe from `ibv_qp.state`, as here): EINVAL. On iWARP devices
-/// the daemon keeps the state (the connection moves the QP, not `ibv_modify_qp`), as
-/// the kernel's siw does.
-pub fn refuse_in_reset(q: &Qp) -> VResult<()> {
-    if !q.iwarp && q.qpx.qp_base.state as u32 == wire::client::verbs::qp_state::RESET {
-        return Err(Errno::EINVAL);
-    }
-    Ok(())
-}
-
-pub fn qp_of<'a>(p: *mut ibv_qp) -> VResult<&'a Qp> {
-    // SAFETY: every ibv_qp the shim returns is the first field of a Qp.
-    unsafe { obj(p) }
-}
+use wire::client::{QpAttr, QpCap, QpInitAttr, ReplyBody, RequestBody};
 
 fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VResult<*mut ibv_qp> {
     let p = pd_of(pd)?;

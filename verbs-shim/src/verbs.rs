@@ -1,26 +1,17 @@
-//! Control-path verbs: PDs, MRs, AHs, completion channels, CQs, SRQs, async events.
-//! Each object is a `#[repr(C)]` struct whose first field is the `ibv_*` struct the
-//! application sees, followed by the shim's state.
+//! Control-path verbs: PDs, MRs, AHs, SRQs and memory windows. The objects they make
+//! are defined in [`crate::objects`] (MRs here: nothing else reads them).
 use crate::abi::*;
-use crate::async_event::{retire, EventObject};
+use crate::async_event::retire;
 // The async-event exports live in `async_event`; callers of this module find them here too.
 pub use crate::async_event::{ibv_ack_async_event, ibv_get_async_event};
-use crate::device::Context;
+use crate::context::{Context, EventObject};
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
+use crate::objects::{obj, pd_of, srq_of, Ah, Mw, Pd, RecvQueue, Srq};
 use core::ffi::{c_int, c_uint, c_void};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Mutex;
-use wire::client::{AhAttr, GlobalRoute, Handle, ReplyBody, RequestBody, RingLayout, SrqAttr};
-
-/// Casts an application pointer back to the shim object whose first field it is.
-///
-/// # Safety
-/// `p` must be NULL or a pointer this shim returned for an object of type `T`.
-pub unsafe fn obj<'a, T, I>(p: *mut I) -> VResult<&'a T> {
-    // SAFETY: per the caller contract, p points at the first field of a live T.
-    unsafe { (p as *const T).as_ref() }.ok_or(Errno::EINVAL)
-}
+use wire::client::{AhAttr, GlobalRoute, Handle, ReplyBody, RequestBody, SrqAttr};
 
 fn ctx_of<'a>(p: *mut ibv_context) -> VResult<&'a Context> {
     Context::from_ibv(p)
@@ -33,17 +24,6 @@ fn zeroed_sync<T>() -> T {
 }
 
 // ---- protection domains ----------------------------------------------------------------
-
-#[repr(C)]
-pub struct Pd {
-    pub pd: ibv_pd,
-    pub handle: Handle,
-}
-
-pub fn pd_of<'a>(p: *mut ibv_pd) -> VResult<&'a Pd> {
-    // SAFETY: every ibv_pd the shim returns is the first field of a Pd.
-    unsafe { obj(p) }
-}
 
 #[no_mangle]
 pub extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
@@ -174,12 +154,6 @@ pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 }
 
 // ---- address handles ----------------------------------------------------------------------
-
-#[repr(C)]
-pub struct Ah {
-    pub ah: ibv_ah,
-    pub handle: Handle,
-}
 
 pub fn ah_attr_to_wire(a: &ibv_ah_attr) -> AhAttr {
     AhAttr {
@@ -351,22 +325,6 @@ pub extern "C" fn ibv_create_ah_from_wc(
 
 // ---- shared receive queues ---------------------------------------------------------------------
 
-#[repr(C)]
-pub struct Srq {
-    pub srq: ibv_srq,
-    pub handle: Handle,
-    pub ring: Mapping,
-    pub layout: RingLayout,
-    pub max_sge: u32,
-    /// The producer side: private index and scratch space.
-    pub rq: Mutex<crate::qp::RecvQueue>,
-}
-
-pub fn srq_of<'a>(p: *mut ibv_srq) -> VResult<&'a Srq> {
-    // SAFETY: every ibv_srq the shim returns is the first field of an Srq.
-    unsafe { obj(p) }
-}
-
 #[no_mangle]
 pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     ffi::ptr(|| {
@@ -409,7 +367,7 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
             ring: map,
             layout: ring,
             max_sge: attr.max_sge,
-            rq: Mutex::new(crate::qp::RecvQueue {
+            rq: Mutex::new(RecvQueue {
                 layout: ring,
                 head,
                 max_wr: attr.max_wr,
@@ -483,12 +441,6 @@ pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 }
 
 // ---- memory windows ----------------------------------------------------------------------------
-
-#[repr(C)]
-pub struct Mw {
-    pub mw: ibv_mw,
-    pub handle: Handle,
-}
 
 /// `ops.alloc_mw` (rdma-core's inline `ibv_alloc_mw`).
 pub(crate) unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, type_: c_int) -> *mut ibv_mw {

@@ -5,8 +5,7 @@
 use crate::abi::*;
 use crate::datapath::{publish_batch, queue_send};
 use crate::ffi::{self, Errno};
-use crate::qp::{qp_of, SendQueue};
-use crate::verbs::{obj, Ah};
+use crate::objects::{obj, qp_of, refuse_in_reset, Ah, Mw, PendingWqe, SendQueue};
 use core::ffi::{c_int, c_void};
 use wire::client::slot::{SendData, SendWqeRepr, Sge, SgeList};
 use wire::client::verbs::wr_opcode as op;
@@ -23,24 +22,6 @@ pub const SUPPORTED_SEND_OPS: u64 = (1 << 0)
     | (1 << 6)
     | (1 << 7)
     | (1 << 9);
-
-/// The WQE being built between its opcode call and the next opcode / `wr_complete`.
-#[derive(Default)]
-pub struct PendingWqe {
-    wr_id: u64,
-    opcode: u8,
-    send_flags: u32,
-    imm_data: u32,
-    remote_addr: u64,
-    rkey: u32,
-    remote_qpn: u32,
-    compare_add: u64,
-    swap: u64,
-    ah: u32,
-    remote_qkey: u32,
-    sges: Vec<Sge>,
-    inline: Option<Vec<u8>>,
-}
 
 /// A fresh `ibv_qp_ex` with the function table filled (the base QP is set by the caller).
 pub fn qp_ex_table() -> ibv_qp_ex {
@@ -156,7 +137,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
         let mut guard = q.sq.lock().unwrap_or_else(|p| p.into_inner());
         let sq = &mut *guard;
         flush(sq, q.cap.max_inline_data);
-        if let Err(e) = crate::qp::refuse_in_reset(q) {
+        if let Err(e) = refuse_in_reset(q) {
             sq.error = None;
             sq.batch.clear();
             return Err(e);
@@ -207,7 +188,7 @@ unsafe extern "C" fn wr_bind_mw(
     info: *const ibv_mw_bind_info,
 ) {
     // SAFETY: an MW this shim allocated and a bind description the caller owns.
-    let fields = unsafe { obj::<crate::verbs::Mw, _>(mw).map(|m| (m.mw.rkey, info.as_ref())) };
+    let fields = unsafe { obj::<Mw, _>(mw).map(|m| (m.mw.rkey, info.as_ref())) };
     match fields {
         Ok((mw_rkey, Some(info))) => {
             let lkey = if info.mr.is_null() {

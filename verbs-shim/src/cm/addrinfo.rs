@@ -4,9 +4,9 @@
 //! first answer kept. Memory comes from `malloc` as in librdmacm, so the list can be
 //! released by `rdma_freeaddrinfo` only.
 use super::abi::*;
-use super::{device, Errno};
+use super::device;
 use crate::abi::{IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
-use crate::ffi;
+use crate::ffi::{self, Errno};
 use core::ffi::{c_char, c_int, c_void};
 use libc::{addrinfo, sockaddr, socklen_t};
 use wire::client::cm::ps;

@@ -1,10 +1,14 @@
 //! Connections on ids: connect, listen's `rdma_get_request`, accept, reject, establish,
 //! notify, disconnect, and multicast membership.
 use super::abi::*;
-use super::id::{cm, complete, CmId, Multicast};
-use super::{addr, call, qp, Errno, VResult};
+use super::addr;
+use super::device;
+use super::event::{self, complete};
+use super::qp;
+use super::request::call;
+use super::state::{ack, cm, CmId, Multicast};
 use crate::abi::{IBV_QPT_UD, IBV_TRANSPORT_IB, IBV_TRANSPORT_IWARP};
-use crate::ffi;
+use crate::ffi::{self, Errno, VResult};
 use core::ffi::{c_int, c_void};
 use libc::sockaddr;
 use wire::client::cm::{event as ev, ps, CmConnParam, CmRequest};
@@ -142,7 +146,7 @@ pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_pa
         }
         if ud {
             if c.sync && !c.id.event.is_null() {
-                super::event::ack(c.id.event);
+                ack(c.id.event);
                 c.id.event = core::ptr::null_mut();
             }
             return Ok(());
@@ -214,7 +218,7 @@ pub extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     ffi::minus_one(|| {
         let c = cm(id)?;
         // ucma_shutdown: the QP stops first (IB: ERROR; iWARP: SQD, which sends FIN).
-        match super::device::transport(c.id.verbs) {
+        match device::transport(c.id.verbs) {
             _ if c.id.verbs.is_null() => return Err(Errno::EINVAL),
             IBV_TRANSPORT_IB => qp::modify_qp_err(c)?,
             IBV_TRANSPORT_IWARP => qp::modify_qp_sqd(c)?,
@@ -234,10 +238,10 @@ pub extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_c
             return Err(Errno::EINVAL);
         }
         if !l.id.event.is_null() {
-            super::event::ack(l.id.event);
+            ack(l.id.event);
             l.id.event = core::ptr::null_mut();
         }
-        let e = super::event::get(l.id.channel)?;
+        let e = event::get(l.id.channel)?;
         // SAFETY: get returned a live event.
         let (event, status, new) = unsafe { ((*e).event as u32, (*e).status, (*e).id) };
         let failed = if event == ev::REJECTED {

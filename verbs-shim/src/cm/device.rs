@@ -2,10 +2,11 @@
 //! process and shared by every id bound to it (`id->verbs`), with one default protection
 //! domain (`id->pd`) allocated on first use. Like librdmacm, the contexts stay open for
 //! the life of the process.
-use super::{verbs_ptr, Errno, VResult};
+use super::request::verbs_ptr;
 use crate::abi::*;
-use crate::device::{ibv_free_device_list, ibv_get_device_list, ibv_open_device, Context};
-use crate::ffi;
+use crate::context::Context;
+use crate::device::{ibv_free_device_list, ibv_get_device_list, ibv_open_device};
+use crate::ffi::{self, Errno, VResult};
 use crate::log::shim_log;
 use core::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};

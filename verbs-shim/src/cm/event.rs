@@ -1,33 +1,18 @@
 //! `rdma_get_cm_event` / `rdma_ack_cm_event`, and what librdmacm does with each event
 //! before the application sees it (cma.c's `rdma_get_cm_event` switch).
 use super::abi::*;
-use super::id::{self, channel_of, lookup_and_report, CmId, Shared};
-use super::{call, qp, Errno, VResult};
+use super::device;
+use super::id::{self, lookup_and_report};
+use super::qp;
+use super::request::call;
+use super::state::{ack, channel_of, Channel, CmEvent, CmId, Shared};
 use crate::abi::IBV_TRANSPORT_IB;
-use crate::ffi;
+use crate::ffi::{self, Errno, VResult};
 use crate::log::shim_log;
 use core::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 use wire::client::cm::{event as ev, CmConnParam, CmEventParam, CmEventRecord, CmEventToken};
 use wire::client::cm::{CmReply, CmRequest};
-
-/// `struct cma_event`: the event the application holds until it acknowledges it, with
-/// the private data it points to.
-#[repr(C)]
-pub struct CmEvent {
-    pub event: rdma_cm_event,
-    pub private_data: [u8; RDMA_MAX_PRIVATE_DATA],
-    /// Whose events_completed the acknowledgement counts.
-    pub shared: Arc<Shared>,
-}
-
-/// `rdma_ack_cm_event` for an event this module made.
-pub fn ack(e: *mut rdma_cm_event) {
-    // SAFETY: every rdma_cm_event the shim hands out is the first field of a boxed
-    // CmEvent; the application gives it back exactly once.
-    let e = unsafe { Box::from_raw(e as *mut CmEvent) };
-    e.shared.complete();
-}
 
 /// Waits for one token on the channel's pipe: blocks, or fails with EAGAIN, as the
 /// descriptor's `O_NONBLOCK` says.
@@ -88,6 +73,29 @@ pub fn get(channel: *mut rdma_event_channel) -> VResult<*mut rdma_cm_event> {
         if let Some(e) = process(rec) {
             return Ok(e);
         }
+    }
+}
+
+/// `ucma_complete`: for a synchronous id, waits for the event the call started and
+/// turns a failed one into an errno (REJECTED is ECONNREFUSED). The event stays in
+/// `id->event` until the next call acknowledges it.
+pub fn complete(c: &mut CmId) -> VResult<()> {
+    if !c.sync {
+        return Ok(());
+    }
+    if !c.id.event.is_null() {
+        ack(c.id.event);
+        c.id.event = core::ptr::null_mut();
+    }
+    let ev = get(c.id.channel)?;
+    c.id.event = ev;
+    // SAFETY: get returned a live event owned by the application side until acked.
+    let (event, status) = unsafe { ((*ev).event, (*ev).status) };
+    match status {
+        0 => Ok(()),
+        _ if event as u32 == wire::client::cm::event::REJECTED => Err(Errno(libc::ECONNREFUSED)),
+        s if s < 0 => Err(Errno(-s)),
+        s => Err(Errno(s)),
     }
 }
 
@@ -186,7 +194,7 @@ fn process(rec: CmEventRecord) -> Option<*mut rdma_cm_event> {
             }
         }
         ev::ROUTE_RESOLVED => {
-            if super::device::transport(c.id.verbs) == IBV_TRANSPORT_IB && c.query().is_err() {
+            if device::transport(c.id.verbs) == IBV_TRANSPORT_IB && c.query().is_err() {
                 e.event.event = ev::ROUTE_ERROR as c_int;
                 e.event.status = failed;
             }
@@ -246,7 +254,7 @@ fn process(rec: CmEventRecord) -> Option<*mut rdma_cm_event> {
 fn request_id(listener: &mut CmId, rec: &CmEventRecord) -> VResult<*mut CmId> {
     let new = id::alloc(
         rec.id,
-        listener.id.channel as *mut id::Channel,
+        listener.id.channel as *mut Channel,
         listener.id.context,
         listener.id.ps as u32,
         listener.id.qp_type,

@@ -1,66 +1,21 @@
 //! Event channels and `rdma_cm_id`s: creation and destruction, the id registry the
-//! event path looks ids up in, address binding and resolution, listen, migrate, options.
+//! event path looks ids up in, migrate, options, ports and ECE.
 use super::abi::*;
-use super::device::{self, DeviceRef};
-use super::{addr, call, call_fds, Errno, VResult};
-use crate::abi::{ibv_qp_init_attr, IBV_QPT_RC, IBV_QPT_UD};
-use crate::ffi;
+use super::addr;
+use super::device;
+use super::request::{call, call_fds};
+use super::state::{ack, channel_of, cm, Channel, CmId, Shared};
+use crate::abi::{IBV_QPT_RC, IBV_QPT_UD};
+use crate::ffi::{self, Errno, VResult};
 use crate::log::shim_log;
 use core::ffi::{c_int, c_void};
-use libc::sockaddr;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::sync::{Arc, Condvar, Mutex};
-use wire::client::cm::{ps, CmIdInfo, CmReply, CmRequest};
+use std::sync::{Arc, Mutex};
+use wire::client::cm::{ps, CmReply, CmRequest};
 use wire::client::Handle;
 
-// ---- event accounting -------------------------------------------------------------------
-
-/// Events handed to the application for one id, and how many it acknowledged
-/// (librdmacm's `events_completed` with the kernel's `events_reported`):
-/// `rdma_destroy_id` and `rdma_migrate_id` wait until both match.
-#[derive(Default)]
-pub struct Shared {
-    counts: Mutex<(u64, u64)>,
-    cond: Condvar,
-}
-
-impl Shared {
-    fn report(&self) {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner()).0 += 1;
-    }
-
-    /// `ucma_complete_event`.
-    pub fn complete(&self) {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        c.1 += 1;
-        self.cond.notify_all();
-    }
-
-    fn wait_all_acked(&self) {
-        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        while c.1 < c.0 {
-            c = self.cond.wait(c).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-}
-
 // ---- channels ---------------------------------------------------------------------------
-
-/// `struct rdma_event_channel` and the daemon's name for it. `ch.fd` is the read end of
-/// the pipe the daemon writes one token per queued event into.
-#[repr(C)]
-pub struct Channel {
-    pub ch: rdma_event_channel,
-    pub handle: Handle,
-}
-
-pub fn channel_of<'a>(p: *mut rdma_event_channel) -> VResult<&'a Channel> {
-    // SAFETY: every rdma_event_channel the shim returns is the first field of a Channel,
-    // which lives until rdma_destroy_event_channel.
-    unsafe { (p as *const Channel).as_ref() }.ok_or(Errno::EINVAL)
-}
 
 fn create_channel() -> VResult<*mut Channel> {
     device::init()?;
@@ -112,40 +67,6 @@ pub extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
 
 // ---- ids --------------------------------------------------------------------------------
 
-/// A multicast group joined on an id (`struct cma_multicast`).
-pub struct Multicast {
-    pub addr: SocketAddr,
-    pub context: *mut c_void,
-    pub join_flags: u32,
-    /// Set by the MULTICAST_JOIN event.
-    pub joined: bool,
-    pub mgid: crate::abi::ibv_gid,
-    pub mlid: u16,
-}
-
-/// `struct cma_id_private`: the application's `rdma_cm_id` followed by librdmacm's state.
-#[repr(C)]
-pub struct CmId {
-    pub id: rdma_cm_id,
-    pub handle: Handle,
-    pub shared: Arc<Shared>,
-    /// Created without a channel: a private one, and every call waits for its event.
-    pub sync: bool,
-    /// The active side failed after CONNECT_RESPONSE: later REJECTED/DISCONNECTED are
-    /// swallowed (cma.c's `connect_error`).
-    pub connect_error: bool,
-    pub initiator_depth: u8,
-    pub responder_resources: u8,
-    pub dev: Option<DeviceRef>,
-    /// `rdma_addrinfo.ai_connect` of `rdma_create_ep`: prepended to the private data.
-    pub connect: Vec<u8>,
-    /// `rdma_create_ep` on a passive endpoint: the QP every `rdma_get_request` id gets.
-    pub qp_init_attr: Option<ibv_qp_init_attr>,
-    pub path: Option<Box<ibv_sa_path_rec>>,
-    pub local_ece: ibv_ece,
-    pub mcs: Vec<Multicast>,
-}
-
 /// Ids by daemon handle, with their event counters. Looking an id up for an event
 /// counts the event under the same lock `rdma_destroy_id` takes to remove the id, so
 /// an event is either counted (and destroy waits for its ack) or dropped.
@@ -176,14 +97,6 @@ pub fn lookup_and_report(h: Handle) -> Option<(*mut CmId, Arc<Shared>)> {
             (*p as *mut CmId, s.clone())
         })
     })
-}
-
-/// The private state around an `rdma_cm_id` the application passes in.
-pub fn cm<'a>(p: *mut rdma_cm_id) -> VResult<&'a mut CmId> {
-    // SAFETY: every rdma_cm_id the shim returns is the first field of a CmId, live until
-    // rdma_destroy_id; as with librdmacm, the caller does not use one id from two
-    // threads at once.
-    unsafe { (p as *mut CmId).as_mut() }.ok_or(Errno::EINVAL)
 }
 
 /// `ucma_alloc_id` + the daemon's CREATE_ID: an id on `channel`, or on a private
@@ -275,7 +188,7 @@ pub fn destroy(p: *mut rdma_cm_id) -> VResult<()> {
     call(CmRequest::DestroyId { id: c.handle })?;
     unregister(c.handle);
     if !c.id.event.is_null() {
-        super::event::ack(c.id.event);
+        ack(c.id.event);
         c.id.event = core::ptr::null_mut();
     }
     c.shared.wait_all_acked();
@@ -312,173 +225,6 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     ffi::minus_one(|| destroy(id))
 }
 
-// ---- addresses and routes ---------------------------------------------------------------
-
-impl CmId {
-    /// `ucma_query_route`'s effect: addresses, GIDs, P_Key, path record, and on first
-    /// sight of a device, `verbs`/`pd`/`port_num`.
-    pub fn apply(&mut self, info: &CmIdInfo) -> VResult<()> {
-        let a = &mut self.id.route.addr;
-        if let Some(s) = &info.src {
-            addr::write(&mut a.src_addr, s);
-        }
-        if let Some(d) = &info.dst {
-            addr::write(&mut a.dst_addr, d);
-        }
-        a.addr.sgid.raw = info.sgid;
-        a.addr.dgid.raw = info.dgid;
-        a.addr.pkey = info.pkey.to_be();
-        if let (Some(p), true) = (&info.path, info.num_paths > 0) {
-            let rec = Box::new(ibv_sa_path_rec {
-                dgid: crate::abi::ibv_gid { raw: info.dgid },
-                sgid: crate::abi::ibv_gid { raw: info.sgid },
-                dlid: 0,
-                slid: 0,
-                raw_traffic: 0,
-                flow_label: p.flow_label.to_be(),
-                hop_limit: p.hop_limit,
-                traffic_class: p.traffic_class,
-                reversible: 1,
-                numb_path: 1,
-                pkey: info.pkey.to_be(),
-                sl: p.sl,
-                // IBA 15.2.5.16: selector 2 = "exactly this value".
-                mtu_selector: 2,
-                mtu: p.mtu as u8,
-                rate_selector: 2,
-                rate: p.rate,
-                packet_life_time_selector: 2,
-                packet_life_time: p.packet_life_time,
-                preference: 0,
-            });
-            self.path = Some(rec);
-            self.id.route.path_rec = self
-                .path
-                .as_deref_mut()
-                .map_or(core::ptr::null_mut(), |r| r as *mut ibv_sa_path_rec);
-            self.id.route.num_paths = 1;
-        }
-        if self.dev.is_none() {
-            if let Some(name) = &info.device {
-                let d = device::get(name)?;
-                self.dev = Some(d);
-                self.id.verbs = d.verbs;
-                self.id.pd = d.pd;
-                self.id.port_num = info.port_num;
-            }
-        }
-        Ok(())
-    }
-
-    /// Asks the daemon for the id's addresses and route and applies them.
-    pub fn query(&mut self) -> VResult<()> {
-        match call(CmRequest::Query { id: self.handle })? {
-            Some(CmReply::Info(info)) => self.apply(&info),
-            _ => Err(Errno::EIO),
-        }
-    }
-
-    fn apply_reply(&mut self, reply: Option<CmReply>) -> VResult<()> {
-        match reply {
-            Some(CmReply::Info(info)) => self.apply(&info),
-            _ => self.query(),
-        }
-    }
-
-    pub fn channel(&self) -> VResult<&Channel> {
-        channel_of(self.id.channel)
-    }
-}
-
-/// `ucma_complete`: for a synchronous id, waits for the event the call started and
-/// turns a failed one into an errno (REJECTED is ECONNREFUSED). The event stays in
-/// `id->event` until the next call acknowledges it.
-pub fn complete(c: &mut CmId) -> VResult<()> {
-    if !c.sync {
-        return Ok(());
-    }
-    if !c.id.event.is_null() {
-        super::event::ack(c.id.event);
-        c.id.event = core::ptr::null_mut();
-    }
-    let ev = super::event::get(c.id.channel)?;
-    c.id.event = ev;
-    // SAFETY: get returned a live event owned by the application side until acked.
-    let (event, status) = unsafe { ((*ev).event, (*ev).status) };
-    match status {
-        0 => Ok(()),
-        _ if event as u32 == wire::client::cm::event::REJECTED => Err(Errno(libc::ECONNREFUSED)),
-        s if s < 0 => Err(Errno(-s)),
-        s => Err(Errno(s)),
-    }
-}
-
-#[no_mangle]
-pub extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    ffi::minus_one(|| {
-        let c = cm(id)?;
-        // SAFETY: addr is NULL or a socket address of its family's size (API contract).
-        let a = unsafe { addr::read(addr) }?;
-        let reply = call(CmRequest::BindAddr {
-            id: c.handle,
-            addr: a,
-        })?;
-        c.apply_reply(reply)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn rdma_resolve_addr(
-    id: *mut rdma_cm_id,
-    src_addr: *mut sockaddr,
-    dst_addr: *mut sockaddr,
-    timeout_ms: c_int,
-) -> c_int {
-    ffi::minus_one(|| {
-        let c = cm(id)?;
-        // SAFETY: both are NULL or socket addresses of their family's size (API contract).
-        let dst = unsafe { addr::read(dst_addr) }?;
-        let src = if src_addr.is_null() {
-            None
-        } else {
-            // SAFETY: as above.
-            Some(unsafe { addr::read(src_addr) }?)
-        };
-        call(CmRequest::ResolveAddr {
-            id: c.handle,
-            src,
-            dst,
-            timeout_ms: timeout_ms.max(0) as u32,
-        })?;
-        addr::write(&mut c.id.route.addr.dst_addr, &dst);
-        complete(c)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
-    ffi::minus_one(|| {
-        let c = cm(id)?;
-        call(CmRequest::ResolveRoute {
-            id: c.handle,
-            timeout_ms: timeout_ms.max(0) as u32,
-        })?;
-        complete(c)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    ffi::minus_one(|| {
-        let c = cm(id)?;
-        call(CmRequest::Listen {
-            id: c.handle,
-            backlog,
-        })?;
-        c.query()
-    })
-}
-
 #[no_mangle]
 pub extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
     ffi::minus_one(|| migrate(cm(id)?, channel))
@@ -511,7 +257,7 @@ pub fn migrate(c: &mut CmId, channel: *mut rdma_event_channel) -> VResult<()> {
     }
     if c.sync {
         if !c.id.event.is_null() {
-            super::event::ack(c.id.event);
+            ack(c.id.event);
             c.id.event = core::ptr::null_mut();
         }
         destroy_channel(c.id.channel as *mut Channel);

@@ -9,12 +9,22 @@
 //! `ucma_init_qp_attr`.
 //!
 //! - [`abi`]: `#[repr(C)]` mirrors of `<rdma/rdma_cma.h>`;
+//! - [`addr`]: socket addresses between C and Rust;
+//! - [`request`]: one CM request to the daemon, and reading the shim's own `ibv_*` results;
 //! - [`device`]: one shared `ibv_context` and default PD per device (`rdma_get_devices`);
-//! - [`id`]: event channels and ids, address and route resolution, listen, migrate;
+//! - [`state`]: what librdmacm keeps per id, channel and event (`CmId`, `Channel`,
+//!   `CmEvent`), with the acknowledgement count `rdma_destroy_id` waits on;
+//! - [`id`]: event channels and ids (create, destroy, migrate), the id registry events
+//!   are looked up in, options, ports and ECE;
+//! - [`qp`]: `rdma_create_qp`/`srq`, `rdma_init_qp_attr` and the QP transitions;
+//! - [`event`]: `rdma_get_cm_event` / `rdma_ack_cm_event`, per-event processing and the
+//!   wait of a synchronous id;
+//! - [`route`]: bind, address and route resolution, listen;
+//! - [`ep`]: `rdma_create_ep` / `rdma_destroy_ep`;
 //! - [`conn`]: connect, `rdma_get_request`, accept, reject, disconnect, multicast;
-//! - [`event`]: `rdma_get_cm_event` / `rdma_ack_cm_event` and per-event processing;
-//! - [`qp`]: `rdma_create_qp`/`srq`/`ep`, `rdma_init_qp_attr` and the QP transitions;
 //! - [`addrinfo`]: `rdma_getaddrinfo` through the system resolver (no ib_acm).
+//!
+//! A file names only the files listed above it.
 //!
 //! Every export returns what librdmacm returns: 0, or -1 with `errno` set (`ERR(e)` in
 //! cma.c), NULL with `errno` for the pointer functions.
@@ -23,52 +33,10 @@ pub mod addr;
 pub mod addrinfo;
 pub mod conn;
 pub mod device;
+pub mod ep;
 pub mod event;
 pub mod id;
 pub mod qp;
-
-use crate::client::session;
-use crate::ffi::{Errno, VResult};
-use crate::log::shim_log;
-use std::os::fd::RawFd;
-use wire::client::cm::{CmReply, CmRequest};
-use wire::client::{ReplyBody, RequestBody};
-
-/// Sends one CM request (with `fds`) and returns the daemon's answer. A daemon that
-/// cannot be reached reads as "no RDMA CM device" (librdmacm's `ucma_init`: ENODEV).
-pub fn call_fds(req: CmRequest, fds: &[RawFd]) -> VResult<Option<CmReply>> {
-    let s = session().map_err(|_| Errno::ENODEV)?;
-    match s.call(RequestBody::Cm(req), fds)? {
-        (ReplyBody::Cm(r), _) => Ok(Some(r)),
-        (ReplyBody::Ok, _) => Ok(None),
-        (other, _) => {
-            shim_log!("unexpected reply to a CM request: {other:?}");
-            Err(Errno::EIO)
-        }
-    }
-}
-
-/// [`call_fds`] without descriptors.
-pub fn call(req: CmRequest) -> VResult<Option<CmReply>> {
-    call_fds(req, &[])
-}
-
-/// A pointer returned by one of the shim's own `ibv_*` exports: NULL means failure with
-/// `errno` set.
-pub(crate) fn verbs_ptr<T>(p: *mut T) -> VResult<*mut T> {
-    if p.is_null() {
-        Err(Errno::last())
-    } else {
-        Ok(p)
-    }
-}
-
-/// The return value of one of the shim's own `ibv_*` exports that answer with a
-/// positive errno (`ibv_modify_qp`, `ibv_destroy_qp`, ...).
-pub(crate) fn verbs_rc(rc: core::ffi::c_int) -> VResult<()> {
-    match rc {
-        0 => Ok(()),
-        e if e > 0 => Err(Errno(e)),
-        _ => Err(Errno::last()),
-    }
-}
+pub mod request;
+pub mod route;
+pub mod state;

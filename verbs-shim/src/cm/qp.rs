@@ -1,13 +1,13 @@
-//! QPs, SRQs and endpoints on ids: `rdma_create_qp(_ex)`, `rdma_create_srq(_ex)`,
-//! `rdma_create_ep`, `rdma_init_qp_attr`, and the transitions librdmacm makes around
+//! QPs and SRQs on ids: `rdma_create_qp(_ex)`, `rdma_create_srq(_ex)`,
+//! `rdma_init_qp_attr`, and the transitions librdmacm makes around
 //! connect and accept (`ucma_modify_qp_rtr/rts/sqd/err`, `ucma_init_conn_qp`,
 //! `ucma_init_ud_qp`), with the attributes the daemon's CM computes.
 use super::abi::*;
-use super::id::{self, cm, CmId};
-use super::{call, verbs_ptr, verbs_rc, Errno, VResult};
+use super::request::{call, verbs_ptr, verbs_rc};
+use super::state::{cm, CmId};
 use crate::abi::*;
 use crate::cq::{ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq};
-use crate::ffi;
+use crate::ffi::{self, Errno, VResult};
 use crate::qp::{ibv_destroy_qp, ibv_modify_qp, qp_attr_from_wire, vctx_create_qp_ex};
 use crate::verbs::{ibv_create_srq, ibv_destroy_srq};
 use core::ffi::{c_int, c_void};
@@ -290,7 +290,8 @@ pub extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     })
 }
 
-fn destroy_qp(c: &mut CmId) {
+/// `rdma_destroy_qp` on a known id: the QP, then the CQs and channels made for it.
+pub fn destroy_qp(c: &mut CmId) {
     ibv_destroy_qp(c.id.qp);
     c.id.qp = core::ptr::null_mut();
     destroy_cqs(c);
@@ -375,7 +376,8 @@ pub extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
     })
 }
 
-fn destroy_srq(c: &mut CmId) {
+/// `rdma_destroy_srq` on a known id: the SRQ, then the CQs and channels made for it.
+pub fn destroy_srq(c: &mut CmId) {
     ibv_destroy_srq(c.id.srq);
     c.id.srq = core::ptr::null_mut();
     destroy_cqs(c);
@@ -395,104 +397,5 @@ pub extern "C" fn rdma_init_qp_attr(
         *a = attr;
         *m = attr_mask;
         Ok(())
-    })
-}
-
-/// -1 from one of this library's own exports: its errno.
-fn ok_or_errno(rc: c_int) -> VResult<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Errno::last())
-    }
-}
-
-fn create_ep(
-    r: &rdma_addrinfo,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-    idp: *mut rdma_cm_id,
-) -> VResult<()> {
-    let c = cm(idp)?;
-    if r.ai_flags & RAI_PASSIVE != 0 {
-        ok_or_errno(id::rdma_bind_addr(idp, r.ai_src_addr))?;
-        if !pd.is_null() {
-            c.id.pd = pd;
-        }
-        // SAFETY: NULL or a valid ibv_qp_init_attr (API contract).
-        if let Some(init) = unsafe { qp_init_attr.as_ref() } {
-            let mut init = *init;
-            init.qp_type = r.ai_qp_type;
-            c.qp_init_attr = Some(init);
-        }
-        return Ok(());
-    }
-    ok_or_errno(id::rdma_resolve_addr(
-        idp,
-        r.ai_src_addr,
-        r.ai_dst_addr,
-        2000,
-    ))?;
-    if r.ai_route_len != 0 {
-        ok_or_errno(id::rdma_set_option(
-            idp,
-            RDMA_OPTION_IB,
-            RDMA_OPTION_IB_PATH,
-            r.ai_route,
-            r.ai_route_len,
-        ))?;
-        id::complete(c)?;
-    } else {
-        ok_or_errno(id::rdma_resolve_route(idp, 2000))?;
-    }
-    // SAFETY: NULL or a valid ibv_qp_init_attr (API contract).
-    if let Some(init) = unsafe { qp_init_attr.as_mut() } {
-        init.qp_type = r.ai_qp_type;
-        ok_or_errno(rdma_create_qp(idp, pd, init))?;
-    }
-    if r.ai_connect_len != 0 && !r.ai_connect.is_null() {
-        // SAFETY: the addrinfo holds ai_connect_len bytes at ai_connect.
-        let d = unsafe { core::slice::from_raw_parts(r.ai_connect as *const u8, r.ai_connect_len) };
-        c.connect = d.to_vec();
-    }
-    Ok(())
-}
-
-#[no_mangle]
-pub extern "C" fn rdma_create_ep(
-    id: *mut *mut rdma_cm_id,
-    res: *mut rdma_addrinfo,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    ffi::minus_one(|| {
-        let out = ffi::nonnull(id)?;
-        let r = ffi::nonnull(res)?;
-        let idp = id::create(
-            core::ptr::null_mut(),
-            core::ptr::null_mut(),
-            r.ai_port_space as u32,
-            r.ai_qp_type,
-        )? as *mut rdma_cm_id;
-        if let Err(e) = create_ep(r, pd, qp_init_attr, idp) {
-            rdma_destroy_ep(idp);
-            return Err(e);
-        }
-        *out = idp;
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    ffi::value((), || {
-        let Ok(c) = cm(id) else { return };
-        if !c.id.qp.is_null() {
-            destroy_qp(c);
-        }
-        if !c.id.srq.is_null() {
-            destroy_srq(c);
-        }
-        let _ = id::destroy(id);
     })
 }

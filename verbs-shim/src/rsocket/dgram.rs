@@ -30,7 +30,7 @@ use super::proto;
 use super::stream::Sizes;
 use crate::abi::*;
 use crate::cm::abi::rdma_cm_id;
-use crate::cm::id::{rdma_bind_addr, rdma_resolve_addr, rdma_resolve_route};
+use crate::cm::route::{rdma_bind_addr, rdma_resolve_addr, rdma_resolve_route};
 use crate::ffi::{Errno, VResult};
 use core::ffi::{c_int, c_void};
 use std::collections::{HashMap, VecDeque};
@@ -697,7 +697,7 @@ impl DQp {
                 is_global: 1,
                 port_num: port.max(1),
             };
-            crate::cm::verbs_ptr(crate::verbs::ibv_create_ah(pd, &mut attr)).map(Ah)
+            crate::cm::request::verbs_ptr(crate::verbs::ibv_create_ah(pd, &mut attr)).map(Ah)
         })();
         crate::cm::id::rdma_destroy_id(id);
         r

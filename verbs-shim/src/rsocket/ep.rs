@@ -3,7 +3,7 @@
 //! table rdma-core's inline `ibv_post_send` would call, `ibv_reg_mr`, `rdma_create_qp`).
 use crate::abi::*;
 use crate::cm::abi::rdma_cm_id;
-use crate::cm::verbs_ptr;
+use crate::cm::request::verbs_ptr;
 use crate::ffi::{Errno, VResult};
 use core::ffi::{c_int, c_void};
 

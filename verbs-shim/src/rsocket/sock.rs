@@ -8,7 +8,7 @@ use super::iomap::IoMap;
 use super::proto::{self, ConnData};
 use super::stream::{self, Sizes, Stream};
 use crate::cm::abi::{rdma_cm_id, rdma_conn_param};
-use crate::cm::id::{rdma_bind_addr, rdma_listen, rdma_resolve_addr, rdma_resolve_route};
+use crate::cm::route::{rdma_bind_addr, rdma_listen, rdma_resolve_addr, rdma_resolve_route};
 use crate::ffi::{Errno, VResult};
 use core::ffi::c_int;
 use libc::sockaddr;
