@@ -2,87 +2,26 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::{debug, trace};
-use wire::cm::{mad, CmaHeader, ServiceId};
+use wire::cm::{mad, ServiceId};
 use wire::roce::{Psn, Qkey, Qpn};
 
+use super::conn::{Conn, Payload, Sidr};
 use super::format;
+use super::qp_attr::conn_qp_attr;
 use super::table::{step, CmState, Ev, Input, Msg, Timer};
-use super::{
+use super::types::{
     iba_time, reason, sidr_status, CmConfig, CmCounters, CmEvent, CmTransmit, ConnId, ConnParams,
     ConnPath, Owner, PeerInfo, Route,
 };
+use crate::attr::QpAttr;
 use crate::sim::Rng;
-use crate::types::{Errno, Mtu, QpType};
+use crate::types::{Errno, QpAttrMask, QpState, QpType};
 
 /// EADDRINUSE: the service ID already has a listener.
 const EADDRINUSE: Errno = Errno(98);
-
-/// The UD side of a SIDR exchange.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Sidr {
-    /// SIDR_REP status (passive side, what we answer).
-    pub status: u8,
-    /// The UD QP (ours on the passive side, the peer's on the active side).
-    pub qpn: Qpn,
-    /// Its Q_Key.
-    pub qkey: Qkey,
-}
-
-/// One connection.
-#[derive(Debug, Clone)]
-pub(crate) struct Conn {
-    pub owner: Owner,
-    pub state: CmState,
-    pub active: bool,
-    /// Destroyed by the consumer: the protocol finishes, no more events.
-    pub orphan: bool,
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    /// Transaction ID of the REQ (REP, RTU, MRA, REJ reuse it).
-    pub tid: u64,
-    /// Transaction ID of the peer's DREQ (our DREP reuses it).
-    pub dreq_tid: u64,
-    pub service_id: ServiceId,
-    pub local: IpAddr,
-    pub remote: IpAddr,
-    pub sgid_index: u8,
-    pub src_port: u16,
-    pub params: ConnParams,
-    pub psn: Psn,
-    pub peer: Option<PeerInfo>,
-    pub mtu: Mtu,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    /// Local ACK timeout exponent of the path (packet lifetime + 1).
-    pub ack_timeout: u8,
-    /// Retransmission interval (the peer's CM response time + 2 packet lifetimes).
-    pub response_timeout: Duration,
-    /// The kept REQ / REP / DREQ / SIDR_REQ.
-    pub sent: Option<Box<[u8; mad::MAD_LEN]>>,
-    pub retries_left: u8,
-    pub deadline: Option<Instant>,
-    /// Service timeout of the last MRA received.
-    pub mra_timeout: u8,
-    /// REJ we send (reason, ARI, private data), set by reject/destroy.
-    pub rej: (u16, Vec<u8>, Vec<u8>),
-    /// Private data of DREQ/DREP/RTU we send.
-    pub out_private: Vec<u8>,
-    pub sidr: Sidr,
-}
-
-/// What came with a message, for the event it raises.
-#[derive(Debug, Default)]
-pub(super) struct Payload {
-    pub(super) private_data: Vec<u8>,
-    pub(super) reason: u16,
-    pub(super) ari: Vec<u8>,
-    pub(super) cma: Option<CmaHeader>,
-    pub(super) sidr: Option<(u8, Qpn, Qkey)>,
-}
 
 /// The connection manager of one device. See the [module docs](super).
 #[derive(Debug)]
@@ -127,6 +66,25 @@ impl CmAgent {
     /// Counters.
     pub fn counters(&self) -> &CmCounters {
         &self.counters
+    }
+
+    /// `rdma_init_qp_attr` for `state` (INIT, RTR or RTS) of connection `id`.
+    ///
+    /// - INIT: remote write, plus read and atomic when this side accepts READ/atomic
+    ///   requests (no access at all before the peer answered).
+    /// - RTR: the AV (GRH to the peer's GID, flow label, hop limit, traffic class, the
+    ///   local GID's index), path MTU, the peer's QPN, `rq_psn` = the starting PSN *we*
+    ///   sent (the Linux CM: the starting PSN of a REQ or REP is the PSN its sender
+    ///   expects to receive first; `ib_send_cm_req` keeps the REQ's as `rq_psn`),
+    ///   `max_dest_rd_atomic`, `min_rnr_timer` 0 (RC).
+    /// - RTS: `sq_psn` = the peer's starting PSN, local ACK timeout (packet lifetime + 1),
+    ///   retry counts
+    ///   (transport: the active side's own, the passive side the REQ's; RNR: the peer's),
+    ///   `max_rd_atomic` (RC).
+    ///
+    /// EINVAL: another state, or RTR/RTS before the peer's REQ/REP is known.
+    pub fn init_qp_attr(&self, id: ConnId, state: QpState) -> Result<(QpAttr, QpAttrMask), Errno> {
+        conn_qp_attr(self.conn(id)?, state)
     }
 
     /// The state of a connection (`None`: unknown or gone).
@@ -423,10 +381,6 @@ impl CmAgent {
         }
     }
 
-    pub(crate) fn tid_for(&self, comm_id: u32) -> u64 {
-        (u64::from(self.cfg.hi_tid) << 32) | u64::from(comm_id.swap_bytes())
-    }
-
     pub(super) fn new_conn(
         &mut self,
         owner: Owner,
@@ -458,7 +412,7 @@ impl CmAgent {
             orphan: false,
             local_comm_id: id,
             remote_comm_id: 0,
-            tid: self.tid_for(id),
+            tid: self.cfg.tid_for(id),
             dreq_tid: 0,
             service_id: route.service_id(),
             local: route.local,
@@ -547,7 +501,7 @@ impl CmAgent {
                     self.counters.tx_retries += 1;
                     c.sent.as_deref().copied()
                 }
-                _ => Some(format::build(self, c, from_state, send)),
+                _ => Some(format::build(&self.cfg, c, from_state, send)),
             };
             let (src, dst) = (c.local, c.remote);
             let keep = matches!(send, Msg::Req | Msg::Rep | Msg::Dreq | Msg::SidrReq);

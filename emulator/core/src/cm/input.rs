@@ -8,10 +8,11 @@ use wire::cm::messages::{CommIds, Dreq, Mra, Rej, Rep, Req, SidrRep, SidrReq};
 use wire::cm::{mad, CmMad, CmMessage, CmaHeader, ServiceId};
 use wire::roce::Qpn;
 
-use super::agent::{CmAgent, Payload};
+use super::agent::CmAgent;
+use super::conn::Payload;
 use super::format;
 use super::table::{CmState, Input};
-use super::{iba_time, reason, ConnParams, PeerInfo, Route};
+use super::types::{iba_time, reason, ConnParams, PeerInfo, Route};
 use crate::types::{Mtu, QpType};
 
 impl CmAgent {
