@@ -27,6 +27,7 @@ mod conn;
 mod format;
 pub mod gsi;
 mod input;
+mod machine;
 mod qp_attr;
 pub mod table;
 mod types;
