@@ -1,9 +1,9 @@
 //! Link-level flow control as the transmitting NIC obeys it: IEEE 802.3 Annex 31B PAUSE
 //! (every priority) and IEEE 802.1Qbb priority-based flow control (PFC, per priority).
 //! The daemon parses the frames and says which priority stops until when
-//! ([`Device::pause_priority`](crate::Device::pause_priority)); the core holds the transmissions of connected QPs in
-//! that priority (nothing is dropped: the packets are simply not built yet) and lets the
-//! others go on.
+//! ([`Device::pause_priority`](crate::Device::pause_priority)); the core holds the
+//! transmissions of connected QPs in that priority (nothing is dropped: the packets are
+//! simply not built yet) and lets the others go on.
 //!
 //! A QP's priority is the standard mapping of its DSCP: DSCP >> 3, so traffic class 96
 //! (DSCP 24) is priority 3 and CNPs (DSCP 48) priority 6. A QP's local ACK timer does not

@@ -273,7 +273,8 @@ pub enum CmEvent {
         private_data: Vec<u8>,
     },
     /// REP received (active side). With a QP the daemon moves it to RTR/RTS
-    /// ([`CmAgent::init_qp_attr`](super::CmAgent::init_qp_attr)), calls [`CmAgent::establish`](super::CmAgent::establish) and reports
+    /// ([`CmAgent::init_qp_attr`](super::CmAgent::init_qp_attr)), calls
+    /// [`CmAgent::establish`](super::CmAgent::establish) and reports
     /// RDMA_CM_EVENT_ESTABLISHED; without one it reports RDMA_CM_EVENT_CONNECT_RESPONSE
     /// and waits for rdma_establish.
     ConnectResponse {
