@@ -7,8 +7,9 @@ use std::time::Instant;
 use wire::roce::{NakCode, Psn, Response, Syndrome};
 
 use crate::attr::*;
-use crate::device::Device;
 use crate::memory::Memory;
+use crate::objects::Objects;
+use crate::pfc::TxPause;
 use crate::qp::*;
 use crate::timers::TimerKind;
 use crate::types::*;
@@ -20,7 +21,16 @@ use crate::dma::scatter;
 /// the answer to one of our retransmissions (older ones are dropped without effect).
 const DUPLICATE_WINDOW: i32 = 1 << 22;
 
-impl Device {
+/// What the completer touches: the QPs and the objects their completions, events and
+/// timers go to. Retiring a WR and moving a QP to the error state live here, as every
+/// part that finishes a WR or fails a QP needs them.
+#[derive(Debug)]
+pub(crate) struct Completer<'a> {
+    pub o: &'a mut Objects,
+    pub qps: &'a mut U32Map<Qp>,
+}
+
+impl Completer<'_> {
     /// Retires finished WRs from the front of the send queue in order, reporting their
     /// completions; an error status moves the QP to the error state.
     pub(crate) fn retire(&mut self, qpn: u32) {
@@ -140,36 +150,13 @@ impl Device {
         }
     }
 
-    /// Handles due timers.
-    pub fn handle_timeout(&mut self, now: Instant, mem: &mut dyn Memory) {
-        let _ = mem;
-        self.expire_pauses(now);
-        while let Some((qpn, kind)) = self.o.timers.pop_due(now) {
-            match kind {
-                TimerKind::RnrWait => {
-                    if let Some(r) = self.requester_mut(qpn) {
-                        r.rnr_waiting = false;
-                    }
-                    self.go_back(now, qpn);
-                }
-                TimerKind::Retransmit => self.ack_timeout(now, qpn),
-                TimerKind::Window => {
-                    if let Some(qp) = self.qps.get_mut(&qpn) {
-                        self.o.schedule(qp);
-                    }
-                }
-                TimerKind::DcqcnAlpha | TimerKind::DcqcnRate | TimerKind::Pace => {
-                    self.dcqcn_timer(now, qpn, kind)
-                }
-            }
-        }
-    }
-
     pub(crate) fn requester_mut(&mut self, qpn: u32) -> Option<&mut Requester> {
         self.qps.get_mut(&qpn)?.conn.as_mut()?.req.as_mut()
     }
 
-    fn ack_timeout(&mut self, now: Instant, qpn: u32) {
+    /// The local ACK timer of `qpn` ran out: retry from the oldest unacknowledged PSN, or
+    /// fail the WR when the retries are spent; not while `pfc` pauses the QP's priority.
+    pub(crate) fn ack_timeout(&mut self, now: Instant, qpn: u32, pfc: &TxPause) {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
@@ -180,7 +167,7 @@ impl Device {
             return;
         }
         if let Some(t) = req.ack_timeout {
-            if self.ack_timeout_paused(now, qpn, t) {
+            if pfc.ack_timeout_paused(now, qpn, t, self.qps, &mut self.o.timers) {
                 return;
             }
         }

@@ -22,8 +22,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::timers::TimerKind;
-
 /// α and g are fractions in 1/1024ths (ConnectX keeps α in 10 bits).
 pub const ALPHA_ONE: u32 = 1024;
 
@@ -115,7 +113,7 @@ impl DcqcnParams {
         Ok(())
     }
 
-    fn bps(mbps: u32) -> u64 {
+    pub(crate) fn bps(mbps: u32) -> u64 {
         u64::from(mbps) * 1_000_000
     }
 
@@ -288,146 +286,6 @@ impl ReactionPoint {
     /// Back where it started with nothing left to forget: the QP may send unpaced again.
     pub fn recovered(&self) -> bool {
         self.alpha == 0 && self.rc >= self.ceiling
-    }
-}
-
-impl crate::Device {
-    /// Sets the reaction point's parameters (DCQCN on by default, with
-    /// [`DcqcnParams::default`]); refused as [`DcqcnParams::validate`] says. QPs already
-    /// slowed down keep their rate and follow the new parameters from their next event;
-    /// turned off, every QP sends unpaced again.
-    pub fn set_dcqcn(&mut self, params: DcqcnParams) -> Result<(), String> {
-        params.validate()?;
-        self.dcqcn = params;
-        if !params.enabled {
-            for (qpn, qp) in self.qps.iter_mut() {
-                if qp.rp.take().is_some() {
-                    self.o.timers.cancel_dcqcn(*qpn);
-                    self.o.schedule(qp);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The reaction point's parameters.
-    pub fn dcqcn(&self) -> &DcqcnParams {
-        &self.dcqcn
-    }
-
-    /// The rate a QP is paced at (bit/s): `None` while it sends unpaced (no CNP yet, or
-    /// recovered).
-    pub fn qp_rate(&self, qpn: wire::roce::Qpn) -> Option<u64> {
-        self.qps.get(&qpn.0)?.rp.as_ref().map(|rp| rp.rc)
-    }
-
-    /// A CNP for connected QP `qpn` arrived (RoCE v2 Annex A17.9.3): DCQCN cuts its rate,
-    /// or, with DCQCN off, it is counted and ignored.
-    pub(crate) fn handle_cnp(&mut self, now: Instant, qpn: u32) {
-        let p = self.dcqcn;
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        if !p.enabled {
-            self.o.counters.rp_cnp_ignored += 1;
-            qp.counters.rp_cnp_ignored += 1;
-            return;
-        }
-        self.o.counters.rp_cnp_handled += 1;
-        qp.counters.rp_cnp_handled += 1;
-        if qp.rp.is_none() {
-            let start = match p.max_rate_mbps {
-                0 => qp.tx_meter.rate(now),
-                m => DcqcnParams::bps(m),
-            };
-            if start == 0 {
-                // Nothing sent lately to slow down.
-                return;
-            }
-            qp.rp = Some(Box::new(ReactionPoint::new(&p, now, start)));
-        }
-        let Some(rp) = qp.rp.as_mut() else {
-            return;
-        };
-        if rp.on_cnp(&p, now) {
-            self.o.counters.rp_rate_cuts += 1;
-            qp.counters.rp_rate_cuts += 1;
-            tracing::debug!(qpn, rate = rp.rc, alpha = rp.alpha, "DCQCN rate cut");
-        }
-        // Both increase sources and α's period restart from the cut (the paper's RP).
-        self.o
-            .timers
-            .set(qpn, TimerKind::DcqcnRate, now + p.time_reset());
-        if !self.o.timers.is_set(qpn, TimerKind::DcqcnAlpha) {
-            self.o
-                .timers
-                .set(qpn, TimerKind::DcqcnAlpha, now + p.alpha_period());
-        }
-    }
-
-    /// A reaction point timer fired.
-    pub(crate) fn dcqcn_timer(&mut self, now: Instant, qpn: u32, kind: TimerKind) {
-        let p = self.dcqcn;
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let Some(rp) = qp.rp.as_mut() else {
-            return;
-        };
-        match kind {
-            TimerKind::Pace => {
-                self.o.schedule(qp);
-                return;
-            }
-            TimerKind::DcqcnAlpha => {
-                rp.on_alpha_timer(&p);
-                self.o
-                    .timers
-                    .set(qpn, TimerKind::DcqcnAlpha, now + p.alpha_period());
-            }
-            _ => {
-                rp.on_rate_timer(&p);
-                self.o
-                    .timers
-                    .set(qpn, TimerKind::DcqcnRate, now + p.time_reset());
-            }
-        }
-        if rp.recovered() {
-            tracing::debug!(qpn, "DCQCN rate recovered: unpaced");
-            qp.rp = None;
-            self.o.timers.cancel_dcqcn(qpn);
-            self.o.schedule(qp);
-        }
-    }
-
-    /// Whether QP `qpn`'s next request packet must wait for its pace; if so the pace timer
-    /// is armed for when it is due.
-    pub(crate) fn paced_out(&mut self, now: Instant, qpn: u32) -> bool {
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return false;
-        };
-        let Some(due) = qp.rp.as_ref().map(|rp| rp.next_send) else {
-            return false;
-        };
-        if due <= now || qp.conn.as_ref().is_some_and(|c| !c.resp.out.is_empty()) {
-            // Due, or a response waits: responses are not paced.
-            return false;
-        }
-        self.o.counters.rp_paced_holds += 1;
-        qp.counters.rp_paced_holds += 1;
-        self.o.timers.set(qpn, TimerKind::Pace, due);
-        true
-    }
-
-    /// A request packet of `bytes` left QP `qpn`: metered, and paced when slowed down.
-    pub(crate) fn request_sent(&mut self, now: Instant, qpn: u32, bytes: usize) {
-        let p = self.dcqcn;
-        if let Some(qp) = self.qps.get_mut(&qpn) {
-            qp.tx_meter.sent(now, bytes);
-            if let Some(rp) = qp.rp.as_mut() {
-                rp.on_sent(&p, now, bytes);
-            }
-        }
     }
 }
 

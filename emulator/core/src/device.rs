@@ -1,116 +1,32 @@
-//! The device: object tables and the verbs that create, change and destroy them.
+//! The device, on top: it owns its parts (the objects, the QPs, the multicast groups, the
+//! link's pauses, the reaction point's parameters, the notification point's CNPs) and
+//! offers the verbs, `handle_*` and `poll_*` over them. Each handler below takes the
+//! parts it touches as split borrows of these fields (`Completer`, `RequesterParts`,
+//! `ResponderParts`, `InputParts`, `VerbParts`), so no lower file names this one.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+
 use std::time::{Duration, Instant};
 
-use wire::roce::{Lkey, Psn, Qpn, Rkey};
+use wire::roce::{Lkey, Qpn, Rkey};
 
 use crate::attr::*;
-use crate::mr::{Keys, Region};
+use crate::completer::Completer;
+use crate::dcqcn::DcqcnParams;
+use crate::input::InputParts;
+use crate::mcast::Groups;
+use crate::memory::Memory;
+use crate::mr::Region;
+use crate::mw::{alloc_mw, bind_window, dealloc_mw};
+use crate::objects::{Ah, Cq, Objects, Pd, Srq};
+use crate::pfc::TxPause;
 use crate::qp::*;
-use crate::timers::Timers;
+use crate::qp_verbs::VerbParts;
+use crate::reaction;
+use crate::requester::RequesterParts;
+use crate::responder::ForcedResponse;
+use crate::timers::TimerKind;
 use crate::types::*;
-
-#[derive(Debug)]
-pub(crate) struct Pd {
-    pub owner: ClientId,
-    pub refs: u32,
-}
-
-#[derive(Debug)]
-pub(crate) struct Cq {
-    pub owner: ClientId,
-    pub depth: u32,
-    /// Completions handed to `poll_completion`'s queue and not yet taken.
-    pub pending: u32,
-    pub refs: u32,
-    pub overflowed: bool,
-}
-
-#[derive(Debug)]
-pub(crate) struct Srq {
-    pub owner: ClientId,
-    pub pd: PdHandle,
-    pub attr: SrqAttr,
-    pub wqes: VecDeque<RecvWr>,
-    pub refs: u32,
-}
-
-#[derive(Debug)]
-pub(crate) struct Ah {
-    pub owner: ClientId,
-    pub pd: PdHandle,
-    pub attr: AhAttr,
-}
-
-#[derive(Debug)]
-pub(crate) struct Mw {
-    pub owner: ClientId,
-    pub pd: PdHandle,
-    pub key: u32,
-}
-
-/// Everything but the QPs, so a QP and the rest can be borrowed at once.
-#[derive(Debug, Default)]
-pub(crate) struct Objects {
-    pub pds: U32Map<Pd>,
-    pub keys: Keys,
-    pub cqs: U32Map<Cq>,
-    pub srqs: U32Map<Srq>,
-    pub ahs: U32Map<Ah>,
-    pub mws: U32Map<Mw>,
-    pub completions: VecDeque<(CqHandle, WorkCompletion)>,
-    pub events: VecDeque<(ClientId, AsyncEvent)>,
-    pub counters: Counters,
-    pub timers: Timers,
-    /// QPs that may have something to transmit, round robin.
-    pub sched: VecDeque<u32>,
-    /// Request packets in flight over the device's RC QPs, as last counted.
-    pub inflight: crate::requester::Inflight,
-    pub next_handle: u32,
-    pub key_state: u64,
-}
-
-impl Objects {
-    pub fn handle(&mut self) -> u32 {
-        self.next_handle += 1;
-        self.next_handle
-    }
-
-    /// A fresh key byte (deterministic from the seed, splitmix64).
-    pub fn key_byte(&mut self) -> u32 {
-        self.key_state = self.key_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.key_state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) & 0xff) as u32
-    }
-
-    /// Queues a completion on `cq`; on overrun raises CQ_ERR once and drops it.
-    pub fn push_wc(&mut self, cq: CqHandle, wc: WorkCompletion) {
-        let Some(c) = self.cqs.get_mut(&cq.0) else {
-            return;
-        };
-        if c.pending >= c.depth {
-            self.counters.cq_overruns += 1;
-            if !c.overflowed {
-                c.overflowed = true;
-                self.events.push_back((c.owner, AsyncEvent::CqErr(cq)));
-            }
-            return;
-        }
-        c.pending += 1;
-        self.completions.push_back((cq, wc));
-    }
-
-    pub fn schedule(&mut self, qp: &mut Qp) {
-        if !qp.scheduled && qp.wants_tx() {
-            qp.scheduled = true;
-            self.sched.push_back(qp.qpn.0);
-        }
-    }
-}
 
 /// One RDMA device (`rxe0`): the sans-IO NIC.
 #[derive(Debug)]
@@ -119,7 +35,7 @@ pub struct Device {
     pub(crate) o: Objects,
     pub(crate) qps: U32Map<Qp>,
     pub(crate) next_qpn: u32,
-    pub(crate) mcast: crate::mcast::Groups,
+    pub(crate) mcast: Groups,
     /// A response forced on the next request of one QP (fault injection), see
     /// [`Device::force_next_response`].
     pub(crate) forced: Option<(u32, ForcedResponse)>,
@@ -130,59 +46,13 @@ pub struct Device {
     /// The DSCP CNPs leave with, whatever the notified QP's traffic class.
     pub(crate) cnp_dscp: u8,
     /// The reaction point's parameters.
-    pub(crate) dcqcn: crate::dcqcn::DcqcnParams,
+    pub(crate) dcqcn: DcqcnParams,
     /// Priorities the link partner paused (802.1Qbb PFC, 802.3 PAUSE).
-    pub(crate) pfc: crate::pfc::TxPause,
+    pub(crate) pfc: TxPause,
 }
 
 /// The notification point's default CNP interval per QP, as ConnectX's `min_time_between_cnps`.
 pub const CNP_INTERVAL: Duration = Duration::from_micros(50);
-
-/// A snapshot of one QP (`Device::qp_statuses`).
-#[derive(Debug, Clone)]
-pub struct QpStatus {
-    /// The QP's number on this device.
-    pub qpn: Qpn,
-    /// The client (session) that created the QP.
-    pub owner: ClientId,
-    /// The transport service (RC, UC, UD, ...).
-    pub qp_type: QpType,
-    /// The QP's current state in the IBA state machine (IBA 10.3.1).
-    pub state: QpState,
-    /// The connected peer's QP (RC, UC).
-    pub dest_qpn: Option<Qpn>,
-    /// The peer's address (RC, UC once past RTR).
-    pub peer: Option<SocketAddr>,
-    /// The PSN the next new packet gets (requester).
-    pub next_psn: Option<Psn>,
-    /// The oldest unacknowledged PSN (requester; equals `next_psn` when idle).
-    pub unacked_psn: Option<Psn>,
-    /// The PSN the responder expects next.
-    pub expected_psn: Option<Psn>,
-    /// Packets sent and not yet acknowledged.
-    pub in_flight: u32,
-    /// Send WRs not yet completed.
-    pub send_queued: usize,
-    /// Receive WRs posted and not yet consumed.
-    pub recv_posted: usize,
-    /// Waiting out an RNR NAK's timer.
-    pub rnr_waiting: bool,
-    /// The QP's share of the device's protocol counters (retransmissions, NAKs, drops).
-    pub counters: Counters,
-}
-
-/// A response the responder gives to a request instead of executing it (fault
-/// injection: `rdma-emu fault add DEV rnr|nak …`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ForcedResponse {
-    /// An RNR NAK, as with no receive WQE: only for requests that consume one (SEND
-    /// First/Only, RDMA WRITE Only with Immediate); the PSN stays, the requester retries.
-    Rnr,
-    /// A NAK with this code. `PsnSequenceError` makes the requester go back to the
-    /// expected PSN; the others are fatal on both sides, as when the responder found the
-    /// request at fault (invalid request, access error, operational error).
-    Nak(wire::roce::NakCode),
-}
 
 impl Device {
     /// A device with no objects.
@@ -196,13 +66,13 @@ impl Device {
             o,
             qps: U32Map::default(),
             next_qpn: 16,
-            mcast: crate::mcast::Groups::default(),
+            mcast: Groups::default(),
             forced: None,
             cnp_out: VecDeque::new(),
             cnp_interval: CNP_INTERVAL,
             cnp_dscp: crate::attr::CNP_DSCP,
-            dcqcn: crate::dcqcn::DcqcnParams::default(),
-            pfc: crate::pfc::TxPause::default(),
+            dcqcn: DcqcnParams::default(),
+            pfc: TxPause::default(),
         }
     }
 
@@ -313,32 +183,7 @@ impl Device {
 
     /// Where every QP stands (for `rdma-emu top` and `rdma-emu res qp`), by number.
     pub fn qp_statuses(&self) -> Vec<QpStatus> {
-        let mut out: Vec<QpStatus> = self
-            .qps
-            .values()
-            .map(|q| {
-                let conn = q.conn.as_deref();
-                let req = conn.and_then(|c| c.req.as_ref());
-                QpStatus {
-                    qpn: q.qpn,
-                    owner: q.owner,
-                    qp_type: q.qp_type,
-                    state: q.state,
-                    dest_qpn: conn.filter(|_| q.qp_type != QpType::Ud).map(|c| c.dest_qpn),
-                    peer: conn.and_then(|c| c.path.as_ref()).map(|p| p.dst),
-                    next_psn: req.map(|r| r.next_psn),
-                    unacked_psn: req.map(|r| r.una),
-                    expected_psn: conn
-                        .filter(|_| q.qp_type != QpType::Ud)
-                        .map(|c| c.resp.epsn),
-                    in_flight: req.map_or(0, |r| r.next_psn.distance(r.una).max(0) as u32),
-                    send_queued: q.sq.len(),
-                    recv_posted: q.rq.len(),
-                    rnr_waiting: req.is_some_and(|r| r.rnr_waiting),
-                    counters: q.counters,
-                }
-            })
-            .collect();
+        let mut out: Vec<QpStatus> = self.qps.values().map(Qp::status).collect();
         out.sort_by_key(|s| s.qpn.0);
         out
     }
@@ -346,6 +191,256 @@ impl Device {
     /// Number of armed timers (0 when the device is idle).
     pub fn armed_timers(&self) -> usize {
         self.o.timers.len()
+    }
+
+    // The parts each handler borrows: split borrows of the fields, so what a handler may
+    // touch is written in its type.
+
+    fn completer(&mut self) -> Completer<'_> {
+        Completer {
+            o: &mut self.o,
+            qps: &mut self.qps,
+        }
+    }
+
+    fn verbs(&mut self) -> VerbParts<'_> {
+        VerbParts {
+            cfg: &self.cfg,
+            o: &mut self.o,
+            qps: &mut self.qps,
+            next_qpn: &mut self.next_qpn,
+            mcast: &mut self.mcast,
+        }
+    }
+
+    /// Dispatches one received RoCE v2 datagram (BTH through ICRC).
+    ///
+    /// `d.dst` should carry the local IP the packet arrived on (`IP_PKTINFO`); when it is
+    /// unspecified, each local GID of the same family is tried. IPv4-mapped IPv6 socket
+    /// addresses count as IPv4. Packets whose ICRC does not verify are dropped and counted.
+    pub fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
+        InputParts {
+            cfg: &self.cfg,
+            o: &mut self.o,
+            qps: &mut self.qps,
+            mcast: &self.mcast,
+            forced: &mut self.forced,
+            dcqcn: &self.dcqcn,
+        }
+        .handle_datagram(now, d, mem)
+    }
+
+    /// Handles due timers.
+    pub fn handle_timeout(&mut self, now: Instant, mem: &mut dyn Memory) {
+        let _ = mem;
+        self.pfc
+            .expire_and_reschedule(now, &mut self.qps, &mut self.o);
+        while let Some((qpn, kind)) = self.o.timers.pop_due(now) {
+            match kind {
+                TimerKind::RnrWait => {
+                    let mut c = self.completer();
+                    if let Some(r) = c.requester_mut(qpn) {
+                        r.rnr_waiting = false;
+                    }
+                    c.go_back(now, qpn);
+                }
+                TimerKind::Retransmit => Completer {
+                    o: &mut self.o,
+                    qps: &mut self.qps,
+                }
+                .ack_timeout(now, qpn, &self.pfc),
+                TimerKind::Window => {
+                    if let Some(qp) = self.qps.get_mut(&qpn) {
+                        self.o.schedule(qp);
+                    }
+                }
+                TimerKind::DcqcnAlpha | TimerKind::DcqcnRate | TimerKind::Pace => {
+                    reaction::timer(self.dcqcn, now, qpn, kind, &mut self.qps, &mut self.o)
+                }
+            }
+        }
+    }
+
+    /// Writes the next packet to send into `buf` (BTH through ICRC) and says where it
+    /// goes; `None` when nothing is ready. CNPs go first, unless their priority is paused.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        if !self.pfc.cnp_paused(now, self.cnp_dscp) {
+            if let Some(t) = self.transmit_cnp(buf) {
+                return Some(t);
+            }
+        }
+        RequesterParts {
+            cfg: &self.cfg,
+            o: &mut self.o,
+            qps: &mut self.qps,
+            pfc: &mut self.pfc,
+            dcqcn: &self.dcqcn,
+        }
+        .poll_transmit(now, mem, buf)
+    }
+
+    /// The next completion, with the CQ it belongs to.
+    pub fn poll_completion(&mut self) -> Option<(CqHandle, WorkCompletion)> {
+        let (cq, wc) = self.o.completions.pop_front()?;
+        if let Some(c) = self.o.cqs.get_mut(&cq.0) {
+            c.pending = c.pending.saturating_sub(1);
+        }
+        Some((cq, wc))
+    }
+
+    /// The next async event, with the client it belongs to.
+    pub fn poll_event(&mut self) -> Option<(ClientId, AsyncEvent)> {
+        self.o.events.pop_front()
+    }
+
+    /// The earliest timer deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.o.timers.next(), self.pfc.next_end()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// `ibv_create_qp`: returns the QPN and the actual capacities.
+    pub fn create_qp(&mut self, owner: ClientId, init: &QpInitAttr) -> Result<(Qpn, QpCap), Errno> {
+        self.verbs().create_qp(owner, init)
+    }
+
+    /// `ibv_query_qp`: the attributes as last set, and the creation attributes.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr), Errno> {
+        self.qps.get(&qpn.0).map(Qp::query).ok_or(Errno::EINVAL)
+    }
+
+    /// `ibv_destroy_qp`: outstanding WRs are discarded without completions.
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Errno> {
+        self.verbs().destroy_qp(qpn)
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), Errno> {
+        self.verbs().modify_qp(now, qpn, attr, mask)
+    }
+
+    /// `ibv_post_send` (one WR). Inline data not already copied (`INLINE` set, no
+    /// `inline_data`) is gathered from `mem` now, as `ibv_post_send` does.
+    pub fn post_send(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        wr: SendWr,
+        mem: &mut dyn Memory,
+    ) -> Result<(), Errno> {
+        self.verbs().post_send(now, qpn, wr, mem)
+    }
+
+    /// Receives posted to QP `qpn`'s own RQ and not yet completed: queued, or the one a
+    /// multi-packet Send is being placed into. `None` for an unknown QP.
+    pub fn recv_outstanding(&self, qpn: Qpn) -> Option<usize> {
+        self.qps.get(&qpn.0).map(Qp::recv_outstanding)
+    }
+
+    /// `ibv_post_recv` (one WR).
+    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), Errno> {
+        self.verbs().post_recv(qpn, wr)
+    }
+
+    /// A client died: its QPs are destroyed (no completion of theirs reaches anyone),
+    /// its objects freed, its queued completions and events dropped.
+    pub fn release_client(&mut self, now: Instant, owner: ClientId) {
+        self.verbs().release_client(now, owner)
+    }
+
+    /// `ibv_attach_mcast`: attaches UD QP `qpn` to the multicast group `gid`. `lid` is
+    /// ignored on RoCE (IBA Annex A17) except that an attachment is named by both.
+    pub fn attach_mcast(&mut self, qpn: Qpn, gid: Gid, lid: u16) -> Result<(), Errno> {
+        self.mcast
+            .attach(&self.qps, &self.cfg.limits, qpn, gid, lid)
+    }
+
+    /// `ibv_detach_mcast`: EINVAL unless `qpn` is attached to `gid` with `lid`.
+    pub fn detach_mcast(&mut self, qpn: Qpn, gid: Gid, lid: u16) -> Result<(), Errno> {
+        self.mcast.detach(&self.qps, qpn, gid, lid)
+    }
+
+    /// The groups at least one QP is attached to: the IP multicast groups the driver
+    /// must have joined on the device's interface (a group's address is `Gid::to_ip`).
+    pub fn mcast_groups(&self) -> Vec<Gid> {
+        self.mcast.groups()
+    }
+
+    /// The QPs attached to `gid`, in attach order.
+    pub fn mcast_members(&self, gid: Gid) -> Vec<Qpn> {
+        self.mcast.members(gid)
+    }
+
+    /// `ibv_alloc_mw` (type 1 or 2).
+    pub fn alloc_mw(&mut self, pd: PdHandle, mw_type: u32) -> Result<(MwHandle, Rkey), Errno> {
+        alloc_mw(&mut self.o, &self.cfg.limits, pd, mw_type)
+    }
+
+    /// `ibv_dealloc_mw`.
+    pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<(), Errno> {
+        dealloc_mw(&mut self.o, mw)
+    }
+
+    /// `ibv_bind_mw` for a type 1 window (executed at once; the daemon reports the
+    /// completion the application asked for).
+    pub fn bind_mw(&mut self, qpn: Qpn, info: &BindMwInfo) -> Result<Rkey, Errno> {
+        let pd = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?.init.pd;
+        bind_window(&mut self.o.keys, pd, None, info).map_err(|_| Errno::EINVAL)
+    }
+
+    /// The link partner asked (802.1Qbb PFC, or 802.3 PAUSE for every priority) that
+    /// nothing be sent in `priority` until `until`; an `until` not after `now` (quanta 0)
+    /// resumes at once. A new request replaces the running one.
+    pub fn pause_priority(&mut self, now: Instant, priority: u8, until: Instant) {
+        self.pfc
+            .pause(now, priority, until, &mut self.qps, &mut self.o);
+    }
+
+    /// When priority `priority`'s pause ends, if it is paused at `now`.
+    pub fn paused_until(&self, now: Instant, priority: u8) -> Option<Instant> {
+        self.pfc.paused_until(now, priority)
+    }
+
+    /// Sets the reaction point's parameters (DCQCN on by default, with
+    /// [`DcqcnParams::default`]); refused as [`DcqcnParams::validate`] says. QPs already
+    /// slowed down keep their rate and follow the new parameters from their next event;
+    /// turned off, every QP sends unpaced again.
+    pub fn set_dcqcn(&mut self, params: DcqcnParams) -> Result<(), String> {
+        params.validate()?;
+        self.dcqcn = params;
+        if !params.enabled {
+            for (qpn, qp) in self.qps.iter_mut() {
+                if qp.rp.take().is_some() {
+                    self.o.timers.cancel_dcqcn(*qpn);
+                    self.o.schedule(qp);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The reaction point's parameters.
+    pub fn dcqcn(&self) -> &DcqcnParams {
+        &self.dcqcn
+    }
+
+    /// The rate a QP is paced at (bit/s): `None` while it sends unpaced (no CNP yet, or
+    /// recovered).
+    pub fn qp_rate(&self, qpn: wire::roce::Qpn) -> Option<u64> {
+        self.qps.get(&qpn.0)?.rp.as_ref().map(|rp| rp.rc)
     }
 
     /// `ibv_alloc_pd`.
@@ -368,12 +463,6 @@ impl Device {
                 Ok(())
             }
         }
-    }
-
-    pub(crate) fn pd_ref(&mut self, pd: PdHandle, delta: i32) -> Result<ClientId, Errno> {
-        let p = self.o.pds.get_mut(&pd.0).ok_or(Errno::EINVAL)?;
-        p.refs = p.refs.wrapping_add_signed(delta);
-        Ok(p.owner)
     }
 
     /// `ibv_reg_mr` / `ibv_reg_mr_iova`: `addr` is where the bytes are in `space`, `iova`
@@ -403,7 +492,7 @@ impl Device {
         if self.o.keys.by_index.len() >= self.cfg.limits.max_mr as usize {
             return Err(Errno::ENOMEM);
         }
-        let owner = self.pd_ref(pd, 1)?;
+        let owner = self.o.pd_ref(pd, 1)?;
         let idx = self.o.keys.alloc_index();
         let key = (idx << 8) | self.o.key_byte();
         let iova = if access.contains(AccessFlags::ZERO_BASED) {
@@ -489,7 +578,7 @@ impl Device {
             return Err(Errno::EBUSY);
         }
         self.o.keys.by_index.remove(&(lkey.0 >> 8));
-        let _ = self.pd_ref(pd, -1);
+        let _ = self.o.pd_ref(pd, -1);
         Ok(())
     }
 
@@ -548,7 +637,7 @@ impl Device {
         if self.o.srqs.len() >= l.max_srq as usize {
             return Err(Errno::ENOMEM);
         }
-        self.pd_ref(pd, 1)?;
+        self.o.pd_ref(pd, 1)?;
         let h = self.o.handle();
         let attr = SrqAttr {
             srq_limit: 0,
@@ -610,7 +699,7 @@ impl Device {
             Some(s) => {
                 let pd = s.pd;
                 self.o.srqs.remove(&srq.0);
-                let _ = self.pd_ref(pd, -1);
+                let _ = self.o.pd_ref(pd, -1);
                 Ok(())
             }
         }
@@ -635,32 +724,13 @@ impl Device {
         Ok(())
     }
 
-    pub(crate) fn check_ah(&self, a: &AhAttr) -> Result<(), Errno> {
-        // RoCE has no LIDs: the GRH is mandatory (IBA Annex A17.3).
-        if !a.is_global || a.grh.dgid.is_zero() || a.port_num > 1 {
-            return Err(Errno::EINVAL);
-        }
-        match self.cfg.gids.get(usize::from(a.grh.sgid_index)) {
-            Some(g) if !g.is_zero() => {}
-            _ => return Err(Errno::EINVAL),
-        }
-        let (s, d) = (
-            self.cfg.gids[usize::from(a.grh.sgid_index)].to_ip(),
-            a.grh.dgid.to_ip(),
-        );
-        if s.is_ipv4() != d.is_ipv4() {
-            return Err(Errno::EINVAL);
-        }
-        Ok(())
-    }
-
     /// `ibv_create_ah`: EINVAL without a GRH (RoCE).
     pub fn create_ah(&mut self, pd: PdHandle, attr: AhAttr) -> Result<AhHandle, Errno> {
-        self.check_ah(&attr)?;
+        crate::path::check_ah(&self.cfg, &attr)?;
         if self.o.ahs.len() >= self.cfg.limits.max_ah as usize {
             return Err(Errno::ENOMEM);
         }
-        let owner = self.pd_ref(pd, 1)?;
+        let owner = self.o.pd_ref(pd, 1)?;
         let h = self.o.handle();
         self.o.ahs.insert(h, Ah { owner, pd, attr });
         Ok(AhHandle(h))
@@ -669,7 +739,7 @@ impl Device {
     /// `ibv_destroy_ah`.
     pub fn destroy_ah(&mut self, ah: AhHandle) -> Result<(), Errno> {
         let a = self.o.ahs.remove(&ah.0).ok_or(Errno::EINVAL)?;
-        let _ = self.pd_ref(a.pd, -1);
+        let _ = self.o.pd_ref(a.pd, -1);
         Ok(())
     }
 }

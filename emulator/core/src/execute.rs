@@ -4,11 +4,10 @@
 use wire::roce::{NakCode, Request, SendSeg, WriteSeg};
 
 use crate::attr::*;
-use crate::device::Objects;
 use crate::dma::scatter;
 use crate::memory::Memory;
+use crate::objects::Objects;
 use crate::qp::*;
-use crate::responder::{imm_to_wc, take_rwqe, Outcome};
 use crate::types::*;
 use wire::roce::Header;
 
@@ -312,6 +311,41 @@ pub(crate) fn execute(
                 msn,
             });
             Outcome::Done(1)
+        }
+    }
+}
+
+/// What to do after a request packet.
+pub(crate) enum Outcome {
+    /// Processed; advance the expected PSN by this many and maybe ACK.
+    Done(u32),
+    /// Send an RNR NAK (no receive WQE); the PSN stays.
+    Rnr,
+    /// Send a PSN sequence error NAK for this very PSN (forced by fault injection); the
+    /// PSN stays and the requester retransmits from it.
+    Sequence,
+    /// Fatal: NAK with this code, raise this event, move to error.
+    Fatal(NakCode, Option<AsyncEvent>),
+}
+
+/// `ibv_wc.imm_data` from the wire value: in-memory bytes equal the wire bytes.
+pub(crate) fn imm_to_wc(i: wire::roce::ImmDt) -> u32 {
+    u32::from_le_bytes(i.0.to_be_bytes())
+}
+
+/// Takes a receive WQE from the SRQ or the RQ; raises the SRQ limit event.
+pub(crate) fn take_rwqe(qp: &mut Qp, o: &mut Objects) -> Option<RecvWr> {
+    match qp.init.srq {
+        None => qp.rq.pop_front(),
+        Some(h) => {
+            let s = o.srqs.get_mut(&h.0)?;
+            let w = s.wqes.pop_front()?;
+            if s.attr.srq_limit > 0 && (s.wqes.len() as u32) < s.attr.srq_limit {
+                s.attr.srq_limit = 0;
+                o.events
+                    .push_back((s.owner, AsyncEvent::SrqLimitReached(h)));
+            }
+            Some(w)
         }
     }
 }

@@ -7,17 +7,43 @@ use std::time::Instant;
 use wire::roce::{icrc, Body, Packet, PacketRepr};
 
 use crate::attr::*;
-use crate::device::Device;
+use crate::completer::Completer;
+use crate::dcqcn::DcqcnParams;
+use crate::mcast::{Groups, MULTICAST_QPN};
 use crate::memory::Memory;
+use crate::objects::Objects;
+use crate::qp::Qp;
+use crate::reaction;
+use crate::responder::{ForcedResponse, ResponderParts};
 use crate::types::*;
 
-impl Device {
+/// What received packets touch: the QPs and objects, the GIDs the ICRC is checked
+/// against, the multicast groups, the forced response and the reaction point.
+#[derive(Debug)]
+pub(crate) struct InputParts<'a> {
+    pub cfg: &'a DeviceConfig,
+    pub o: &'a mut Objects,
+    pub qps: &'a mut U32Map<Qp>,
+    pub mcast: &'a Groups,
+    pub forced: &'a mut Option<(u32, ForcedResponse)>,
+    pub dcqcn: &'a DcqcnParams,
+}
+
+impl InputParts<'_> {
+    fn responder(&mut self) -> ResponderParts<'_> {
+        ResponderParts {
+            o: self.o,
+            qps: self.qps,
+            forced: self.forced,
+        }
+    }
+
     /// Dispatches one received RoCE v2 datagram (BTH through ICRC).
     ///
     /// `d.dst` should carry the local IP the packet arrived on (`IP_PKTINFO`); when it is
     /// unspecified, each local GID of the same family is tried. IPv4-mapped IPv6 socket
     /// addresses count as IPv4. Packets whose ICRC does not verify are dropped and counted.
-    pub fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
+    pub(crate) fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
         let src = canonical(d.src);
         let dst = canonical(d.dst);
         let ok = if dst.ip().is_unspecified() {
@@ -82,8 +108,13 @@ impl Device {
         mem: &mut dyn Memory,
     ) {
         let qpn = repr.header.dest_qp.0;
-        if qpn == crate::mcast::MULTICAST_QPN {
-            self.handle_mcast(d, repr, mem);
+        if qpn == MULTICAST_QPN {
+            let mut rx = ResponderParts {
+                o: self.o,
+                qps: self.qps,
+                forced: self.forced,
+            };
+            self.mcast.handle_mcast(&mut rx, d, repr, mem);
             return;
         }
         let Some(qp) = self.qps.get_mut(&qpn) else {
@@ -91,7 +122,7 @@ impl Device {
             return;
         };
         if matches!(repr.body, Body::Cnp) && qp.qp_type != QpType::Ud {
-            self.handle_cnp(now, qpn);
+            reaction::handle_cnp(*self.dcqcn, now, qpn, self.qps, self.o);
             return;
         }
         let type_ok = matches!(
@@ -123,10 +154,12 @@ impl Device {
             }
         }
         match repr.body {
-            Body::RcResponse(r) => {
-                self.handle_response(now, qpn, repr.header.psn, &r, repr.payload, mem)
+            Body::RcResponse(r) => Completer {
+                o: self.o,
+                qps: self.qps,
             }
-            _ => self.handle_request(now, qpn, d, repr, mem),
+            .handle_response(now, qpn, repr.header.psn, &r, repr.payload, mem),
+            _ => self.responder().handle_request(now, qpn, d, repr, mem),
         }
         if let Some(qp) = self.qps.get_mut(&qpn) {
             self.o.schedule(qp);

@@ -19,8 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use wire::roce::{Body, PacketRepr, Qpn};
 
 use crate::attr::*;
-use crate::device::Device;
 use crate::memory::Memory;
+use crate::qp::Qp;
+use crate::responder::ResponderParts;
 use crate::types::*;
 
 /// The destination QPN of multicast packets (IBA 10.5.2.2: the permissive QPN).
@@ -69,27 +70,32 @@ impl Groups {
             self.members.remove(&gid);
         }
     }
-}
 
-impl Device {
     /// `ibv_attach_mcast`: attaches UD QP `qpn` to the multicast group `gid`. `lid` is
     /// ignored on RoCE (IBA Annex A17) except that an attachment is named by both.
-    pub fn attach_mcast(&mut self, qpn: Qpn, gid: Gid, lid: u16) -> Result<(), Errno> {
-        let qp = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
+    pub fn attach(
+        &mut self,
+        qps: &U32Map<Qp>,
+        limits: &DeviceLimits,
+        qpn: Qpn,
+        gid: Gid,
+        lid: u16,
+    ) -> Result<(), Errno> {
+        let qp = qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
         let key = (qpn.0, gid.0, lid);
         // uverbs: the same (GID, LID) again is a success with nothing to do.
-        if self.mcast.attachments.contains(&key) {
+        if self.attachments.contains(&key) {
             return Ok(());
         }
         // ib_attach_mcast.
         if !gid.is_multicast() || qp.qp_type != QpType::Ud {
             return Err(Errno::EINVAL);
         }
-        let l = &self.cfg.limits;
+        let l = limits;
         if l.max_mcast_qp_attach == 0 {
             return Err(Errno::EINVAL);
         }
-        let g = &mut self.mcast;
+        let g = self;
         match g.members.get(&gid.0) {
             None if g.members.len() >= l.max_mcast_grp as usize => return Err(Errno::ENOMEM),
             Some(qps) if !qps.contains(&qpn) && qps.len() >= l.max_mcast_qp_attach as usize => {
@@ -113,12 +119,12 @@ impl Device {
     }
 
     /// `ibv_detach_mcast`: EINVAL unless `qpn` is attached to `gid` with `lid`.
-    pub fn detach_mcast(&mut self, qpn: Qpn, gid: Gid, lid: u16) -> Result<(), Errno> {
-        let qp = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
+    pub fn detach(&mut self, qps: &U32Map<Qp>, qpn: Qpn, gid: Gid, lid: u16) -> Result<(), Errno> {
+        let qp = qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
         if !gid.is_multicast() || qp.qp_type != QpType::Ud {
             return Err(Errno::EINVAL);
         }
-        let g = &mut self.mcast;
+        let g = self;
         if !g.attachments.remove(&(qpn.0, gid.0, lid)) {
             return Err(Errno::EINVAL);
         }
@@ -143,38 +149,39 @@ impl Device {
 
     /// The groups at least one QP is attached to: the IP multicast groups the driver
     /// must have joined on the device's interface (a group's address is `Gid::to_ip`).
-    pub fn mcast_groups(&self) -> Vec<Gid> {
-        self.mcast.members.keys().map(|g| Gid(*g)).collect()
+    pub fn groups(&self) -> Vec<Gid> {
+        self.members.keys().map(|g| Gid(*g)).collect()
     }
 
     /// The QPs attached to `gid`, in attach order.
-    pub fn mcast_members(&self, gid: Gid) -> Vec<Qpn> {
-        self.mcast.members.get(&gid.0).cloned().unwrap_or_default()
+    pub fn members(&self, gid: Gid) -> Vec<Qpn> {
+        self.members.get(&gid.0).cloned().unwrap_or_default()
     }
 
     /// A packet to the multicast QPN (rxe_rcv_mcast_pkt): every attached UD QP that may
     /// receive and whose Q_Key matches gets a copy.
-    pub(crate) fn handle_mcast(
-        &mut self,
+    pub fn handle_mcast(
+        &self,
+        rx: &mut ResponderParts<'_>,
         d: &Datagram<'_>,
         repr: &PacketRepr<'_>,
         mem: &mut dyn Memory,
     ) {
         let gid = Gid::from_ip(d.dst.ip());
         let Body::Ud { deth, imm } = repr.body else {
-            self.o.counters.unknown_qp += 1;
+            rx.o.counters.unknown_qp += 1;
             return;
         };
-        let members = match self.mcast.members.get(&gid.0) {
+        let members = match self.members.get(&gid.0) {
             Some(m) if gid.is_multicast() => m.clone(),
             _ => {
-                self.o.counters.unknown_qp += 1;
+                rx.o.counters.unknown_qp += 1;
                 return;
             }
         };
-        self.o.counters.rcvd_pkts += 1;
+        rx.o.counters.rcvd_pkts += 1;
         for qpn in members {
-            let Some(qp) = self.qps.get_mut(&qpn.0) else {
+            let Some(qp) = rx.qps.get_mut(&qpn.0) else {
                 continue;
             };
             if qp.qp_type != QpType::Ud
@@ -187,7 +194,7 @@ impl Device {
                 continue;
             }
             qp.counters.rcvd_pkts += 1;
-            self.ud_request(qpn.0, d, deth, imm, repr.payload, mem);
+            rx.ud_request(qpn.0, d, deth, imm, repr.payload, mem);
         }
     }
 }

@@ -1,9 +1,9 @@
 //! Link-level flow control as the transmitting NIC obeys it: IEEE 802.3 Annex 31B PAUSE
 //! (every priority) and IEEE 802.1Qbb priority-based flow control (PFC, per priority).
 //! The daemon parses the frames and says which priority stops until when
-//! ([`Device::pause_priority`]); the core holds the transmissions of connected QPs in
-//! that priority (nothing is dropped: the packets are simply not built yet) and lets the
-//! others go on.
+//! ([`Device::pause_priority`](crate::Device::pause_priority)); the core holds the
+//! transmissions of connected QPs in that priority (nothing is dropped: the packets are
+//! simply not built yet) and lets the others go on.
 //!
 //! A QP's priority is the standard mapping of its DSCP: DSCP >> 3, so traffic class 96
 //! (DSCP 24) is priority 3 and CNPs (DSCP 48) priority 6. A QP's local ACK timer does not
@@ -14,8 +14,11 @@
 
 use std::time::Instant;
 
-use crate::device::Device;
-use crate::timers::TimerKind;
+use crate::attr::Counters;
+use crate::objects::Objects;
+use crate::qp::Qp;
+use crate::timers::{TimerKind, Timers};
+use crate::types::U32Map;
 
 /// Priorities of 802.1Q (the PCP values) that PFC pauses one by one.
 pub const PRIORITIES: usize = 8;
@@ -95,95 +98,98 @@ impl TxPause {
     }
 }
 
-impl Device {
+impl TxPause {
     /// The link partner asked (802.1Qbb PFC, or 802.3 PAUSE for every priority) that
     /// nothing be sent in `priority` until `until`; an `until` not after `now` (quanta 0)
-    /// resumes at once. A new request replaces the running one.
-    pub fn pause_priority(&mut self, now: Instant, priority: u8, until: Instant) {
+    /// resumes at once. A new request replaces the running one. QPs that waited for the
+    /// pause are scheduled again.
+    pub fn pause(
+        &mut self,
+        now: Instant,
+        priority: u8,
+        until: Instant,
+        qps: &mut U32Map<Qp>,
+        o: &mut Objects,
+    ) {
         tracing::trace!(
             priority,
             pause_us = (until.saturating_duration_since(now)).as_micros() as u64,
             "priority paused"
         );
-        for qpn in self.pfc.set(now, priority, until) {
+        for qpn in self.set(now, priority, until) {
             tracing::debug!(qpn, "pause resumed: rescheduled");
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                self.o.schedule(qp);
+            if let Some(qp) = qps.get_mut(&qpn) {
+                o.schedule(qp);
             }
         }
     }
 
-    /// When priority `priority`'s pause ends, if it is paused at `now`.
-    pub fn paused_until(&self, now: Instant, priority: u8) -> Option<Instant> {
-        self.pfc.paused_until(now, priority)
-    }
-
-    /// The priority QP `qpn`'s packets travel in (connected QPs with a path only).
-    fn qp_priority(&self, qpn: u32) -> Option<u8> {
-        let path = self.qps.get(&qpn)?.conn.as_ref()?.path?;
-        Some(priority_of(path.traffic_class))
-    }
-
     /// Whether QP `qpn` must not transmit now because its priority is paused; if so it is
     /// noted to be rescheduled when the pause ends.
-    pub(crate) fn pfc_held(&mut self, now: Instant, qpn: u32) -> bool {
-        let Some(prio) = self.qp_priority(qpn) else {
+    pub fn held(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        qps: &mut U32Map<Qp>,
+        counters: &mut Counters,
+    ) -> bool {
+        let Some(prio) = qp_priority(qps, qpn) else {
             return false;
         };
-        if self.pfc.paused_until(now, prio).is_none() {
+        if self.paused_until(now, prio).is_none() {
             return false;
         }
-        self.pfc.hold(prio, qpn);
-        self.o.counters.pfc_held += 1;
-        if let Some(qp) = self.qps.get_mut(&qpn) {
+        self.hold(prio, qpn);
+        counters.pfc_held += 1;
+        if let Some(qp) = qps.get_mut(&qpn) {
             qp.counters.pfc_held += 1;
         }
         true
     }
 
-    /// Whether CNPs (the device's CNP DSCP) must wait for a pause.
-    pub(crate) fn cnp_paused(&self, now: Instant) -> bool {
-        self.pfc
-            .paused_until(now, priority_of(self.cnp_dscp << 2))
-            .is_some()
+    /// Whether CNPs, which leave with DSCP `cnp_dscp`, must wait for a pause.
+    pub fn cnp_paused(&self, now: Instant, cnp_dscp: u8) -> bool {
+        self.paused_until(now, priority_of(cnp_dscp << 2)).is_some()
     }
 
     /// If QP `qpn`'s priority is paused at `now`, or its pause ended less than `timeout`
     /// ago, restarts its local ACK timer to run out `timeout` after the pause's end and
     /// says so: the timeout is not the peer's fault.
-    pub(crate) fn ack_timeout_paused(
-        &mut self,
+    pub fn ack_timeout_paused(
+        &self,
         now: Instant,
         qpn: u32,
         timeout: std::time::Duration,
+        qps: &U32Map<Qp>,
+        timers: &mut Timers,
     ) -> bool {
-        let Some(due) = self
-            .qp_priority(qpn)
-            .and_then(|p| self.pfc.last_end(p))
+        let Some(due) = qp_priority(qps, qpn)
+            .and_then(|p| self.last_end(p))
             .map(|end| end + timeout)
             .filter(|&due| due > now)
         else {
             return false;
         };
         tracing::debug!(qpn, "ACK timeout during or just after a pause: restarted");
-        self.o.timers.set(qpn, TimerKind::Retransmit, due);
+        timers.set(qpn, TimerKind::Retransmit, due);
         true
     }
 
     /// Ends the pauses due at `now` and reschedules the QPs that waited for them.
-    pub(crate) fn expire_pauses(&mut self, now: Instant) {
-        for qpn in self.pfc.expire(now) {
+    pub fn expire_and_reschedule(&mut self, now: Instant, qps: &mut U32Map<Qp>, o: &mut Objects) {
+        for qpn in self.expire(now) {
             tracing::debug!(qpn, "pause over: rescheduled");
-            if let Some(qp) = self.qps.get_mut(&qpn) {
-                self.o.schedule(qp);
+            if let Some(qp) = qps.get_mut(&qpn) {
+                o.schedule(qp);
             }
         }
     }
+}
 
-    /// The earliest end of a running pause (a deadline for [`Device::poll_timeout`]).
-    pub(crate) fn next_pause_end(&self) -> Option<Instant> {
-        self.pfc.next_end()
-    }
+/// The priority QP `qpn`'s packets travel in (connected QPs with a path only).
+fn qp_priority(qps: &U32Map<Qp>, qpn: u32) -> Option<u8> {
+    let path = qps.get(&qpn)?.conn.as_ref()?.path?;
+    Some(priority_of(path.traffic_class))
 }
 
 #[cfg(test)]

@@ -170,6 +170,58 @@ pub(crate) struct Qp {
 }
 
 impl Qp {
+    /// Where the QP stands, for `rdma-emu top` and `rdma-emu res qp`.
+    pub fn status(&self) -> QpStatus {
+        let conn = self.conn.as_deref();
+        let req = conn.and_then(|c| c.req.as_ref());
+        QpStatus {
+            qpn: self.qpn,
+            owner: self.owner,
+            qp_type: self.qp_type,
+            state: self.state,
+            dest_qpn: conn
+                .filter(|_| self.qp_type != QpType::Ud)
+                .map(|c| c.dest_qpn),
+            peer: conn.and_then(|c| c.path.as_ref()).map(|p| p.dst),
+            next_psn: req.map(|r| r.next_psn),
+            unacked_psn: req.map(|r| r.una),
+            expected_psn: conn
+                .filter(|_| self.qp_type != QpType::Ud)
+                .map(|c| c.resp.epsn),
+            in_flight: req.map_or(0, |r| r.next_psn.distance(r.una).max(0) as u32),
+            send_queued: self.sq.len(),
+            recv_posted: self.rq.len(),
+            rnr_waiting: req.is_some_and(|r| r.rnr_waiting),
+            counters: self.counters,
+        }
+    }
+
+    /// `ibv_query_qp`: the attributes as last set, with the state and PSNs as they are now,
+    /// and the creation attributes.
+    pub fn query(&self) -> (QpAttr, QpInitAttr) {
+        let mut a = self.attr;
+        a.qp_state = self.state;
+        a.cur_qp_state = self.state;
+        a.cap = self.init.cap;
+        if let Some(c) = &self.conn {
+            a.rq_psn = c.resp.epsn;
+            if let Some(r) = &c.req {
+                a.sq_psn = r.next_psn;
+            }
+        }
+        (a, self.init)
+    }
+
+    /// Receives posted to QP `qpn`'s own RQ and not yet completed: queued, or the one a
+    /// multi-packet Send is being placed into.
+    pub fn recv_outstanding(&self) -> usize {
+        let placing = self
+            .conn
+            .as_ref()
+            .is_some_and(|c| matches!(c.resp.cur, Some(InProgress::Send { .. })));
+        self.rq.len() + usize::from(placing && self.init.srq.is_none())
+    }
+
     /// Whether the QP may have something to transmit.
     pub fn wants_tx(&self) -> bool {
         match &self.conn {
@@ -199,4 +251,37 @@ pub(crate) fn read_reth(wqe: &SendWqe, pkt: u32, mtu: u32) -> RethRepr {
         rkey: wqe.wr.rdma.rkey,
         dma_len: wqe.len.saturating_sub(off),
     }
+}
+
+/// A snapshot of one QP ([`Device::qp_statuses`](crate::Device::qp_statuses)).
+#[derive(Debug, Clone)]
+pub struct QpStatus {
+    /// The QP's number on this device.
+    pub qpn: Qpn,
+    /// The client (session) that created the QP.
+    pub owner: ClientId,
+    /// The transport service (RC, UC, UD, ...).
+    pub qp_type: QpType,
+    /// The QP's current state in the IBA state machine (IBA 10.3.1).
+    pub state: QpState,
+    /// The connected peer's QP (RC, UC).
+    pub dest_qpn: Option<Qpn>,
+    /// The peer's address (RC, UC once past RTR).
+    pub peer: Option<SocketAddr>,
+    /// The PSN the next new packet gets (requester).
+    pub next_psn: Option<Psn>,
+    /// The oldest unacknowledged PSN (requester; equals `next_psn` when idle).
+    pub unacked_psn: Option<Psn>,
+    /// The PSN the responder expects next.
+    pub expected_psn: Option<Psn>,
+    /// Packets sent and not yet acknowledged.
+    pub in_flight: u32,
+    /// Send WRs not yet completed.
+    pub send_queued: usize,
+    /// Receive WRs posted and not yet consumed.
+    pub recv_posted: usize,
+    /// Waiting out an RNR NAK's timer.
+    pub rnr_waiting: bool,
+    /// The QP's share of the device's protocol counters (retransmissions, NAKs, drops).
+    pub counters: Counters,
 }

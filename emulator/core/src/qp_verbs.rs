@@ -2,21 +2,47 @@
 //! the output pollers.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use wire::roce::{Msn, Qpn, ROCE_V2_UDP_PORT};
+use wire::roce::{Msn, Qpn};
 
 use crate::attr::*;
-use crate::device::Device;
+use crate::completer::Completer;
+use crate::mcast::Groups;
 use crate::memory::Memory;
+use crate::mw::dealloc_mw;
+use crate::objects::Objects;
+use crate::path::{check_ah, path_of};
 use crate::qp::*;
 use crate::state;
 use crate::types::*;
 
-impl Device {
+/// What the QP verbs touch: the QPs and objects, the limits and GIDs of the
+/// configuration, the next QPN to hand out and the multicast groups (a QP attached to one
+/// is not destroyed).
+#[derive(Debug)]
+pub(crate) struct VerbParts<'a> {
+    pub cfg: &'a DeviceConfig,
+    pub o: &'a mut Objects,
+    pub qps: &'a mut U32Map<Qp>,
+    pub next_qpn: &'a mut u32,
+    pub mcast: &'a mut Groups,
+}
+
+impl VerbParts<'_> {
+    fn completer(&mut self) -> Completer<'_> {
+        Completer {
+            o: self.o,
+            qps: self.qps,
+        }
+    }
+
     /// `ibv_create_qp`: returns the QPN and the actual capacities.
-    pub fn create_qp(&mut self, owner: ClientId, init: &QpInitAttr) -> Result<(Qpn, QpCap), Errno> {
+    pub(crate) fn create_qp(
+        &mut self,
+        owner: ClientId,
+        init: &QpInitAttr,
+    ) -> Result<(Qpn, QpCap), Errno> {
         let l = self.cfg.limits;
         let c = init.cap;
         if c.max_send_wr > l.max_qp_wr
@@ -38,12 +64,12 @@ impl Device {
             return Err(Errno::ENOMEM);
         }
         let qpn = loop {
-            self.next_qpn = (self.next_qpn + 1) & Qpn::MAX;
-            if self.next_qpn >= 16 && !self.qps.contains_key(&self.next_qpn) {
-                break Qpn(self.next_qpn);
+            *self.next_qpn = (*self.next_qpn + 1) & Qpn::MAX;
+            if *self.next_qpn >= 16 && !self.qps.contains_key(&*self.next_qpn) {
+                break Qpn(*self.next_qpn);
             }
         };
-        self.pd_ref(init.pd, 1)?;
+        self.o.pd_ref(init.pd, 1)?;
         for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.o.cqs.get_mut(&cq.0) {
                 c.refs += 1;
@@ -94,24 +120,8 @@ impl Device {
         Ok((qpn, cap))
     }
 
-    /// `ibv_query_qp`: the attributes as last set, and the creation attributes.
-    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr), Errno> {
-        let qp = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
-        let mut a = qp.attr;
-        a.qp_state = qp.state;
-        a.cur_qp_state = qp.state;
-        a.cap = qp.init.cap;
-        if let Some(c) = &qp.conn {
-            a.rq_psn = c.resp.epsn;
-            if let Some(r) = &c.req {
-                a.sq_psn = r.next_psn;
-            }
-        }
-        Ok((a, qp.init))
-    }
-
     /// `ibv_destroy_qp`: outstanding WRs are discarded without completions.
-    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Errno> {
+    pub(crate) fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Errno> {
         if !self.qps.contains_key(&qpn.0) {
             return Err(Errno::EINVAL);
         }
@@ -121,7 +131,7 @@ impl Device {
         }
         let qp = self.qps.remove(&qpn.0).ok_or(Errno::EINVAL)?;
         self.o.timers.cancel_qp(qpn.0);
-        let _ = self.pd_ref(qp.init.pd, -1);
+        let _ = self.o.pd_ref(qp.init.pd, -1);
         for cq in [qp.init.send_cq, qp.init.recv_cq] {
             if let Some(c) = self.o.cqs.get_mut(&cq.0) {
                 c.refs = c.refs.saturating_sub(1);
@@ -140,7 +150,7 @@ impl Device {
     }
 
     /// `ibv_modify_qp`.
-    pub fn modify_qp(
+    pub(crate) fn modify_qp(
         &mut self,
         now: Instant,
         qpn: Qpn,
@@ -158,7 +168,7 @@ impl Device {
         let from = qp.state;
         // Validate the path before changing anything.
         let path = if mask.contains(QpAttrMask::AV) {
-            Some(self.path_of(qpn, &attr.ah_attr, attr.dest_qp_num)?)
+            Some(path_of(self.cfg, qpn, &attr.ah_attr, attr.dest_qp_num)?)
         } else {
             None
         };
@@ -181,7 +191,7 @@ impl Device {
                 return Ok(());
             }
             QpState::Err => {
-                self.enter_error(qpn);
+                self.completer().enter_error(qpn);
                 return Ok(());
             }
             _ => {}
@@ -265,7 +275,7 @@ impl Device {
             || (mask.contains(QpAttrMask::ACCESS_FLAGS) && a.qp_access_flags.0 & !0x3f != 0)
             || (mask.contains(QpAttrMask::AV)
                 && t != QpType::Ud
-                && self.check_ah(&a.ah_attr).is_err());
+                && check_ah(self.cfg, &a.ah_attr).is_err());
         if bad {
             Err(Errno::EINVAL)
         } else {
@@ -273,29 +283,9 @@ impl Device {
         }
     }
 
-    /// The UDP source port for packets between `a` and `b` (rxe hashes the QP pair into
-    /// 0xC000..=0xFFFF), unless the backend fixes it.
-    pub(crate) fn src_port(&self, a: Qpn, b: Qpn) -> u16 {
-        self.cfg.udp_src_port.unwrap_or_else(|| {
-            let mut h = (u64::from(a.0) << 24 | u64::from(b.0)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            h ^= h >> 29;
-            0xc000 | (h as u16 & 0x3fff)
-        })
-    }
-
-    pub(crate) fn path_of(&self, qpn: Qpn, ah: &AhAttr, dest: Qpn) -> Result<Path, Errno> {
-        self.check_ah(ah)?;
-        let src_ip: IpAddr = self.cfg.gids[usize::from(ah.grh.sgid_index)].to_ip();
-        Ok(Path {
-            src: SocketAddr::new(src_ip, self.src_port(qpn, dest)),
-            dst: SocketAddr::new(ah.grh.dgid.to_ip(), ROCE_V2_UDP_PORT),
-            traffic_class: ah.grh.traffic_class & !ECN_MASK,
-        })
-    }
-
     /// `ibv_post_send` (one WR). Inline data not already copied (`INLINE` set, no
     /// `inline_data`) is gathered from `mem` now, as `ibv_post_send` does.
-    pub fn post_send(
+    pub(crate) fn post_send(
         &mut self,
         now: Instant,
         qpn: Qpn,
@@ -382,26 +372,15 @@ impl Device {
             done: None,
         });
         if matches!(qp.state, QpState::Err | QpState::Sqe) {
-            self.flush(qpn);
+            self.completer().flush(qpn);
         } else {
             self.o.schedule(qp);
         }
         Ok(())
     }
 
-    /// Receives posted to QP `qpn`'s own RQ and not yet completed: queued, or the one a
-    /// multi-packet Send is being placed into. `None` for an unknown QP.
-    pub fn recv_outstanding(&self, qpn: Qpn) -> Option<usize> {
-        let qp = self.qps.get(&qpn.0)?;
-        let placing = qp
-            .conn
-            .as_ref()
-            .is_some_and(|c| matches!(c.resp.cur, Some(InProgress::Send { .. })));
-        Some(qp.rq.len() + usize::from(placing && qp.init.srq.is_none()))
-    }
-
     /// `ibv_post_recv` (one WR).
-    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), Errno> {
+    pub(crate) fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), Errno> {
         let qp = self.qps.get_mut(&qpn.0).ok_or(Errno::EINVAL)?;
         if qp.init.srq.is_some() || qp.state == QpState::Reset {
             return Err(Errno::EINVAL);
@@ -414,14 +393,14 @@ impl Device {
         }
         qp.rq.push_back(wr);
         if qp.state == QpState::Err {
-            self.flush(qpn);
+            self.completer().flush(qpn);
         }
         Ok(())
     }
 
     /// A client died: its QPs are destroyed (no completion of theirs reaches anyone),
     /// its objects freed, its queued completions and events dropped.
-    pub fn release_client(&mut self, now: Instant, owner: ClientId) {
+    pub(crate) fn release_client(&mut self, now: Instant, owner: ClientId) {
         let _ = now;
         let qpns: Vec<u32> = self
             .qps
@@ -442,7 +421,7 @@ impl Device {
             .map(|(h, _)| *h)
             .collect();
         for h in mws {
-            let _ = self.dealloc_mw(MwHandle(h));
+            let _ = dealloc_mw(self.o, MwHandle(h));
         }
         self.o.keys.by_index.retain(|_, r| r.owner != owner);
         self.o.ahs.retain(|_, a| a.owner != owner);
@@ -460,28 +439,6 @@ impl Device {
         self.o.completions.retain(|(c, _)| !cqs.contains(&c.0));
         self.o.pds.retain(|_, p| p.owner != owner);
         self.o.events.retain(|(c, _)| *c != owner);
-    }
-
-    /// The next completion, with the CQ it belongs to.
-    pub fn poll_completion(&mut self) -> Option<(CqHandle, WorkCompletion)> {
-        let (cq, wc) = self.o.completions.pop_front()?;
-        if let Some(c) = self.o.cqs.get_mut(&cq.0) {
-            c.pending = c.pending.saturating_sub(1);
-        }
-        Some((cq, wc))
-    }
-
-    /// The next async event, with the client it belongs to.
-    pub fn poll_event(&mut self) -> Option<(ClientId, AsyncEvent)> {
-        self.o.events.pop_front()
-    }
-
-    /// The earliest timer deadline.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.o.timers.next(), self.next_pause_end()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
     }
 }
 

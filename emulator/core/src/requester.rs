@@ -1,7 +1,7 @@
 //! The requester (IBA 9.7.4): the transmit scheduler, segmentation to the path MTU,
 //! packet building straight from application memory.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use wire::roce::{
     packet, AtomicEthRepr, Body, DethRepr, Header, ImmDt, Request, SendSeg, UcRequest, UcSendSeg,
@@ -9,10 +9,17 @@ use wire::roce::{
 };
 
 use crate::attr::*;
-use crate::device::Device;
+use crate::completer::Completer;
+use crate::dcqcn::DcqcnParams;
 use crate::dma::{check_local_sges, finish_icrc, gather};
 use crate::memory::Memory;
+use crate::mw::bind_window;
+use crate::objects::{Objects, RECOUNT};
+use crate::path::path_of;
+use crate::pfc::TxPause;
 use crate::qp::*;
+use crate::reaction;
+use crate::responder::transmit_response;
 use crate::timers::TimerKind;
 use crate::types::*;
 use wire::roce::Qpn;
@@ -30,39 +37,41 @@ const WINDOW: i32 = 512;
 /// its bandwidth.
 pub(crate) const DEVICE_WINDOW: u32 = 4096;
 
-/// How long a count of the device's packets in flight stands: messages started since
-/// are added to it, ACKs are seen at the next count.
-const RECOUNT: Duration = Duration::from_millis(1);
-
-/// The device's request packets in flight over its RC QPs (PSNs sent and not yet
-/// acknowledged): counted at most every [`RECOUNT`], with the messages started since
-/// added, so between counts it can only be too high, never too low.
-#[derive(Debug, Default)]
-pub(crate) struct Inflight {
-    packets: u32,
-    counted_at: Option<Instant>,
+/// What the requester touches: the QPs and objects, the configuration (GIDs of UD
+/// sources), the link's pauses and the reaction point's pacing.
+#[derive(Debug)]
+pub(crate) struct RequesterParts<'a> {
+    pub cfg: &'a DeviceConfig,
+    pub o: &'a mut Objects,
+    pub qps: &'a mut U32Map<Qp>,
+    pub pfc: &'a mut TxPause,
+    pub dcqcn: &'a DcqcnParams,
 }
 
-impl Device {
-    /// Writes the next packet to send into `buf` (BTH through ICRC) and says where it
-    /// goes; `None` when nothing is ready.
-    pub fn poll_transmit(
+impl RequesterParts<'_> {
+    fn completer(&mut self) -> Completer<'_> {
+        Completer {
+            o: self.o,
+            qps: self.qps,
+        }
+    }
+
+    /// Writes the next request or response packet of the scheduled QPs into `buf` (BTH
+    /// through ICRC) and says where it goes; `None` when none is ready.
+    pub(crate) fn poll_transmit(
         &mut self,
         now: Instant,
         mem: &mut dyn Memory,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        if !self.cnp_paused(now) {
-            if let Some(t) = self.transmit_cnp(buf) {
-                return Some(t);
-            }
-        }
         while let Some(qpn) = self.o.sched.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else {
                 continue;
             };
             qp.scheduled = false;
-            if self.pfc_held(now, qpn) || self.paced_out(now, qpn) {
+            if self.pfc.held(now, qpn, self.qps, &mut self.o.counters)
+                || reaction::paced_out(now, qpn, self.qps, self.o)
+            {
                 continue;
             }
             let t = self.transmit_one(now, qpn, mem, buf);
@@ -110,7 +119,7 @@ impl Device {
         }
         let conn = qp.conn.as_ref()?;
         if !conn.resp.out.is_empty() {
-            return self.transmit_response(qpn, mem, buf);
+            return transmit_response(self.qps, self.o, qpn, mem, buf);
         }
         loop {
             let qp = self.qps.get_mut(&qpn)?;
@@ -161,7 +170,7 @@ impl Device {
                         if let Some(r) = qp.conn.as_mut().and_then(|c| c.req.as_mut()) {
                             r.cursor = (i + 1, 0);
                         }
-                        self.retire(qpn);
+                        self.completer().retire(qpn);
                         continue;
                     }
                     _ => {}
@@ -180,13 +189,13 @@ impl Device {
                 if ud_source_gone {
                     qp.sq[i].done = Some(WcStatus::LocQpOpErr);
                     req.cursor = (i + 1, 0);
-                    self.retire(qpn);
+                    self.completer().retire(qpn);
                     return None;
                 }
                 if let Err(status) = check_local_sges(&self.o.keys, qp.init.pd, wqe) {
                     qp.sq[i].done = Some(status);
                     req.cursor = (i + 1, 0);
-                    self.retire(qpn);
+                    self.completer().retire(qpn);
                     return None;
                 }
                 let npkts = match wqe.wr.opcode {
@@ -218,7 +227,7 @@ impl Device {
     /// Executes LOCAL_INV / BIND_MW at their turn in the send queue.
     fn local_op(&mut self, pd: PdHandle, qpn: Qpn, wr: &SendWr) -> WcStatus {
         match wr.opcode {
-            WrOpcode::BindMw => match self.bind_window(pd, Some(qpn), &wr.bind_mw) {
+            WrOpcode::BindMw => match bind_window(&mut self.o.keys, pd, Some(qpn), &wr.bind_mw) {
                 Ok(_) => WcStatus::Success,
                 Err(s) => s,
             },
@@ -260,7 +269,7 @@ impl Device {
             let (path, dest) = if qp.qp_type == QpType::Ud {
                 let ah = self.o.ahs.get(&wqe.wr.ud.ah.0)?;
                 (
-                    self.path_of(qp.qpn, &ah.attr, wqe.wr.ud.remote_qpn).ok()?,
+                    path_of(self.cfg, qp.qpn, &ah.attr, wqe.wr.ud.remote_qpn).ok()?,
                     wqe.wr.ud.remote_qpn,
                 )
             } else {
@@ -384,7 +393,7 @@ impl Device {
         if let Err(status) = gathered {
             let qp = self.qps.get_mut(&qpn)?;
             qp.sq[i].done = Some(status);
-            self.retire(qpn);
+            self.completer().retire(qpn);
             return None;
         }
         finish_icrc(buf, path);
@@ -413,11 +422,11 @@ impl Device {
             _ => {
                 if pkt + 1 >= npkts {
                     qp.sq[i].done = Some(WcStatus::Success);
-                    self.retire(qpn);
+                    self.completer().retire(qpn);
                 }
             }
         }
-        self.request_sent(now, qpn, total);
+        reaction::request_sent(*self.dcqcn, now, qpn, total, self.qps);
         Some(Transmit {
             src: path.src,
             dst: path.dst,

@@ -10,28 +10,38 @@ use wire::roce::{
 };
 
 use crate::attr::*;
-use crate::device::{Device, ForcedResponse, Objects};
+use crate::completer::Completer;
 use crate::dma::{finish_icrc, scatter};
-use crate::execute::execute;
+use crate::execute::{execute, imm_to_wc, take_rwqe, Outcome};
 use crate::memory::Memory;
+use crate::objects::Objects;
 use crate::qp::*;
 use crate::types::*;
 use wire::roce::Qpn;
 
-/// What to do after a request packet.
-pub(crate) enum Outcome {
-    /// Processed; advance the expected PSN by this many and maybe ACK.
-    Done(u32),
-    /// Send an RNR NAK (no receive WQE); the PSN stays.
+/// A response the responder gives to a request instead of executing it (fault
+/// injection: `rdma-emu fault add DEV rnr|nak …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForcedResponse {
+    /// An RNR NAK, as with no receive WQE: only for requests that consume one (SEND
+    /// First/Only, RDMA WRITE Only with Immediate); the PSN stays, the requester retries.
     Rnr,
-    /// Send a PSN sequence error NAK for this very PSN (forced by fault injection); the
-    /// PSN stays and the requester retransmits from it.
-    Sequence,
-    /// Fatal: NAK with this code, raise this event, move to error.
-    Fatal(NakCode, Option<AsyncEvent>),
+    /// A NAK with this code. `PsnSequenceError` makes the requester go back to the
+    /// expected PSN; the others are fatal on both sides, as when the responder found the
+    /// request at fault (invalid request, access error, operational error).
+    Nak(wire::roce::NakCode),
 }
 
-impl Device {
+/// What the responder touches: the QPs, the objects its receives and completions use, and
+/// the response fault injection forced on one QP's next request.
+#[derive(Debug)]
+pub(crate) struct ResponderParts<'a> {
+    pub o: &'a mut Objects,
+    pub qps: &'a mut U32Map<Qp>,
+    pub forced: &'a mut Option<(u32, ForcedResponse)>,
+}
+
+impl ResponderParts<'_> {
     pub(crate) fn handle_request(
         &mut self,
         now: Instant,
@@ -57,7 +67,7 @@ impl Device {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) {
-        let Device { qps, o, forced, .. } = self;
+        let ResponderParts { qps, o, forced } = self;
         let Some(qp) = qps.get_mut(&qpn) else { return };
         let Some(conn) = qp.conn.as_mut() else { return };
         let psn = h.psn;
@@ -150,7 +160,7 @@ impl Device {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) {
-        let Device { qps, o, .. } = self;
+        let ResponderParts { qps, o, .. } = self;
         let Some(qp) = qps.get_mut(&qpn) else { return };
         let Some(conn) = qp.conn.as_mut() else { return };
         let psn = h.psn;
@@ -228,7 +238,7 @@ impl Device {
         payload: &[u8],
         mem: &mut dyn Memory,
     ) {
-        let Device { qps, o, .. } = self;
+        let ResponderParts { qps, o, .. } = self;
         let Some(qp) = qps.get_mut(&qpn) else { return };
         // IBA 10.2.4.5: the Q_Key must match the QP's.
         if deth.qkey != qp.attr.qkey {
@@ -263,132 +273,133 @@ impl Device {
         };
         o.push_wc(qp.init.recv_cq, wc);
     }
+}
 
-    /// Sends the next queued response of a QP.
-    pub(crate) fn transmit_response(
-        &mut self,
-        qpn: u32,
-        mem: &mut dyn Memory,
-        buf: &mut Vec<u8>,
-    ) -> Option<Transmit> {
-        let qp = self.qps.get_mut(&qpn)?;
-        let credits = if qp.init.srq.is_some() {
-            CreditCode::INVALID
-        } else {
-            CreditCode::from_credits(qp.rq.len() as u32)
-        };
-        let conn = qp.conn.as_mut()?;
-        let path = conn.path?;
-        let mtu = conn.mtu;
-        let dest = conn.dest_qpn;
-        let front = *conn.resp.out.front()?;
-        let (psn, body, read) = match front {
-            RespOut::Ack { psn, syndrome, msn } => {
-                conn.resp.out.pop_front();
-                let syndrome = match syndrome {
-                    Syndrome::Ack(_) => Syndrome::Ack(credits),
-                    s => s,
-                };
-                (
-                    psn,
-                    Body::RcResponse(Response::Ack(AethRepr { syndrome, msn })),
-                    None,
-                )
-            }
-            RespOut::AtomicAck { psn, orig, msn } => {
-                conn.resp.out.pop_front();
-                let aeth = AethRepr {
-                    syndrome: Syndrome::Ack(credits),
-                    msn,
-                };
-                (
-                    psn,
-                    Body::RcResponse(Response::AtomicAck(
-                        aeth,
-                        AtomicAckEthRepr { orig_data: orig },
-                    )),
-                    None,
-                )
-            }
-            RespOut::Read {
-                first_psn,
-                next_pkt,
-                npkts,
-                space,
-                host,
-                len,
+/// Sends the next queued response of a QP.
+pub(crate) fn transmit_response(
+    qps: &mut U32Map<Qp>,
+    o: &mut Objects,
+    qpn: u32,
+    mem: &mut dyn Memory,
+    buf: &mut Vec<u8>,
+) -> Option<Transmit> {
+    let qp = qps.get_mut(&qpn)?;
+    let credits = if qp.init.srq.is_some() {
+        CreditCode::INVALID
+    } else {
+        CreditCode::from_credits(qp.rq.len() as u32)
+    };
+    let conn = qp.conn.as_mut()?;
+    let path = conn.path?;
+    let mtu = conn.mtu;
+    let dest = conn.dest_qpn;
+    let front = *conn.resp.out.front()?;
+    let (psn, body, read) = match front {
+        RespOut::Ack { psn, syndrome, msn } => {
+            conn.resp.out.pop_front();
+            let syndrome = match syndrome {
+                Syndrome::Ack(_) => Syndrome::Ack(credits),
+                s => s,
+            };
+            (
+                psn,
+                Body::RcResponse(Response::Ack(AethRepr { syndrome, msn })),
+                None,
+            )
+        }
+        RespOut::AtomicAck { psn, orig, msn } => {
+            conn.resp.out.pop_front();
+            let aeth = AethRepr {
+                syndrome: Syndrome::Ack(credits),
                 msn,
-            } => {
-                let aeth = AethRepr {
-                    syndrome: Syndrome::Ack(credits),
-                    msn,
-                };
-                let seg = match (next_pkt == 0, next_pkt + 1 == npkts) {
-                    (true, true) => ReadRespSeg::Only(aeth),
-                    (true, false) => ReadRespSeg::First(aeth),
-                    (false, false) => ReadRespSeg::Middle,
-                    (false, true) => ReadRespSeg::Last(aeth),
-                };
-                if next_pkt + 1 >= npkts {
-                    conn.resp.out.pop_front();
-                } else if let Some(RespOut::Read { next_pkt: n, .. }) = conn.resp.out.front_mut() {
-                    *n += 1;
-                }
-                let off = next_pkt * mtu;
-                let n = len.saturating_sub(off).min(mtu);
-                (
-                    first_psn.wrapping_add(next_pkt),
-                    Body::RcResponse(Response::ReadResponse(seg)),
-                    Some((space, host + u64::from(off), n)),
-                )
+            };
+            (
+                psn,
+                Body::RcResponse(Response::AtomicAck(
+                    aeth,
+                    AtomicAckEthRepr { orig_data: orig },
+                )),
+                None,
+            )
+        }
+        RespOut::Read {
+            first_psn,
+            next_pkt,
+            npkts,
+            space,
+            host,
+            len,
+            msn,
+        } => {
+            let aeth = AethRepr {
+                syndrome: Syndrome::Ack(credits),
+                msn,
+            };
+            let seg = match (next_pkt == 0, next_pkt + 1 == npkts) {
+                (true, true) => ReadRespSeg::Only(aeth),
+                (true, false) => ReadRespSeg::First(aeth),
+                (false, false) => ReadRespSeg::Middle,
+                (false, true) => ReadRespSeg::Last(aeth),
+            };
+            if next_pkt + 1 >= npkts {
+                conn.resp.out.pop_front();
+            } else if let Some(RespOut::Read { next_pkt: n, .. }) = conn.resp.out.front_mut() {
+                *n += 1;
             }
-        };
-        let n = read.map_or(0, |r| r.2 as usize);
-        let hlen = body.header_len();
-        let pad = usize::from(packet::pad_count(n));
-        let total = hlen + n + pad + ICRC_LEN;
-        // Reuse the buffer without zero-filling it: headers and payload overwrite it, the
-        // pad is cleared below and the ICRC written last.
-        if buf.len() < total {
-            buf.resize(total, 0);
+            let off = next_pkt * mtu;
+            let n = len.saturating_sub(off).min(mtu);
+            (
+                first_psn.wrapping_add(next_pkt),
+                Body::RcResponse(Response::ReadResponse(seg)),
+                Some((space, host + u64::from(off), n)),
+            )
         }
-        buf.truncate(total);
-        buf[total - ICRC_LEN - pad..total - ICRC_LEN].fill(0);
-        let header = Header::new(dest, psn);
-        packet::emit_headers(&header, &body, n, buf);
-        if let Some((space, host, n)) = read {
-            if n > 0
-                && mem
-                    .read(space, host, &mut buf[hlen..hlen + n as usize])
-                    .is_err()
-            {
-                // The memory went away under a READ: NAK it (remote operational error).
-                let msn = conn.resp.msn;
-                conn.resp.out.retain(|o| !matches!(o, RespOut::Read { .. }));
-                conn.resp.out.push_front(RespOut::Ack {
-                    psn,
-                    syndrome: Syndrome::Nak(NakCode::RemoteOperationalError),
-                    msn,
-                });
-                return self.transmit_response(qpn, mem, buf);
-            }
-        }
-        finish_icrc(buf, path);
-        // A fatal responder error moves the QP to error once its NAK has left.
-        let fatal = qp
-            .conn
-            .as_ref()
-            .is_some_and(|c| c.resp.fatal && c.resp.out.is_empty());
-        if fatal {
-            self.enter_error(Qpn(qpn));
-        }
-        Some(Transmit {
-            src: path.src,
-            dst: path.dst,
-            len: total,
-            traffic_class: path.traffic_class,
-        })
+    };
+    let n = read.map_or(0, |r| r.2 as usize);
+    let hlen = body.header_len();
+    let pad = usize::from(packet::pad_count(n));
+    let total = hlen + n + pad + ICRC_LEN;
+    // Reuse the buffer without zero-filling it: headers and payload overwrite it, the
+    // pad is cleared below and the ICRC written last.
+    if buf.len() < total {
+        buf.resize(total, 0);
     }
+    buf.truncate(total);
+    buf[total - ICRC_LEN - pad..total - ICRC_LEN].fill(0);
+    let header = Header::new(dest, psn);
+    packet::emit_headers(&header, &body, n, buf);
+    if let Some((space, host, n)) = read {
+        if n > 0
+            && mem
+                .read(space, host, &mut buf[hlen..hlen + n as usize])
+                .is_err()
+        {
+            // The memory went away under a READ: NAK it (remote operational error).
+            let msn = conn.resp.msn;
+            conn.resp.out.retain(|o| !matches!(o, RespOut::Read { .. }));
+            conn.resp.out.push_front(RespOut::Ack {
+                psn,
+                syndrome: Syndrome::Nak(NakCode::RemoteOperationalError),
+                msn,
+            });
+            return transmit_response(qps, o, qpn, mem, buf);
+        }
+    }
+    finish_icrc(buf, path);
+    // A fatal responder error moves the QP to error once its NAK has left.
+    let fatal = qp
+        .conn
+        .as_ref()
+        .is_some_and(|c| c.resp.fatal && c.resp.out.is_empty());
+    if fatal {
+        Completer { o, qps }.enter_error(Qpn(qpn));
+    }
+    Some(Transmit {
+        src: path.src,
+        dst: path.dst,
+        len: total,
+        traffic_class: path.traffic_class,
+    })
 }
 
 fn is_last(r: &Request) -> bool {
@@ -411,33 +422,11 @@ fn push_ack(resp: &mut Responder, ack: RespOut) {
     resp.out.push_back(ack);
 }
 
-/// `ibv_wc.imm_data` from the wire value: in-memory bytes equal the wire bytes.
-pub(crate) fn imm_to_wc(i: wire::roce::ImmDt) -> u32 {
-    u32::from_le_bytes(i.0.to_be_bytes())
-}
-
 /// UC: forget the message in progress; a receive WQE it took goes back to the queue.
 fn abort_message(qp: &mut Qp) {
     let Some(conn) = qp.conn.as_mut() else { return };
     if let Some(InProgress::Send { rwqe, .. }) = conn.resp.cur.take() {
         qp.rq.push_front(rwqe);
-    }
-}
-
-/// Takes a receive WQE from the SRQ or the RQ; raises the SRQ limit event.
-pub(crate) fn take_rwqe(qp: &mut Qp, o: &mut Objects) -> Option<RecvWr> {
-    match qp.init.srq {
-        None => qp.rq.pop_front(),
-        Some(h) => {
-            let s = o.srqs.get_mut(&h.0)?;
-            let w = s.wqes.pop_front()?;
-            if s.attr.srq_limit > 0 && (s.wqes.len() as u32) < s.attr.srq_limit {
-                s.attr.srq_limit = 0;
-                o.events
-                    .push_back((s.owner, AsyncEvent::SrqLimitReached(h)));
-            }
-            Some(w)
-        }
     }
 }
 

@@ -1,147 +1,87 @@
-//! [`CmAgent`]: connections, listeners, timers; carries out the steps of [`super::table`].
+//! [`CmAgent`]: the verbs (librdmacm names), the listeners, the timers and the input entry
+//! point, over the connection machine of `machine.rs` that carries out the table's steps.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tracing::{debug, trace};
-use wire::cm::{mad, CmaHeader, ServiceId};
-use wire::roce::{Psn, Qkey, Qpn};
+use wire::cm::ServiceId;
+use wire::roce::{Qkey, Qpn};
 
+use super::conn::{Payload, Sidr};
 use super::format;
-use super::table::{step, CmState, Ev, Input, Msg, Timer};
-use super::{
-    iba_time, reason, sidr_status, CmConfig, CmCounters, CmEvent, CmTransmit, ConnId, ConnParams,
-    ConnPath, Owner, PeerInfo, Route,
+use super::input::MadInput;
+use super::machine::Machine;
+use super::qp_attr::conn_qp_attr;
+use super::table::{CmState, Input};
+use super::types::{
+    reason, sidr_status, CmConfig, CmCounters, CmEvent, CmTransmit, ConnId, ConnParams, ConnPath,
+    Owner, PeerInfo, Route,
 };
-use crate::sim::Rng;
-use crate::types::{Errno, Mtu, QpType};
+use crate::attr::QpAttr;
+use crate::types::{Errno, QpAttrMask, QpState, QpType};
 
 /// EADDRINUSE: the service ID already has a listener.
 const EADDRINUSE: Errno = Errno(98);
 
-/// The UD side of a SIDR exchange.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Sidr {
-    /// SIDR_REP status (passive side, what we answer).
-    pub status: u8,
-    /// The UD QP (ours on the passive side, the peer's on the active side).
-    pub qpn: Qpn,
-    /// Its Q_Key.
-    pub qkey: Qkey,
-}
-
-/// One connection.
-#[derive(Debug, Clone)]
-pub(crate) struct Conn {
-    pub owner: Owner,
-    pub state: CmState,
-    pub active: bool,
-    /// Destroyed by the consumer: the protocol finishes, no more events.
-    pub orphan: bool,
-    pub local_comm_id: u32,
-    pub remote_comm_id: u32,
-    /// Transaction ID of the REQ (REP, RTU, MRA, REJ reuse it).
-    pub tid: u64,
-    /// Transaction ID of the peer's DREQ (our DREP reuses it).
-    pub dreq_tid: u64,
-    pub service_id: ServiceId,
-    pub local: IpAddr,
-    pub remote: IpAddr,
-    pub sgid_index: u8,
-    pub src_port: u16,
-    pub params: ConnParams,
-    pub psn: Psn,
-    pub peer: Option<PeerInfo>,
-    pub mtu: Mtu,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    /// Local ACK timeout exponent of the path (packet lifetime + 1).
-    pub ack_timeout: u8,
-    /// Retransmission interval (the peer's CM response time + 2 packet lifetimes).
-    pub response_timeout: Duration,
-    /// The kept REQ / REP / DREQ / SIDR_REQ.
-    pub sent: Option<Box<[u8; mad::MAD_LEN]>>,
-    pub retries_left: u8,
-    pub deadline: Option<Instant>,
-    /// Service timeout of the last MRA received.
-    pub mra_timeout: u8,
-    /// REJ we send (reason, ARI, private data), set by reject/destroy.
-    pub rej: (u16, Vec<u8>, Vec<u8>),
-    /// Private data of DREQ/DREP/RTU we send.
-    pub out_private: Vec<u8>,
-    pub sidr: Sidr,
-}
-
-/// What came with a message, for the event it raises.
-#[derive(Debug, Default)]
-pub(super) struct Payload {
-    pub(super) private_data: Vec<u8>,
-    pub(super) reason: u16,
-    pub(super) ari: Vec<u8>,
-    pub(super) cma: Option<CmaHeader>,
-    pub(super) sidr: Option<(u8, Qpn, Qkey)>,
-}
-
 /// The connection manager of one device. See the [module docs](super).
 #[derive(Debug)]
 pub struct CmAgent {
-    pub(super) cfg: CmConfig,
-    pub(super) rng: Rng,
-    pub(super) id_operand: u32,
-    pub(super) next_id: u32,
-    pub(super) conns: HashMap<u32, Conn>,
-    /// (peer address, peer comm ID) → local comm ID: duplicate REQs, REJ/SIDR matching.
-    pub(super) by_remote: HashMap<(IpAddr, u32), u32>,
+    pub(super) m: Machine,
     pub(super) listeners: HashMap<u64, Owner>,
-    pub(super) transmits: VecDeque<CmTransmit>,
-    pub(super) events: VecDeque<(ConnId, Owner, CmEvent)>,
-    pub(super) counters: CmCounters,
 }
 
 impl CmAgent {
     /// An agent with no connections.
     pub fn new(cfg: CmConfig) -> Self {
-        let mut rng = Rng::new(cfg.seed ^ 0x636d_5f61_6765_6e74);
-        let id_operand = rng.next_u64() as u32;
         CmAgent {
-            cfg,
-            rng,
-            id_operand,
-            next_id: 0,
-            conns: HashMap::new(),
-            by_remote: HashMap::new(),
+            m: Machine::new(cfg),
             listeners: HashMap::new(),
-            transmits: VecDeque::new(),
-            events: VecDeque::new(),
-            counters: CmCounters::default(),
         }
     }
 
     /// The configuration.
     pub fn config(&self) -> &CmConfig {
-        &self.cfg
+        &self.m.cfg
     }
 
     /// Counters.
     pub fn counters(&self) -> &CmCounters {
-        &self.counters
+        &self.m.counters
+    }
+
+    /// `rdma_init_qp_attr` for `state` (INIT, RTR or RTS) of connection `id`.
+    ///
+    /// - INIT: remote write, plus read and atomic when this side accepts READ/atomic
+    ///   requests (no access at all before the peer answered).
+    /// - RTR: the AV (GRH to the peer's GID, flow label, hop limit, traffic class, the
+    ///   local GID's index), path MTU, the peer's QPN, `rq_psn` = the starting PSN *we*
+    ///   sent (the Linux CM: the starting PSN of a REQ or REP is the PSN its sender
+    ///   expects to receive first; `ib_send_cm_req` keeps the REQ's as `rq_psn`),
+    ///   `max_dest_rd_atomic`, `min_rnr_timer` 0 (RC).
+    /// - RTS: `sq_psn` = the peer's starting PSN, local ACK timeout (packet lifetime + 1),
+    ///   retry counts
+    ///   (transport: the active side's own, the passive side the REQ's; RNR: the peer's),
+    ///   `max_rd_atomic` (RC).
+    ///
+    /// EINVAL: another state, or RTR/RTS before the peer's REQ/REP is known.
+    pub fn init_qp_attr(&self, id: ConnId, state: QpState) -> Result<(QpAttr, QpAttrMask), Errno> {
+        conn_qp_attr(self.m.conn(id)?, state)
     }
 
     /// The state of a connection (`None`: unknown or gone).
     pub fn state(&self, id: ConnId) -> Option<CmState> {
-        self.conns.get(&id.0).map(|c| c.state)
+        self.m.conns.get(&id.0).map(|c| c.state)
     }
 
     /// What the peer of a connection said (after REQ or REP).
     pub fn peer(&self, id: ConnId) -> Option<PeerInfo> {
-        self.conns.get(&id.0).and_then(|c| c.peer)
+        self.m.conns.get(&id.0).and_then(|c| c.peer)
     }
 
     /// The path of a connection (what `rdma_cm_id.route` shows for it).
     pub fn path(&self, id: ConnId) -> Option<ConnPath> {
-        self.conns.get(&id.0).map(|c| ConnPath {
+        self.m.conns.get(&id.0).map(|c| ConnPath {
             local: c.local,
             remote: c.remote,
             service_id: c.service_id,
@@ -155,11 +95,7 @@ impl CmAgent {
 
     /// Number of connection records (time-wait ones included).
     pub fn connection_count(&self) -> usize {
-        self.conns.len()
-    }
-
-    pub(crate) fn conn(&self, id: ConnId) -> Result<&Conn, Errno> {
-        self.conns.get(&id.0).ok_or(Errno::ENOENT)
+        self.m.conns.len()
     }
 
     // ---- verbs -------------------------------------------------------------------
@@ -175,7 +111,7 @@ impl CmAgent {
 
     /// The device's GID table changed (an address came or went; indices are stable).
     pub fn set_gids(&mut self, gids: Vec<crate::types::Gid>) {
-        self.cfg.gids = gids;
+        self.m.cfg.gids = gids;
     }
 
     /// Whether somebody listens on `service_id`.
@@ -205,8 +141,8 @@ impl CmAgent {
         {
             return Err(Errno::EINVAL);
         }
-        let id = self.new_conn(owner, true, route, params);
-        self.apply(now, id, Input::Connect, Payload::default())?;
+        let id = self.m.new_conn(owner, true, route, params);
+        self.m.apply(now, id, Input::Connect, Payload::default())?;
         Ok(ConnId(id))
     }
 
@@ -225,8 +161,9 @@ impl CmAgent {
         let mut params = ConnParams::rc(Qpn(0));
         params.qp_type = QpType::Ud;
         params.private_data = private_data.to_vec();
-        let id = self.new_conn(owner, true, route, params);
-        self.apply(now, id, Input::SidrResolve, Payload::default())?;
+        let id = self.m.new_conn(owner, true, route, params);
+        self.m
+            .apply(now, id, Input::SidrResolve, Payload::default())?;
         Ok(ConnId(id))
     }
 
@@ -237,7 +174,7 @@ impl CmAgent {
         if params.private_data.len() > format::REP_PRIVATE {
             return Err(Errno::EINVAL);
         }
-        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        let c = self.m.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
         if c.active || !matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent) {
             return Err(Errno::EINVAL);
         }
@@ -247,7 +184,7 @@ impl CmAgent {
             c.psn = psn;
         }
         c.params = params;
-        self.apply(now, id.0, Input::Accept, Payload::default())
+        self.m.apply(now, id.0, Input::Accept, Payload::default())
     }
 
     /// Accepts a SIDR request: the SIDR_REP carries the UD QP and its Q_Key.
@@ -262,7 +199,7 @@ impl CmAgent {
         if private_data.len() > format::SIDR_REP_PRIVATE {
             return Err(Errno::EINVAL);
         }
-        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        let c = self.m.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
         if c.state != CmState::SidrReqRcvd {
             return Err(Errno::EINVAL);
         }
@@ -272,7 +209,7 @@ impl CmAgent {
             qkey,
         };
         c.out_private = private_data.to_vec();
-        self.apply(now, id.0, Input::Accept, Payload::default())
+        self.m.apply(now, id.0, Input::Accept, Payload::default())
     }
 
     /// Rejects a connection request (passive) or a REP (active) with `reason`
@@ -285,7 +222,7 @@ impl CmAgent {
         reason: u16,
         private_data: &[u8],
     ) -> Result<(), Errno> {
-        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        let c = self.m.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
         let max = if c.state == CmState::SidrReqRcvd {
             format::SIDR_REP_PRIVATE
         } else {
@@ -297,14 +234,15 @@ impl CmAgent {
         c.rej = (reason, Vec::new(), private_data.to_vec());
         c.sidr.status = sidr_status::REJECT;
         c.out_private = private_data.to_vec();
-        self.apply(now, id.0, Input::Reject, Payload::default())
+        self.m.apply(now, id.0, Input::Reject, Payload::default())
     }
 
     /// Active side after REP: sends the RTU (rdma_establish, or the CMA once the QP is
     /// in RTS). Passive side before RTU: the QP received traffic (COMM_EST), the
     /// connection is established ([`CmEvent::Established`]).
     pub fn establish(&mut self, now: Instant, id: ConnId) -> Result<(), Errno> {
-        self.apply(now, id.0, Input::Establish, Payload::default())
+        self.m
+            .apply(now, id.0, Input::Establish, Payload::default())
     }
 
     /// rdma_disconnect: DREQ when established, DREP when the peer's DREQ came first.
@@ -317,9 +255,10 @@ impl CmAgent {
         if private_data.len() > format::DREQ_PRIVATE {
             return Err(Errno::EINVAL);
         }
-        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        let c = self.m.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
         c.out_private = private_data.to_vec();
-        self.apply(now, id.0, Input::Disconnect, Payload::default())
+        self.m
+            .apply(now, id.0, Input::Disconnect, Payload::default())
     }
 
     /// rdma_destroy_id: the consumer is gone. The agent ends the protocol as the Linux
@@ -327,20 +266,20 @@ impl CmAgent {
     /// request, DREQ on an established connection, DREP on a received DREQ) and raises no
     /// more events for it.
     pub fn destroy(&mut self, now: Instant, id: ConnId) -> Result<(), Errno> {
-        let c = self.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
+        let c = self.m.conns.get_mut(&id.0).ok_or(Errno::ENOENT)?;
         c.orphan = true;
         c.out_private.clear();
         if matches!(c.state, CmState::ReqSent | CmState::MraReqRcvd) {
             c.rej = (
                 reason::TIMEOUT,
-                self.cfg.local_ca_guid.to_be_bytes().to_vec(),
+                self.m.cfg.local_ca_guid.to_be_bytes().to_vec(),
                 Vec::new(),
             );
         } else {
             c.rej = (reason::CONSUMER_DEFINED, Vec::new(), Vec::new());
         }
         c.sidr.status = sidr_status::REJECT;
-        self.apply(now, id.0, Input::Destroy, Payload::default())
+        self.m.apply(now, id.0, Input::Destroy, Payload::default())
     }
 
     /// Drops every listener and connection of `owner` as [`CmAgent::destroy`] would
@@ -348,6 +287,7 @@ impl CmAgent {
     pub fn release_owner(&mut self, now: Instant, owner: Owner) {
         self.listeners.retain(|_, o| *o != owner);
         let mut ids: Vec<u32> = self
+            .m
             .conns
             .iter()
             .filter(|(_, c)| c.owner == owner && !c.orphan)
@@ -363,22 +303,33 @@ impl CmAgent {
 
     /// The next MAD to send.
     pub fn poll_transmit(&mut self) -> Option<CmTransmit> {
-        self.transmits.pop_front()
+        self.m.transmits.pop_front()
     }
 
     /// The next event for a consumer: the connection, its owner, what happened.
     pub fn poll_event(&mut self) -> Option<(ConnId, Owner, CmEvent)> {
-        self.events.pop_front()
+        self.m.events.pop_front()
     }
 
     /// When [`CmAgent::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.values().filter_map(|c| c.deadline).min()
+        self.m.conns.values().filter_map(|c| c.deadline).min()
+    }
+
+    /// A MAD received on QP1 from `from` (the GRH source) to `to` (our address).
+    /// Anything that is not a CM MAD of class version 2 sent with method Send is dropped.
+    pub fn handle_mad(&mut self, now: Instant, from: IpAddr, to: IpAddr, bytes: &[u8]) {
+        MadInput {
+            m: &mut self.m,
+            listeners: &self.listeners,
+        }
+        .handle_mad(now, from, to, bytes)
     }
 
     /// Runs every timer due at `now`: retransmissions, give-ups, time-wait exits.
     pub fn handle_timeout(&mut self, now: Instant) {
         let mut due: Vec<u32> = self
+            .m
             .conns
             .iter()
             .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
@@ -386,7 +337,7 @@ impl CmAgent {
             .collect();
         due.sort_unstable();
         for id in due {
-            let Some(c) = self.conns.get_mut(&id) else {
+            let Some(c) = self.m.conns.get_mut(&id) else {
                 continue;
             };
             c.deadline = None;
@@ -404,255 +355,7 @@ impl CmAgent {
             } else {
                 Input::Timeout
             };
-            let _ = self.apply(now, id, input, Payload::default());
+            let _ = self.m.apply(now, id, input, Payload::default());
         }
-    }
-
-    // ---- machinery -----------------------------------------------------------------
-
-    fn new_comm_id(&mut self) -> u32 {
-        loop {
-            // Like the Linux CM: a counter XORed with a random operand, stored in network
-            // order as the kernel's `__be32` does (so the wire shows it byte-swapped).
-            let raw = self.next_id ^ self.id_operand;
-            self.next_id = self.next_id.wrapping_add(1);
-            let id = raw.swap_bytes();
-            if id != 0 && !self.conns.contains_key(&id) {
-                return id;
-            }
-        }
-    }
-
-    pub(crate) fn tid_for(&self, comm_id: u32) -> u64 {
-        (u64::from(self.cfg.hi_tid) << 32) | u64::from(comm_id.swap_bytes())
-    }
-
-    pub(super) fn new_conn(
-        &mut self,
-        owner: Owner,
-        active: bool,
-        route: Route,
-        params: ConnParams,
-    ) -> u32 {
-        let id = self.new_comm_id();
-        let sgid_index = self
-            .cfg
-            .gids
-            .iter()
-            .position(|g| g.to_ip() == route.local)
-            .unwrap_or(0) as u8;
-        let psn = params
-            .starting_psn
-            .unwrap_or_else(|| Psn::new(self.rng.next_u64() as u32));
-        let plt = self.cfg.packet_life_time;
-        let mtu = params.path_mtu.min(self.cfg.active_mtu);
-        let response_timeout = if params.qp_type == QpType::Ud {
-            iba_time(self.cfg.cm_response_timeout)
-        } else {
-            iba_time(plt) * 2 + iba_time(self.cfg.cm_response_timeout)
-        };
-        let c = Conn {
-            owner,
-            state: CmState::Idle,
-            active,
-            orphan: false,
-            local_comm_id: id,
-            remote_comm_id: 0,
-            tid: self.tid_for(id),
-            dreq_tid: 0,
-            service_id: route.service_id(),
-            local: route.local,
-            remote: route.remote,
-            sgid_index,
-            src_port: route.src_port,
-            params,
-            psn,
-            peer: None,
-            mtu,
-            flow_label: route.flow_label(),
-            hop_limit: route.hop_limit,
-            traffic_class: route.traffic_class,
-            ack_timeout: plt + 1,
-            response_timeout,
-            sent: None,
-            retries_left: self.cfg.max_cm_retries,
-            deadline: None,
-            mra_timeout: 0,
-            rej: (reason::CONSUMER_DEFINED, Vec::new(), Vec::new()),
-            out_private: Vec::new(),
-            sidr: Sidr::default(),
-        };
-        self.conns.insert(id, c);
-        id
-    }
-
-    pub(super) fn push(&mut self, src: IpAddr, dst: IpAddr, mad: [u8; mad::MAD_LEN]) {
-        self.counters.tx += 1;
-        self.transmits.push_back(CmTransmit { src, dst, mad });
-    }
-
-    /// A REJ answering a REQ that gets no connection.
-    pub(super) fn reply_rej(
-        &mut self,
-        from: IpAddr,
-        to: IpAddr,
-        tid: u64,
-        remote: u32,
-        local: u32,
-        why: u16,
-    ) {
-        let m = format::rej_reply(tid, local, remote, 0, why);
-        self.push(to, from, m);
-    }
-
-    /// Carries out one cell of the table.
-    pub(super) fn apply(
-        &mut self,
-        now: Instant,
-        id: u32,
-        input: Input,
-        payload: Payload,
-    ) -> Result<(), Errno> {
-        let cfg_retries = self.cfg.max_cm_retries;
-        let timewait = iba_time(self.cfg.packet_life_time + 1);
-        let sidr_hold =
-            iba_time(self.cfg.cm_response_timeout) * (u32::from(self.cfg.max_cm_retries) + 1);
-        let Some(c) = self.conns.get(&id) else {
-            return Err(Errno::ENOENT);
-        };
-        let Some(st) = step(c.state, input) else {
-            trace!(
-                state = c.state.name(),
-                ?input,
-                "cm input not valid in state"
-            );
-            if c.state == CmState::Idle {
-                self.remove(id);
-            }
-            return Err(Errno::EINVAL);
-        };
-        if st.next != c.state {
-            debug!(
-                comm_id = id,
-                from = c.state.name(),
-                to = st.next.name(),
-                ?input,
-                "cm state"
-            );
-        }
-        let from_state = c.state;
-        if let Some(send) = st.send {
-            let mad = match send {
-                Msg::Resend => {
-                    self.counters.tx_retries += 1;
-                    c.sent.as_deref().copied()
-                }
-                _ => Some(format::build(self, c, from_state, send)),
-            };
-            let (src, dst) = (c.local, c.remote);
-            let keep = matches!(send, Msg::Req | Msg::Rep | Msg::Dreq | Msg::SidrReq);
-            if let Some(m) = mad {
-                self.push(src, dst, m);
-                if keep {
-                    if let Some(c) = self.conns.get_mut(&id) {
-                        c.sent = Some(Box::new(m));
-                    }
-                }
-            }
-        }
-        let Some(c) = self.conns.get_mut(&id) else {
-            return Ok(());
-        };
-        c.state = st.next;
-        match st.timer {
-            Timer::Keep => {}
-            Timer::Stop => c.deadline = None,
-            Timer::Response => {
-                if st.send == Some(Msg::Resend) {
-                    c.retries_left = c.retries_left.saturating_sub(1);
-                } else {
-                    c.retries_left = cfg_retries;
-                }
-                c.deadline = Some(now + c.response_timeout);
-            }
-            Timer::Mra => {
-                c.deadline = Some(now + iba_time(c.mra_timeout) + iba_time(c.ack_timeout));
-            }
-            Timer::Timewait => c.deadline = Some(now + timewait),
-            Timer::SidrHold => c.deadline = Some(now + sidr_hold),
-        }
-        if let Some(ev) = st.event {
-            if !c.orphan {
-                let event = make_event(ev, c, payload);
-                self.events.push_back((ConnId(id), c.owner, event));
-            }
-        }
-        if st.next == CmState::Idle {
-            self.remove(id);
-        }
-        Ok(())
-    }
-
-    fn remove(&mut self, id: u32) {
-        if let Some(c) = self.conns.remove(&id) {
-            if self.by_remote.get(&(c.remote, c.remote_comm_id)) == Some(&id) {
-                self.by_remote.remove(&(c.remote, c.remote_comm_id));
-            }
-        }
-    }
-}
-
-fn make_event(ev: Ev, c: &Conn, p: Payload) -> CmEvent {
-    match ev {
-        Ev::ConnectRequest => match c.peer {
-            Some(peer) => CmEvent::ConnectRequest {
-                service_id: c.service_id,
-                peer,
-                cma: p.cma,
-                private_data: p.private_data,
-            },
-            None => CmEvent::Unreachable,
-        },
-        Ev::SidrRequest => CmEvent::SidrRequest {
-            service_id: c.service_id,
-            addr: c.remote,
-            cma: p.cma,
-            private_data: p.private_data,
-        },
-        Ev::ConnectResponse => match c.peer {
-            Some(peer) => CmEvent::ConnectResponse {
-                peer,
-                private_data: p.private_data,
-            },
-            None => CmEvent::Unreachable,
-        },
-        Ev::Established => CmEvent::Established,
-        Ev::Rejected => CmEvent::Rejected {
-            reason: p.reason,
-            private_data: p.private_data,
-            ari: p.ari,
-        },
-        Ev::Unreachable => CmEvent::Unreachable,
-        Ev::Disconnected => CmEvent::Disconnected {
-            timed_out: false,
-            private_data: p.private_data,
-        },
-        Ev::DisconnectTimedOut => CmEvent::Disconnected {
-            timed_out: true,
-            private_data: Vec::new(),
-        },
-        Ev::TimewaitExit => CmEvent::TimewaitExit,
-        Ev::SidrReply => match p.sidr {
-            Some((sidr_status::SUCCESS, qpn, qkey)) => CmEvent::SidrResolved {
-                qpn,
-                qkey,
-                private_data: p.private_data,
-            },
-            Some((status, _, _)) => CmEvent::SidrRejected {
-                status,
-                private_data: p.private_data,
-            },
-            None => CmEvent::Unreachable,
-        },
     }
 }

@@ -6,8 +6,9 @@ use wire::cm::messages::{CommIds, Dreq, Mra, Rej, Rep, Req, SidrRep, SidrReq};
 use wire::cm::{mad, CmMad, CmMessage, CmPath, CmaHeader, MadHeader};
 use wire::roce::{Pkey, Qkey, Qpn};
 
-use super::agent::{CmAgent, Conn};
+use super::conn::Conn;
 use super::table::{CmState, Msg};
+use super::types::{reason, sidr_status, CmConfig};
 use crate::types::{Gid, QpType};
 
 /// Consumer private data in a REQ (92 octets minus the CMA header).
@@ -49,8 +50,7 @@ fn cma_private(c: &Conn) -> Vec<u8> {
 }
 
 /// The MAD for `send` on connection `c` (which was in `state`).
-pub(crate) fn build(a: &CmAgent, c: &Conn, state: CmState, send: Msg) -> [u8; mad::MAD_LEN] {
-    let cfg = a.config();
+pub(crate) fn build(cfg: &CmConfig, c: &Conn, state: CmState, send: Msg) -> [u8; mad::MAD_LEN] {
     let peer_qpn = c.peer.map_or(Qpn(0), |p| p.qpn);
     match send {
         Msg::Req => {
@@ -141,7 +141,7 @@ pub(crate) fn build(a: &CmAgent, c: &Conn, state: CmState, send: Msg) -> [u8; ma
         ),
         Msg::Rej | Msg::RejStale => {
             let (reason, ari, pd) = if send == Msg::RejStale {
-                (super::reason::STALE_CONN, &[][..], &[][..])
+                (reason::STALE_CONN, &[][..], &[][..])
             } else {
                 (c.rej.0, &c.rej.1[..], &c.rej.2[..])
             };
@@ -167,7 +167,7 @@ pub(crate) fn build(a: &CmAgent, c: &Conn, state: CmState, send: Msg) -> [u8; ma
             )
         }
         Msg::Dreq => emit(
-            a.tid_for(c.local_comm_id),
+            cfg.tid_for(c.local_comm_id),
             CmMessage::Dreq(Dreq {
                 local_comm_id: c.local_comm_id,
                 remote_comm_id: c.remote_comm_id,
@@ -258,7 +258,7 @@ pub(crate) fn sidr_rep_unsupported(
         tid,
         CmMessage::SidrRep(SidrRep {
             request_id,
-            status: super::sidr_status::UNSUPPORTED,
+            status: sidr_status::UNSUPPORTED,
             additional_info_length: 0,
             vendor_id: 0,
             qpn: Qpn(0),

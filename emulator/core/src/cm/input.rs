@@ -8,30 +8,40 @@ use wire::cm::messages::{CommIds, Dreq, Mra, Rej, Rep, Req, SidrRep, SidrReq};
 use wire::cm::{mad, CmMad, CmMessage, CmaHeader, ServiceId};
 use wire::roce::Qpn;
 
-use super::agent::{CmAgent, Payload};
+use std::collections::HashMap;
+
+use super::conn::Payload;
 use super::format;
+use super::machine::Machine;
 use super::table::{CmState, Input};
-use super::{iba_time, reason, ConnParams, PeerInfo, Route};
+use super::types::{iba_time, reason, ConnParams, Owner, PeerInfo, Route};
 use crate::types::{Mtu, QpType};
 
-impl CmAgent {
+/// What a received MAD touches: the connection machine and the listeners.
+#[derive(Debug)]
+pub(super) struct MadInput<'a> {
+    pub m: &'a mut Machine,
+    pub listeners: &'a HashMap<u64, Owner>,
+}
+
+impl MadInput<'_> {
     // ---- input -------------------------------------------------------------------
 
     /// A MAD received on QP1 from `from` (the GRH source) to `to` (our address).
     /// Anything that is not a CM MAD of class version 2 sent with method Send is dropped.
-    pub fn handle_mad(&mut self, now: Instant, from: IpAddr, to: IpAddr, bytes: &[u8]) {
+    pub(super) fn handle_mad(&mut self, now: Instant, from: IpAddr, to: IpAddr, bytes: &[u8]) {
         let Ok(m) = CmMad::parse(bytes) else {
-            self.counters.rx_dropped += 1;
+            self.m.counters.rx_dropped += 1;
             return;
         };
         if m.header.class_version != mad::CM_CLASS_VERSION
             || m.header.method != mad::METHOD_SEND
             || m.header.response
         {
-            self.counters.rx_dropped += 1;
+            self.m.counters.rx_dropped += 1;
             return;
         }
-        self.counters.rx += 1;
+        self.m.counters.rx += 1;
         trace!(msg = m.message.name(), %from, "cm rx");
         let tid = m.header.transaction_id;
         let handled = match m.message {
@@ -47,14 +57,15 @@ impl CmAgent {
             CmMessage::Other { .. } => false,
         };
         if !handled {
-            self.counters.rx_dropped += 1;
+            self.m.counters.rx_dropped += 1;
         }
     }
 
     fn on_req(&mut self, now: Instant, from: IpAddr, to: IpAddr, tid: u64, r: &Req) -> bool {
-        if let Some(&id) = self.by_remote.get(&(from, r.local_comm_id)) {
-            self.counters.rx_duplicates += 1;
+        if let Some(&id) = self.m.by_remote.get(&(from, r.local_comm_id)) {
+            self.m.counters.rx_duplicates += 1;
             return self
+                .m
                 .apply(now, id, Input::RecvReq, Payload::default())
                 .is_ok();
         }
@@ -69,7 +80,7 @@ impl CmAgent {
         // A REQ from a QP that is still connected here under another comm ID: the old
         // connection is stale (IBA ch. 12): like the Linux CM, reject the REQ and
         // disconnect the old connection.
-        let stale = self.conns.iter().find_map(|(id, c)| {
+        let stale = self.m.conns.iter().find_map(|(id, c)| {
             let p = c.peer?;
             (p.addr == from
                 && p.qpn == r.local_qpn
@@ -78,14 +89,17 @@ impl CmAgent {
             .then_some(*id)
         });
         if let Some(old) = stale {
-            self.reply_rej(from, to, tid, r.local_comm_id, 0, reason::STALE_CONN);
-            if self.conns.get(&old).map(|c| c.state) == Some(CmState::Established) {
-                let _ = self.apply(now, old, Input::Disconnect, Payload::default());
+            self.m
+                .reply_rej(from, to, tid, r.local_comm_id, 0, reason::STALE_CONN);
+            if self.m.conns.get(&old).map(|c| c.state) == Some(CmState::Established) {
+                let _ = self
+                    .m
+                    .apply(now, old, Input::Disconnect, Payload::default());
             }
             return true;
         }
         let Some(&owner) = self.listeners.get(&r.service_id) else {
-            self.reply_rej(
+            self.m.reply_rej(
                 from,
                 to,
                 tid,
@@ -128,10 +142,10 @@ impl CmAgent {
         };
         let mut params = ConnParams::rc(Qpn(0));
         params.qp_type = qp_type;
-        let id = self.new_conn(owner, false, route, params);
+        let id = self.m.new_conn(owner, false, route, params);
         let plt = r.primary_path.local_ack_timeout.saturating_sub(1);
-        let active_mtu = self.cfg.active_mtu;
-        if let Some(c) = self.conns.get_mut(&id) {
+        let active_mtu = self.m.cfg.active_mtu;
+        if let Some(c) = self.m.conns.get_mut(&id) {
             c.service_id = ServiceId(r.service_id);
             c.tid = tid;
             c.remote_comm_id = r.local_comm_id;
@@ -140,17 +154,17 @@ impl CmAgent {
             c.ack_timeout = plt + 1;
             c.response_timeout = iba_time(plt) * 2 + iba_time(r.local_cm_response_timeout);
         }
-        self.by_remote.insert((from, r.local_comm_id), id);
+        self.m.by_remote.insert((from, r.local_comm_id), id);
         let payload = Payload {
             private_data: user.to_vec(),
             cma,
             ..Payload::default()
         };
-        self.apply(now, id, Input::RecvReq, payload).is_ok()
+        self.m.apply(now, id, Input::RecvReq, payload).is_ok()
     }
 
     fn on_rep(&mut self, now: Instant, from: IpAddr, to: IpAddr, tid: u64, r: &Rep) -> bool {
-        let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
+        let Some(c) = self.m.conns.get_mut(&r.remote_comm_id) else {
             // Linux (cm_rep_handler): a REP nobody waits for gets a REJ.
             let m = format::rej_reply(
                 tid,
@@ -159,7 +173,7 @@ impl CmAgent {
                 1,
                 reason::INVALID_COMM_ID,
             );
-            self.push(to, from, m);
+            self.m.push(to, from, m);
             return true;
         };
         if !c.active || c.remote != from {
@@ -184,17 +198,18 @@ impl CmAgent {
                     flow_control: r.end_to_end_flow_control,
                 });
                 let id = c.local_comm_id;
-                self.by_remote.insert((from, r.local_comm_id), id);
+                self.m.by_remote.insert((from, r.local_comm_id), id);
                 let payload = Payload {
                     private_data: r.private_data.to_vec(),
                     ..Payload::default()
                 };
-                self.apply(now, id, Input::RecvRep, payload).is_ok()
+                self.m.apply(now, id, Input::RecvRep, payload).is_ok()
             }
             _ if c.remote_comm_id == r.local_comm_id => {
-                self.counters.rx_duplicates += 1;
+                self.m.counters.rx_duplicates += 1;
                 let id = c.local_comm_id;
-                self.apply(now, id, Input::RecvRep, Payload::default())
+                self.m
+                    .apply(now, id, Input::RecvRep, Payload::default())
                     .is_ok()
             }
             _ => false,
@@ -203,7 +218,7 @@ impl CmAgent {
 
     /// RTU and DREP: two comm IDs and private data.
     fn on_ids(&mut self, now: Instant, r: &CommIds, input: Input) -> bool {
-        let Some(c) = self.conns.get(&r.remote_comm_id) else {
+        let Some(c) = self.m.conns.get(&r.remote_comm_id) else {
             return false;
         };
         if c.remote_comm_id != r.local_comm_id {
@@ -213,11 +228,11 @@ impl CmAgent {
             private_data: r.private_data.to_vec(),
             ..Payload::default()
         };
-        self.apply(now, r.remote_comm_id, input, payload).is_ok()
+        self.m.apply(now, r.remote_comm_id, input, payload).is_ok()
     }
 
     fn on_mra(&mut self, now: Instant, r: &Mra) -> bool {
-        let Some(c) = self.conns.get_mut(&r.remote_comm_id) else {
+        let Some(c) = self.m.conns.get_mut(&r.remote_comm_id) else {
             return false;
         };
         let input = match r.message_mraed {
@@ -230,21 +245,22 @@ impl CmAgent {
             // The MRA tells us the peer's comm ID before its REP does.
             c.remote_comm_id = r.local_comm_id;
         }
-        self.apply(now, r.remote_comm_id, input, Payload::default())
+        self.m
+            .apply(now, r.remote_comm_id, input, Payload::default())
             .is_ok()
     }
 
     fn on_rej(&mut self, now: Instant, from: IpAddr, r: &Rej) -> bool {
         // A REJ names our comm ID, except the one an active side sends when it gives up
         // before knowing it (reason timeout): then its own comm ID finds us.
-        let id = if r.remote_comm_id != 0 && self.conns.contains_key(&r.remote_comm_id) {
+        let id = if r.remote_comm_id != 0 && self.m.conns.contains_key(&r.remote_comm_id) {
             r.remote_comm_id
-        } else if let Some(&id) = self.by_remote.get(&(from, r.local_comm_id)) {
+        } else if let Some(&id) = self.m.by_remote.get(&(from, r.local_comm_id)) {
             id
         } else {
             return false;
         };
-        let Some(c) = self.conns.get(&id) else {
+        let Some(c) = self.m.conns.get(&id) else {
             return false;
         };
         if c.remote != from
@@ -266,23 +282,23 @@ impl CmAgent {
             ari: r.ari[..ari_len].to_vec(),
             ..Payload::default()
         };
-        self.apply(now, id, input, payload).is_ok()
+        self.m.apply(now, id, input, payload).is_ok()
     }
 
     fn on_dreq(&mut self, now: Instant, from: IpAddr, to: IpAddr, tid: u64, r: &Dreq) -> bool {
-        let known = self.conns.get(&r.remote_comm_id).is_some_and(|c| {
+        let known = self.m.conns.get(&r.remote_comm_id).is_some_and(|c| {
             c.remote == from && c.remote_comm_id == r.local_comm_id && c.params.qpn == r.remote_qpn
         });
         if !known {
             // Linux answers a DREQ for a connection it does not know with a DREP, so a
             // peer that lost its state is not left retrying.
             let m = format::drep_for_unknown(tid, r.remote_comm_id, r.local_comm_id);
-            self.push(to, from, m);
+            self.m.push(to, from, m);
             return true;
         }
-        if let Some(c) = self.conns.get_mut(&r.remote_comm_id) {
+        if let Some(c) = self.m.conns.get_mut(&r.remote_comm_id) {
             if matches!(c.state, CmState::DreqRcvd | CmState::Timewait) {
-                self.counters.rx_duplicates += 1;
+                self.m.counters.rx_duplicates += 1;
             }
             c.dreq_tid = tid;
         }
@@ -290,7 +306,8 @@ impl CmAgent {
             private_data: r.private_data.to_vec(),
             ..Payload::default()
         };
-        self.apply(now, r.remote_comm_id, Input::RecvDreq, payload)
+        self.m
+            .apply(now, r.remote_comm_id, Input::RecvDreq, payload)
             .is_ok()
     }
 
@@ -302,16 +319,17 @@ impl CmAgent {
         tid: u64,
         r: &SidrReq,
     ) -> bool {
-        if let Some(&id) = self.by_remote.get(&(from, r.request_id)) {
-            self.counters.rx_duplicates += 1;
+        if let Some(&id) = self.m.by_remote.get(&(from, r.request_id)) {
+            self.m.counters.rx_duplicates += 1;
             return self
+                .m
                 .apply(now, id, Input::RecvSidrReq, Payload::default())
                 .is_ok();
         }
         let cma = CmaHeader::parse(r.private_data).ok();
         let Some(&owner) = self.listeners.get(&r.service_id) else {
             let m = format::sidr_rep_unsupported(tid, r.request_id, r.service_id);
-            self.push(to, from, m);
+            self.m.push(to, from, m);
             return true;
         };
         let route = Route {
@@ -326,13 +344,13 @@ impl CmAgent {
         };
         let mut params = ConnParams::rc(Qpn(0));
         params.qp_type = QpType::Ud;
-        let id = self.new_conn(owner, false, route, params);
-        if let Some(c) = self.conns.get_mut(&id) {
+        let id = self.m.new_conn(owner, false, route, params);
+        if let Some(c) = self.m.conns.get_mut(&id) {
             c.service_id = ServiceId(r.service_id);
             c.tid = tid;
             c.remote_comm_id = r.request_id;
         }
-        self.by_remote.insert((from, r.request_id), id);
+        self.m.by_remote.insert((from, r.request_id), id);
         let user = if cma.is_some() {
             &r.private_data[wire::cm::cma::CMA_HEADER_LEN..]
         } else {
@@ -343,11 +361,11 @@ impl CmAgent {
             cma,
             ..Payload::default()
         };
-        self.apply(now, id, Input::RecvSidrReq, payload).is_ok()
+        self.m.apply(now, id, Input::RecvSidrReq, payload).is_ok()
     }
 
     fn on_sidr_rep(&mut self, now: Instant, r: &SidrRep) -> bool {
-        let Some(c) = self.conns.get(&r.request_id) else {
+        let Some(c) = self.m.conns.get(&r.request_id) else {
             return false;
         };
         if c.state != CmState::SidrReqSent {
@@ -358,7 +376,8 @@ impl CmAgent {
             sidr: Some((r.status, r.qpn, r.qkey)),
             ..Payload::default()
         };
-        self.apply(now, r.request_id, Input::RecvSidrRep, payload)
+        self.m
+            .apply(now, r.request_id, Input::RecvSidrRep, payload)
             .is_ok()
     }
 }

@@ -4,7 +4,8 @@
 
 use wire::roce::{Psn, Qkey};
 
-use super::{CmAgent, CmState, ConnId};
+use super::conn::Conn;
+use super::table::CmState;
 use crate::attr::{AhAttr, GlobalRoute, QpAttr};
 use crate::types::{AccessFlags, Errno, Gid, QpAttrMask, QpState, QpType};
 
@@ -54,111 +55,94 @@ pub fn ud_qp_attr(state: QpState, qkey: Qkey, sq_psn: Psn) -> Result<(QpAttr, Qp
     }
 }
 
-impl CmAgent {
-    /// `rdma_init_qp_attr` for `state` (INIT, RTR or RTS) of connection `id`.
-    ///
-    /// - INIT: remote write, plus read and atomic when this side accepts READ/atomic
-    ///   requests (no access at all before the peer answered).
-    /// - RTR: the AV (GRH to the peer's GID, flow label, hop limit, traffic class, the
-    ///   local GID's index), path MTU, the peer's QPN, `rq_psn` = the starting PSN *we*
-    ///   sent (the Linux CM: the starting PSN of a REQ or REP is the PSN its sender
-    ///   expects to receive first; `ib_send_cm_req` keeps the REQ's as `rq_psn`),
-    ///   `max_dest_rd_atomic`, `min_rnr_timer` 0 (RC).
-    /// - RTS: `sq_psn` = the peer's starting PSN, local ACK timeout (packet lifetime + 1),
-    ///   retry counts
-    ///   (transport: the active side's own, the passive side the REQ's; RNR: the peer's),
-    ///   `max_rd_atomic` (RC).
-    ///
-    /// EINVAL: another state, or RTR/RTS before the peer's REQ/REP is known.
-    pub fn init_qp_attr(&self, id: ConnId, state: QpState) -> Result<(QpAttr, QpAttrMask), Errno> {
-        let c = self.conn(id)?;
-        let qp_type = c.params.qp_type;
-        if qp_type == QpType::Ud {
-            return ud_qp_attr(state, RDMA_UDP_QKEY, c.psn);
-        }
-        let rc = qp_type == QpType::Rc;
-        let Some(peer) = c.peer else {
-            return match state {
-                QpState::Init => Ok(unconnected_init_attr(qp_type, Qkey(0))),
-                _ => Err(Errno::EINVAL),
-            };
-        };
-        // What this side accepts (max_dest_rd_atomic) and issues (max_rd_atomic).
-        // Before accept the passive side has only the REQ (the CMA then overrides both
-        // with its rdma_conn_param, as the daemon may).
-        let accepted = !matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent);
-        let (responder, initiator) = if c.active || !accepted {
-            (peer.initiator_depth, peer.responder_resources)
-        } else {
-            (c.params.responder_resources, c.params.initiator_depth)
-        };
-        match state {
-            QpState::Init => {
-                let (mut a, m) = unconnected_init_attr(qp_type, Qkey(0));
-                a.qp_access_flags = AccessFlags::REMOTE_WRITE;
-                if rc && responder > 0 {
-                    a.qp_access_flags =
-                        a.qp_access_flags | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-                }
-                Ok((a, m))
-            }
-            QpState::Rtr => {
-                let a = QpAttr {
-                    qp_state: QpState::Rtr,
-                    ah_attr: AhAttr {
-                        grh: GlobalRoute {
-                            dgid: Gid::from_ip(c.remote),
-                            flow_label: c.flow_label,
-                            sgid_index: c.sgid_index,
-                            hop_limit: c.hop_limit,
-                            traffic_class: c.traffic_class,
-                        },
-                        is_global: true,
-                        port_num: 1,
-                        ..AhAttr::default()
-                    },
-                    path_mtu: c.mtu as u32,
-                    dest_qp_num: peer.qpn,
-                    rq_psn: c.psn,
-                    max_dest_rd_atomic: responder,
-                    min_rnr_timer: 0,
-                    ..QpAttr::default()
-                };
-                let mut m = QpAttrMask::STATE
-                    | QpAttrMask::AV
-                    | QpAttrMask::PATH_MTU
-                    | QpAttrMask::DEST_QPN
-                    | QpAttrMask::RQ_PSN;
-                if rc {
-                    m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
-                }
-                Ok((a, m))
-            }
-            QpState::Rts => {
-                let retry = if c.active {
-                    c.params.retry_count
-                } else {
-                    peer.retry_count
-                };
-                let a = QpAttr {
-                    qp_state: QpState::Rts,
-                    sq_psn: peer.starting_psn,
-                    timeout: c.ack_timeout,
-                    retry_cnt: retry.min(7),
-                    rnr_retry: peer.rnr_retry_count.min(7),
-                    max_rd_atomic: initiator,
-                    ..QpAttr::default()
-                };
-                let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-                if rc {
-                    m |= QpAttrMask::TIMEOUT
-                        | QpAttrMask::RETRY_CNT
-                        | QpAttrMask::RNR_RETRY
-                        | QpAttrMask::MAX_QP_RD_ATOMIC;
-                }
-                Ok((a, m))
-            }
+/// [`CmAgent::init_qp_attr`](super::CmAgent::init_qp_attr) for connection `c`.
+pub(super) fn conn_qp_attr(c: &Conn, state: QpState) -> Result<(QpAttr, QpAttrMask), Errno> {
+    let qp_type = c.params.qp_type;
+    if qp_type == QpType::Ud {
+        return ud_qp_attr(state, RDMA_UDP_QKEY, c.psn);
+    }
+    let rc = qp_type == QpType::Rc;
+    let Some(peer) = c.peer else {
+        return match state {
+            QpState::Init => Ok(unconnected_init_attr(qp_type, Qkey(0))),
             _ => Err(Errno::EINVAL),
+        };
+    };
+    // What this side accepts (max_dest_rd_atomic) and issues (max_rd_atomic).
+    // Before accept the passive side has only the REQ (the CMA then overrides both
+    // with its rdma_conn_param, as the daemon may).
+    let accepted = !matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent);
+    let (responder, initiator) = if c.active || !accepted {
+        (peer.initiator_depth, peer.responder_resources)
+    } else {
+        (c.params.responder_resources, c.params.initiator_depth)
+    };
+    match state {
+        QpState::Init => {
+            let (mut a, m) = unconnected_init_attr(qp_type, Qkey(0));
+            a.qp_access_flags = AccessFlags::REMOTE_WRITE;
+            if rc && responder > 0 {
+                a.qp_access_flags =
+                    a.qp_access_flags | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+            }
+            Ok((a, m))
         }
+        QpState::Rtr => {
+            let a = QpAttr {
+                qp_state: QpState::Rtr,
+                ah_attr: AhAttr {
+                    grh: GlobalRoute {
+                        dgid: Gid::from_ip(c.remote),
+                        flow_label: c.flow_label,
+                        sgid_index: c.sgid_index,
+                        hop_limit: c.hop_limit,
+                        traffic_class: c.traffic_class,
+                    },
+                    is_global: true,
+                    port_num: 1,
+                    ..AhAttr::default()
+                },
+                path_mtu: c.mtu as u32,
+                dest_qp_num: peer.qpn,
+                rq_psn: c.psn,
+                max_dest_rd_atomic: responder,
+                min_rnr_timer: 0,
+                ..QpAttr::default()
+            };
+            let mut m = QpAttrMask::STATE
+                | QpAttrMask::AV
+                | QpAttrMask::PATH_MTU
+                | QpAttrMask::DEST_QPN
+                | QpAttrMask::RQ_PSN;
+            if rc {
+                m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+            }
+            Ok((a, m))
+        }
+        QpState::Rts => {
+            let retry = if c.active {
+                c.params.retry_count
+            } else {
+                peer.retry_count
+            };
+            let a = QpAttr {
+                qp_state: QpState::Rts,
+                sq_psn: peer.starting_psn,
+                timeout: c.ack_timeout,
+                retry_cnt: retry.min(7),
+                rnr_retry: peer.rnr_retry_count.min(7),
+                max_rd_atomic: initiator,
+                ..QpAttr::default()
+            };
+            let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+            if rc {
+                m |= QpAttrMask::TIMEOUT
+                    | QpAttrMask::RETRY_CNT
+                    | QpAttrMask::RNR_RETRY
+                    | QpAttrMask::MAX_QP_RD_ATOMIC;
+            }
+            Ok((a, m))
+        }
+        _ => Err(Errno::EINVAL),
     }
 }

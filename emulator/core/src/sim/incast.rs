@@ -5,7 +5,12 @@
 
 use std::time::Duration;
 
-use super::*;
+use super::fabric::{
+    connect_nodes, write_wr, ConnOpts, Fabric, LinkModel, MarkingQueue, QueueStats,
+};
+use crate::attr::*;
+use crate::types::*;
+use crate::DcqcnParams;
 
 /// The line rate of every NIC and of the switch port, bytes per second (1 Gbit/s).
 pub const LINE_RATE: u64 = 125_000_000;
