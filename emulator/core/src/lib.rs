@@ -99,6 +99,7 @@ mod requester;
 mod responder;
 pub mod sim;
 pub mod state;
+mod submit;
 mod timers;
 pub mod types;
 
@@ -107,5 +108,6 @@ pub use dcqcn::DcqcnParams;
 pub use device::{Device, ForcedResponse, QpStatus, CNP_INTERVAL};
 pub use memory::{Memory, MemoryFault, VecMemory};
 pub use pfc::{priority_of, PRIORITIES};
+pub use submit::SendRefused;
 pub use types::*;
 pub use wire::roce::{Lkey, Psn, Qkey, Qpn, Rkey};

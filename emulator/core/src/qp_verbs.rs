@@ -12,6 +12,7 @@ use crate::device::Device;
 use crate::memory::Memory;
 use crate::qp::*;
 use crate::state;
+use crate::submit::{send_path, SendPath, SendQp, SendRefused};
 use crate::types::*;
 
 impl Device {
@@ -291,6 +292,52 @@ impl Device {
             dst: SocketAddr::new(ah.grh.dgid.to_ip(), ROCE_V2_UDP_PORT),
             traffic_class: ah.grh.traffic_class & !ECN_MASK,
         })
+    }
+
+    /// A send WR the driver read from QP `qpn`'s send queue, taken as
+    /// [`crate::submit`] decides: a type 1 window of the QP's client bound at once (its
+    /// completion queued on the send CQ when signaled), a UD WR's AH checked, the rest
+    /// queued as by [`Device::post_send`].
+    pub fn submit_send(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        wr: SendWr,
+        mem: &mut dyn Memory,
+    ) -> Result<(), SendRefused> {
+        let qp = self
+            .qps
+            .get(&qpn.0)
+            .ok_or(SendRefused::local_qp_op(Errno::EINVAL))?;
+        let facts = SendQp {
+            owner: qp.owner,
+            pd: qp.init.pd,
+            qp_type: qp.qp_type,
+        };
+        let (cq, signaled) = (
+            qp.init.send_cq,
+            qp.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
+        );
+        let ah = self.o.ahs.get(&wr.ud.ah.0).map(|a| (a.owner, a.pd));
+        match send_path(&wr, facts, &self.o.keys, ah)? {
+            SendPath::Queue => self
+                .post_send(now, qpn, wr, mem)
+                .map_err(SendRefused::local_qp_op),
+            SendPath::BindNow => {
+                self.bind_window(facts.pd, None, &wr.bind_mw)
+                    .map_err(|_| SendRefused::bind())?;
+                if signaled {
+                    let wc = WorkCompletion {
+                        wr_id: wr.wr_id,
+                        opcode: WcOpcode::BindMw,
+                        qp_num: qpn,
+                        ..WorkCompletion::default()
+                    };
+                    self.o.push_wc(cq, wc);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// `ibv_post_send` (one WR). Inline data not already copied (`INLINE` set, no

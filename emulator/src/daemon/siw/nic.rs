@@ -13,7 +13,7 @@ use super::limits;
 use super::net::{KernelNet, StreamNet};
 use super::tcp::{ConnPhase, Streams};
 use crate::daemon::config::MpaOptions;
-use crate::daemon::core_nic::{send_wr, sges, Bridge};
+use crate::daemon::core_nic::{refused, send_wr, sges, Bridge};
 use crate::daemon::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
 use emu_core as core;
 use emu_core::iwarp::{Connection, IwarpConfig};
@@ -263,6 +263,43 @@ impl SiwNic {
         }
         self.pump_all();
     }
+
+    /// A send WQE for QP `qpn`: to its connection, flushed in ERROR, refused before the
+    /// connection is up.
+    fn take_send(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<(), Errno> {
+        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
+        let running = qp.conn.and_then(|id| match self.io.conns.get_mut(&id) {
+            Some(c) => match &mut c.phase {
+                ConnPhase::Running(c) => Some(c),
+                _ => None,
+            },
+            None => None,
+        });
+        match (qp.state, running) {
+            (qp_state::RTS, Some(c)) | (qp_state::ERR, Some(c)) => {
+                c.post_send(send_wr(wqe, None)?).map_err(e)?;
+            }
+            // siw: an ERROR QP flushes at once.
+            (qp_state::ERR, None) => {
+                let cq = qp.send_cq;
+                let opcode = send_wr(wqe, None)?.opcode.wc_opcode() as u32;
+                self.completions.push_back((
+                    cq,
+                    CqeRepr {
+                        wr_id: wqe.wr_id,
+                        status: wc_status::WR_FLUSH_ERR,
+                        opcode,
+                        qp_num: qpn,
+                        ..CqeRepr::default()
+                    },
+                ));
+            }
+            // siw: "QP out of state" before the connection is up.
+            _ => return Err(libc::ENOTCONN),
+        }
+        self.pump_qp(qpn);
+        Ok(())
+    }
 }
 
 impl Nic for SiwNic {
@@ -492,39 +529,8 @@ impl Nic for SiwNic {
         wqe: &SendWqeRepr<'_>,
         _ah: Option<u32>,
         _mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
-        let running = qp.conn.and_then(|id| match self.io.conns.get_mut(&id) {
-            Some(c) => match &mut c.phase {
-                ConnPhase::Running(c) => Some(c),
-                _ => None,
-            },
-            None => None,
-        });
-        match (qp.state, running) {
-            (qp_state::RTS, Some(c)) | (qp_state::ERR, Some(c)) => {
-                c.post_send(send_wr(wqe, None)?).map_err(e)?;
-            }
-            // siw: an ERROR QP flushes at once.
-            (qp_state::ERR, None) => {
-                let cq = qp.send_cq;
-                let opcode = send_wr(wqe, None)?.opcode.wc_opcode() as u32;
-                self.completions.push_back((
-                    cq,
-                    CqeRepr {
-                        wr_id: wqe.wr_id,
-                        status: wc_status::WR_FLUSH_ERR,
-                        opcode,
-                        qp_num: qpn,
-                        ..CqeRepr::default()
-                    },
-                ));
-            }
-            // siw: "QP out of state" before the connection is up.
-            _ => return Err(libc::ENOTCONN),
-        }
-        self.pump_qp(qpn);
-        Ok(())
+    ) -> Result<(), core::SendRefused> {
+        self.take_send(qpn, wqe).map_err(refused)
     }
     fn post_recv(&mut self, qpn: u32, wr_id: u64, list: SgeList<'_>) -> Result<(), Errno> {
         let qp = self.qps.get_mut(&qpn).ok_or(libc::EINVAL)?;
@@ -554,9 +560,6 @@ impl Nic for SiwNic {
         }
         self.pump_qp(qpn);
         Ok(())
-    }
-    fn bind_mw_type1(&mut self, _qpn: u32, _wqe: &SendWqeRepr<'_>) -> Result<u32, Errno> {
-        Err(libc::EINVAL)
     }
     fn qp_to_error(&mut self, _now: Instant, qpn: u32) {
         self.qp_error(qpn);
