@@ -25,6 +25,7 @@
 mod agent;
 mod format;
 pub mod gsi;
+pub mod gsi_route;
 mod input;
 mod qp_attr;
 pub mod table;
