@@ -98,6 +98,7 @@ mod qp_verbs;
 mod requester;
 mod responder;
 pub mod sim;
+pub mod siw_state;
 pub mod state;
 mod submit;
 mod timers;
