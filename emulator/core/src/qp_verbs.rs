@@ -318,7 +318,9 @@ impl Device {
             qp.init.send_cq,
             qp.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
         );
-        let ah = self.o.ahs.get(&wr.ud.ah.0).map(|a| (a.owner, a.pd));
+        let ah = (facts.qp_type == QpType::Ud)
+            .then(|| self.o.ahs.get(&wr.ud.ah.0).map(|a| (a.owner, a.pd)))
+            .flatten();
         match send_path(&wr, facts, &self.o.keys, ah)? {
             SendPath::Queue => self
                 .post_send(now, qpn, wr, mem)

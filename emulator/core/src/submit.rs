@@ -62,18 +62,20 @@ pub(crate) struct SendQp {
 }
 
 /// Decides how `wr` posted to `qp` is taken. `keys` is the device's key table; `ah` the
-/// (creator, PD) of the address handle the WR names, if it exists.
+/// (creator, PD) of the address handle the WR names, if it exists (looked up for UD QPs
+/// only: it is not read otherwise).
 pub(crate) fn send_path(
     wr: &SendWr,
     qp: SendQp,
     keys: &Keys,
     ah: Option<(ClientId, PdHandle)>,
 ) -> Result<SendPath, SendRefused> {
-    let own_type1 = keys
-        .by_index
-        .get(&(wr.bind_mw.mw_rkey.0 >> 8))
-        .is_some_and(|w| w.window_of.is_some() && !w.mw_type2 && w.owner == qp.owner);
-    if wr.opcode == WrOpcode::BindMw && own_type1 {
+    let own_type1 = || {
+        keys.by_index
+            .get(&(wr.bind_mw.mw_rkey.0 >> 8))
+            .is_some_and(|w| w.window_of.is_some() && !w.mw_type2 && w.owner == qp.owner)
+    };
+    if wr.opcode == WrOpcode::BindMw && own_type1() {
         return Ok(SendPath::BindNow);
     }
     if qp.qp_type == QpType::Ud && ah != Some((qp.owner, qp.pd)) {
