@@ -625,7 +625,8 @@ fn siw_refuses_ud_and_uc_qps_and_reports_siw_limits() {
     };
     assert_eq!(
         h.nic
-            .post_send(Instant::now(), h.qpn, &wqe, None, &mut h.mem),
+            .post_send(Instant::now(), h.qpn, &wqe, None, &mut h.mem)
+            .map_err(|r| r.errno.0),
         Err(libc::ENOTCONN)
     );
 }

@@ -25,6 +25,7 @@ use crate::qp_verbs::VerbParts;
 use crate::reaction;
 use crate::requester::RequesterParts;
 use crate::responder::ForcedResponse;
+use crate::submit::{send_path, SendPath, SendQp, SendRefused};
 use crate::timers::TimerKind;
 use crate::types::*;
 
@@ -342,6 +343,55 @@ impl Device {
         mem: &mut dyn Memory,
     ) -> Result<(), Errno> {
         self.verbs().post_send(now, qpn, wr, mem)
+    }
+
+    /// A send WR the driver read from QP `qpn`'s send queue, taken as
+    /// [`crate::submit`] decides: a type 1 window of the QP's client bound at once (its
+    /// completion queued on the send CQ when signaled), a UD WR's AH checked, the rest
+    /// queued as by [`Device::post_send`].
+    pub fn submit_send(
+        &mut self,
+        now: Instant,
+        qpn: Qpn,
+        wr: SendWr,
+        mem: &mut dyn Memory,
+    ) -> Result<(), SendRefused> {
+        let qp = self
+            .qps
+            .get(&qpn.0)
+            .ok_or(SendRefused::local_qp_op(Errno::EINVAL))?;
+        let facts = SendQp {
+            owner: qp.owner,
+            pd: qp.init.pd,
+            qp_type: qp.qp_type,
+        };
+        let (cq, signaled) = (
+            qp.init.send_cq,
+            qp.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED),
+        );
+        let ah = (facts.qp_type == QpType::Ud)
+            .then(|| self.o.ahs.get(&wr.ud.ah.0).map(|a| (a.owner, a.pd)))
+            .flatten();
+        match send_path(&wr, facts, &self.o.keys, ah)? {
+            SendPath::Queue => self
+                .verbs()
+                .post_send(now, qpn, wr, mem)
+                .map_err(SendRefused::local_qp_op),
+            SendPath::BindNow => {
+                bind_window(&mut self.o.keys, facts.pd, None, &wr.bind_mw)
+                    .map_err(|_| SendRefused::bind())?;
+                if signaled {
+                    let wc = WorkCompletion {
+                        wr_id: wr.wr_id,
+                        opcode: WcOpcode::BindMw,
+                        qp_num: qpn,
+                        ..WorkCompletion::default()
+                    };
+                    self.o.push_wc(cq, wc);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Receives posted to QP `qpn`'s own RQ and not yet completed: queued, or the one a

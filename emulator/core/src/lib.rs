@@ -101,7 +101,9 @@ mod reaction;
 mod requester;
 mod responder;
 pub mod sim;
+pub mod siw_state;
 pub mod state;
+mod submit;
 mod timers;
 pub mod types;
 
@@ -112,5 +114,6 @@ pub use memory::{Memory, MemoryFault, VecMemory};
 pub use pfc::{priority_of, PRIORITIES};
 pub use qp::QpStatus;
 pub use responder::ForcedResponse;
+pub use submit::SendRefused;
 pub use types::*;
 pub use wire::roce::{Lkey, Psn, Qkey, Qpn, Rkey};

@@ -68,6 +68,15 @@ fn e(err: core::Errno) -> Errno {
     err.0
 }
 
+/// A WQE the device cannot take at posting (`errno`): a local QP operation error, as
+/// rxe completes such a WR.
+pub(super) fn refused(errno: Errno) -> core::SendRefused {
+    core::SendRefused {
+        status: core::WcStatus::LocQpOpErr,
+        errno: core::Errno(errno),
+    }
+}
+
 pub(super) fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
     list.iter()
         .map(|s| core::Sge {
@@ -485,11 +494,9 @@ impl Nic for CoreNic {
         wqe: &SendWqeRepr<'_>,
         ah: Option<u32>,
         mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        let wr = send_wr(wqe, ah)?;
-        self.dev
-            .post_send(now, Qpn(qpn), wr, &mut Bridge(mem))
-            .map_err(e)
+    ) -> Result<(), core::SendRefused> {
+        let wr = send_wr(wqe, ah).map_err(refused)?;
+        self.dev.submit_send(now, Qpn(qpn), wr, &mut Bridge(mem))
     }
     fn post_recv(&mut self, qpn: u32, wr_id: u64, list: SgeList<'_>) -> Result<(), Errno> {
         self.dev
@@ -507,13 +514,6 @@ impl Nic for CoreNic {
     }
     fn srq_outstanding(&self, srq: u32) -> Option<usize> {
         self.dev.srq_outstanding(core::SrqHandle(srq))
-    }
-    fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno> {
-        let wr = send_wr(wqe, None)?;
-        self.dev
-            .bind_mw(Qpn(qpn), &wr.bind_mw)
-            .map(|k| k.0)
-            .map_err(e)
     }
     fn qp_to_error(&mut self, now: Instant, qpn: u32) {
         let attr = core::QpAttr {

@@ -16,7 +16,7 @@ use wire::client::fault::Direction;
 use wire::client::proto::Handle;
 use wire::client::ring::{ARM_NEXT, ARM_SOLICITED};
 use wire::client::slot::{CqeRepr, RecvWqe, RecvWqeRepr, SendData, SendWqe, SendWqeRepr};
-use wire::client::verbs::{event_type, qp_type, send_flags, wc_opcode, wc_status, wr_opcode};
+use wire::client::verbs::{event_type, qp_type, wc_opcode, wc_status, wr_opcode};
 use wire::client::{AsyncEventRecord, CompEventRecord, Consumer, Producer, RingError};
 
 /// WQEs taken from one ring per pass (fairness between QPs).
@@ -477,51 +477,30 @@ impl Engine {
                 let result = match SendWqeRepr::parse(&wqe) {
                     Err(_) => Err((wc_status::LOC_LEN_ERR, libc::EINVAL)),
                     Ok(repr) => check_send(&repr, qp).and_then(|()| {
-                        if repr.opcode == wr_opcode::BIND_MW
-                            && self.objects.values().any(|o| {
-                                o.session == obj.session
-                                    && matches!(o.kind, Kind::Mw { index, mw_type: 1, .. } if index == repr.rkey >> 8)
-                            })
-                        {
-                            // Type 1 windows bind at once (ibv_bind_mw), outside the
-                            // send queue's order.
-                            let Some(Some(d)) = self.devices.get_mut(dev) else {
-                                return Err((wc_status::FATAL_ERR, libc::ENODEV));
-                            };
-                            d.nic
-                                .bind_mw_type1(qp.qpn, &repr)
-                                .map_err(|e| (wc_status::MW_BIND_ERR, e))?;
-                            if qp.sq_sig_all || repr.send_flags & send_flags::SIGNALED != 0 {
-                                let cqe = CqeRepr {
-                                    wr_id,
-                                    opcode: wc_opcode::BIND_MW,
-                                    qp_num: qp.qpn,
-                                    ..CqeRepr::default()
-                                };
-                                deliver_cqe(&self.objects, qp.send_cq, &cqe);
-                            }
-                            return Ok(());
-                        }
-                        // The AH must be of the QP's own context: AH ids are the
-                        // device core's, so one of another context names someone else's.
-                        let ah = if qp.qp_type == qp_type::UD {
-                            match self.objects.get(&Handle(repr.ah)) {
+                        // A UD WR's AH handle as the device's AH number, if it names an
+                        // AH of this device; whether the QP may use it is the core's call.
+                        let ah = (qp.qp_type == qp_type::UD)
+                            .then(|| match self.objects.get(&Handle(repr.ah)) {
                                 Some(Object {
                                     kind: Kind::Ah { id },
                                     ctx,
                                     ..
-                                }) if *ctx == obj.ctx => Some(*id),
-                                _ => return Err((wc_status::LOC_QP_OP_ERR, libc::EINVAL)),
-                            }
-                        } else {
-                            None
-                        };
+                                }) if matches!(
+                                    self.objects.get(ctx),
+                                    Some(Object { kind: Kind::Ctx(c), .. }) if c.dev == dev
+                                ) =>
+                                {
+                                    Some(*id)
+                                }
+                                _ => None,
+                            })
+                            .flatten();
                         let Some(Some(d)) = self.devices.get_mut(dev) else {
                             return Err((wc_status::FATAL_ERR, libc::ENODEV));
                         };
                         d.nic
                             .post_send(now, qp.qpn, &repr, ah, &mut self.mem)
-                            .map_err(|e| (wc_status::LOC_QP_OP_ERR, e))
+                            .map_err(|r| (r.status as u32, r.errno.0))
                     }),
                 };
                 if matches!(result, Err((_, libc::ENOMEM))) {

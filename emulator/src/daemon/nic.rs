@@ -145,7 +145,9 @@ pub trait Nic {
     fn modify_qp(&mut self, now: Instant, qpn: u32, attr: &QpAttr, mask: u32) -> Result<(), Errno>;
     fn query_qp(&self, qpn: u32) -> Result<QpAttr, Errno>;
     fn destroy_qp(&mut self, qpn: u32) -> Result<(), Errno>;
-    /// `ah` is already translated to the core's AH identifier (UD).
+    /// A WQE read from QP `qpn`'s send queue; `ah` is the device's number of the AH the
+    /// WQE names (UD), if it names one of this device. A refusal is the error completion
+    /// the WQE gets (ENOMEM: the queue is full, the WQE stays in the ring).
     fn post_send(
         &mut self,
         now: Instant,
@@ -153,7 +155,7 @@ pub trait Nic {
         wqe: &SendWqeRepr<'_>,
         ah: Option<u32>,
         mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno>;
+    ) -> Result<(), emu_core::SendRefused>;
     fn post_recv(&mut self, qpn: u32, wr_id: u64, sges: SgeList<'_>) -> Result<(), Errno>;
     /// Receives posted to QP `qpn`'s RQ that have not completed; `None` when the device
     /// gives a receive's ring slot back as soon as it has queued it (siw).
@@ -164,9 +166,6 @@ pub trait Nic {
     fn srq_outstanding(&self, _srq: u32) -> Option<usize> {
         None
     }
-    /// Binds a type 1 window at once (`ibv_bind_mw`; the WQE's bind fields as in
-    /// `wire::client::slot`); returns the window's new R_Key.
-    fn bind_mw_type1(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<u32, Errno>;
     /// Moves a QP to the error state (a broken ring, daemon shutdown).
     fn qp_to_error(&mut self, now: Instant, qpn: u32);
     /// The datagram (already handled) arrived marked Congestion Experienced: the

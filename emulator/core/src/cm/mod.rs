@@ -26,6 +26,7 @@ mod agent;
 mod conn;
 mod format;
 pub mod gsi;
+pub mod gsi_route;
 mod input;
 mod machine;
 mod qp_attr;

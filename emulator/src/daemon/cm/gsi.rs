@@ -1,5 +1,6 @@
-//! QP1 (the GSI) on a device: received RoCE v2 datagrams to QP1 go to the device's CM
-//! agent instead of the transport core, and the agent's MADs leave as GSI packets
+//! QP1 (the GSI) on a device: received RoCE v2 datagrams the core routes to QP1
+//! (`emu_core::cm::gsi_route`) go to the device's CM agent instead of the transport core,
+//! and the agent's MADs leave as GSI packets
 //! (`emu_core::cm::gsi`) through the same transmit path as every other packet (local
 //! delivery, captures, sendmmsg).
 
@@ -8,37 +9,12 @@ use crate::daemon::memory::ProcMem;
 use crate::daemon::nic::{AppMemory, TxMeta};
 use crate::daemon::udp::ROCE_V2_PORT;
 use emu_core::cm::gsi;
+use emu_core::cm::gsi_route::{self, Rx};
 use emu_core::cm::ServiceId;
 use emu_core::Psn;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use wire::cm::{CmMad, CmMessage};
-use wire::roce::{bth, icrc};
-
-/// Whether a RoCE v2 UDP payload is addressed to QP1.
-fn is_gsi(payload: &[u8]) -> bool {
-    bth::Packet::new_checked(payload).is_ok_and(|h| h.dest_qp() == gsi::GSI_QPN)
-}
-
-/// IPv4-mapped socket addresses as IPv4 (the ICRC and the agent use the IP form).
-fn canonical(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(super::addr::canonical(a.ip()), a.port())
-}
-
-/// The ICRC check every received packet gets (an IPv4 ID that makes it match is solved
-/// for, as rxe sends non-zero IDs).
-fn icrc_ok(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> bool {
-    match (src, dst) {
-        (SocketAddr::V4(s), SocketAddr::V4(d)) => !matches!(
-            icrc::verify_udp4_any_id(*s.ip(), *d.ip(), s.port(), d.port(), payload),
-            icrc::IcrcCheck::Invalid
-        ),
-        (SocketAddr::V6(s), SocketAddr::V6(d)) => {
-            icrc::verify_udp6(*s.ip(), *d.ip(), s.port(), d.port(), payload)
-        }
-        _ => false,
-    }
-}
 
 impl ServedDevice {
     /// A received RoCE v2 datagram: QP1 traffic to the CM agent, the rest to the core.
@@ -50,22 +26,13 @@ impl ServedDevice {
         payload: &[u8],
         mem: &mut dyn AppMemory,
     ) {
-        if !is_gsi(payload) {
-            self.nic.handle_datagram(now, src, dst, payload, mem);
-            return;
-        }
-        let (src, dst) = (canonical(src), canonical(dst));
-        if !icrc_ok(src, dst, payload) {
-            self.gsi_rx_dropped += 1;
-            tracing::trace!(%src, "GSI packet with a bad ICRC dropped");
-            return;
-        }
-        match gsi::decapsulate(payload) {
-            Some(mad) if self.park_if_unlistened(now, src, dst, mad) => {}
-            Some(mad) => self.cm.handle_mad(now, src.ip(), dst.ip(), mad),
-            None => {
+        match gsi_route::route(src, dst, payload) {
+            Rx::Transport => self.nic.handle_datagram(now, src, dst, payload, mem),
+            Rx::Gsi { src, dst, mad } if self.park_if_unlistened(now, src, dst, mad) => {}
+            Rx::Gsi { src, dst, mad } => self.cm.handle_mad(now, src.ip(), dst.ip(), mad),
+            Rx::Dropped(why) => {
                 self.gsi_rx_dropped += 1;
-                tracing::trace!(%src, "QP1 packet that is not a GSI MAD dropped");
+                tracing::trace!(%src, ?why, "QP1 packet dropped");
             }
         }
     }
@@ -184,30 +151,5 @@ pub(in crate::daemon) fn stage_gsi_transmits(
         }
         sent = true;
         crate::daemon::datapath::transmit(d, &bufs[..staged], meta, local_path, now, mem);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::net::IpAddr;
-
-    #[test]
-    fn gsi_packets_are_recognised_and_checked() {
-        let src: IpAddr = "10.0.0.1".parse().unwrap();
-        let dst: IpAddr = "10.0.0.2".parse().unwrap();
-        let mut buf = vec![0u8; gsi::GSI_PACKET_LEN];
-        let mad = [7u8; wire::cm::MAD_LEN];
-        gsi::encapsulate_from(src, dst, ROCE_V2_PORT, Psn::new(5), &mad, &mut buf);
-        assert!(is_gsi(&buf));
-        let (s, d) = (
-            SocketAddr::new(src, ROCE_V2_PORT),
-            SocketAddr::new(dst, ROCE_V2_PORT),
-        );
-        assert!(icrc_ok(s, d, &buf));
-        assert!(!icrc_ok(SocketAddr::new(src, 0xd872), d, &buf));
-        buf[40] ^= 1;
-        assert!(!icrc_ok(s, d, &buf));
-        assert!(!is_gsi(&buf[..8]));
     }
 }

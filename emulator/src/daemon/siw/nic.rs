@@ -2,28 +2,29 @@
 //! (its key table is the STag table, `iwarp::Stags`); QPs are RC only, kept here, and
 //! drive an `iwarp::Connection` once the RDMA CM bound them to a TCP connection.
 //!
-//! QP states follow siw (`siw_verbs_modify_qp`): RESET/INIT/RTR are "idle" (receives may
-//! be posted and are kept for the connection, sends fail with ENOTCONN); RTS is reached
-//! only through the connection (a user's RTS without one is EINVAL, siw's "no socket");
-//! SQD closes the stream gracefully and the QP returns to RESET (siw's CLOSING → IDLE);
-//! ERROR closes it and flushes.
+//! QP states are the core's iWARP state machine (`emu_core::siw_state`): while Idle
+//! receives may be posted and are kept for the connection, sends fail with ENOTCONN; RTS
+//! is reached only through the connection; SQD closes the stream gracefully and the QP
+//! returns to Idle (read RESET); ERROR closes it and flushes. This file carries out the
+//! connection actions the machine returns.
 
 use super::cm::{ConnId, ConnParams, SiwCmEvent};
 use super::limits;
 use super::net::{KernelNet, StreamNet};
 use super::tcp::{ConnPhase, Streams};
 use crate::daemon::config::MpaOptions;
-use crate::daemon::core_nic::{send_wr, sges, Bridge};
+use crate::daemon::core_nic::{refused, send_wr, sges, Bridge};
 use crate::daemon::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
 use emu_core as core;
 use emu_core::iwarp::{Connection, IwarpConfig};
+use emu_core::siw_state::{SiwAction, SiwQpState};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::time::Instant;
 use wire::client::slot::{CqeRepr, SendWqeRepr, SgeList};
-use wire::client::verbs::{access, mtu, qp_attr_mask, qp_state, qp_type, wc_opcode, wc_status};
+use wire::client::verbs::{access, mtu, qp_attr_mask, qp_type, wc_opcode, wc_status};
 use wire::client::{self as proto};
 use wire::roce::Qpn;
 
@@ -36,8 +37,8 @@ pub(super) struct SiwQp {
     pub recv_cq: u32,
     pub cap: proto::QpCap,
     pub sq_sig_all: bool,
-    /// `ibv_qp_state` as the application sees it.
-    pub state: u32,
+    /// The iWARP state (read back as `ibv_qp_state`).
+    pub state: SiwQpState,
     pub access: u32,
     /// The TCP connection the RDMA CM bound (connect or accept).
     pub conn: Option<ConnId>,
@@ -147,7 +148,7 @@ impl SiwNic {
         if qp.conn.is_some() {
             return Err(libc::EISCONN);
         }
-        if qp.state == qp_state::ERR || qp.state == qp_state::RTS {
+        if !qp.state.bindable() {
             return Err(libc::EINVAL);
         }
         // RFC 5044 §7.1 / RFC 6581: 512 octets with the 4-octet IRD/ORD word.
@@ -252,7 +253,8 @@ impl SiwNic {
         let Some(qp) = self.qps.get_mut(&qpn) else {
             return;
         };
-        qp.state = qp_state::ERR;
+        // Error is reachable from every state.
+        let _ = qp.state.modify(core::QpState::Err, qp.conn.is_some());
         let recvs: Vec<u64> = qp.pending_recvs.drain(..).map(|w| w.wr_id.0).collect();
         let (cq, conn) = (qp.recv_cq, qp.conn);
         for wr_id in recvs {
@@ -262,6 +264,44 @@ impl SiwNic {
             let _ = self.io.disconnect(conn);
         }
         self.pump_all();
+    }
+
+    /// A send WQE for QP `qpn`: to its connection, flushed in ERROR, refused before the
+    /// connection is up.
+    fn take_send(&mut self, qpn: u32, wqe: &SendWqeRepr<'_>) -> Result<(), Errno> {
+        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
+        let running = qp.conn.and_then(|id| match self.io.conns.get_mut(&id) {
+            Some(c) => match &mut c.phase {
+                ConnPhase::Running(c) => Some(c),
+                _ => None,
+            },
+            None => None,
+        });
+        let error = qp.state.is_error();
+        match (qp.state.ibv_state() == core::QpState::Rts || error, running) {
+            (true, Some(c)) => {
+                c.post_send(send_wr(wqe, None)?).map_err(e)?;
+            }
+            // siw: an ERROR QP flushes at once.
+            (true, None) if error => {
+                let cq = qp.send_cq;
+                let opcode = send_wr(wqe, None)?.opcode.wc_opcode() as u32;
+                self.completions.push_back((
+                    cq,
+                    CqeRepr {
+                        wr_id: wqe.wr_id,
+                        status: wc_status::WR_FLUSH_ERR,
+                        opcode,
+                        qp_num: qpn,
+                        ..CqeRepr::default()
+                    },
+                ));
+            }
+            // siw: "QP out of state" before the connection is up.
+            _ => return Err(libc::ENOTCONN),
+        }
+        self.pump_qp(qpn);
+        Ok(())
     }
 }
 
@@ -392,7 +432,7 @@ impl Nic for SiwNic {
                 sq_sig_all: init.sq_sig_all,
                 // An iWARP QP starts Idle (RDMAC verbs have no Reset), which reads as
                 // INIT, as rdma-core's suite expects of RNICs (see compatibility.md).
-                state: qp_state::INIT,
+                state: SiwQpState::new(),
                 access: 0,
                 conn: None,
                 pending_recvs: Vec::new(),
@@ -415,36 +455,17 @@ impl Nic for SiwNic {
         if mask & qp_attr_mask::STATE == 0 {
             return Ok(());
         }
-        let connected = qp.state == qp_state::RTS;
-        match attr.qp_state {
-            qp_state::RESET | qp_state::INIT | qp_state::RTR => {
-                if connected || (qp.conn.is_some() && qp.state != qp_state::ERR) {
-                    return Err(libc::EINVAL);
-                }
-                if attr.qp_state == qp_state::RESET && qp.state == qp_state::ERR {
-                    qp.conn = None;
-                }
-                qp.state = attr.qp_state;
-            }
-            // siw: RTS only from the connection manager ("no socket").
-            qp_state::RTS => {
-                if !connected {
-                    return Err(libc::EINVAL);
-                }
-            }
-            qp_state::SQD => {
-                if let (true, Some(conn)) = (connected, qp.conn) {
-                    qp.state = qp_state::SQD;
+        let to = core::QpState::from_raw(attr.qp_state).ok_or(libc::EINVAL)?;
+        match qp.state.modify(to, qp.conn.is_some()).map_err(e)? {
+            SiwAction::None => {}
+            SiwAction::Forget => qp.conn = None,
+            SiwAction::Close => {
+                if let Some(conn) = qp.conn {
                     let _ = self.io.disconnect(conn);
-                    self.pump_all();
-                } else if qp.state != qp_state::SQD && qp.state != qp_state::ERR {
-                    // siw_qp_modify ignores CLOSING asked of a QP in ERROR, so
-                    // rdma_disconnect after the peer's disconnect succeeds.
-                    return Err(libc::EINVAL);
                 }
+                self.pump_all();
             }
-            qp_state::SQE | qp_state::ERR => self.qp_error(qpn),
-            _ => return Err(libc::EINVAL),
+            SiwAction::FlushAndDrop => self.qp_error(qpn),
         }
         Ok(())
     }
@@ -461,8 +482,8 @@ impl Nic for SiwNic {
             });
         let (ird, ord) = neg.unwrap_or((0, 0));
         Ok(proto::QpAttr {
-            qp_state: qp.state,
-            cur_qp_state: qp.state,
+            qp_state: qp.state.ibv_state() as u32,
+            cur_qp_state: qp.state.ibv_state() as u32,
             path_mtu: mtu::from_bytes(self.mtu).unwrap_or(mtu::MTU_1024),
             cap: qp.cap,
             max_rd_atomic: ord.min(255) as u8,
@@ -492,39 +513,8 @@ impl Nic for SiwNic {
         wqe: &SendWqeRepr<'_>,
         _ah: Option<u32>,
         _mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
-        let running = qp.conn.and_then(|id| match self.io.conns.get_mut(&id) {
-            Some(c) => match &mut c.phase {
-                ConnPhase::Running(c) => Some(c),
-                _ => None,
-            },
-            None => None,
-        });
-        match (qp.state, running) {
-            (qp_state::RTS, Some(c)) | (qp_state::ERR, Some(c)) => {
-                c.post_send(send_wr(wqe, None)?).map_err(e)?;
-            }
-            // siw: an ERROR QP flushes at once.
-            (qp_state::ERR, None) => {
-                let cq = qp.send_cq;
-                let opcode = send_wr(wqe, None)?.opcode.wc_opcode() as u32;
-                self.completions.push_back((
-                    cq,
-                    CqeRepr {
-                        wr_id: wqe.wr_id,
-                        status: wc_status::WR_FLUSH_ERR,
-                        opcode,
-                        qp_num: qpn,
-                        ..CqeRepr::default()
-                    },
-                ));
-            }
-            // siw: "QP out of state" before the connection is up.
-            _ => return Err(libc::ENOTCONN),
-        }
-        self.pump_qp(qpn);
-        Ok(())
+    ) -> Result<(), core::SendRefused> {
+        self.take_send(qpn, wqe).map_err(refused)
     }
     fn post_recv(&mut self, qpn: u32, wr_id: u64, list: SgeList<'_>) -> Result<(), Errno> {
         let qp = self.qps.get_mut(&qpn).ok_or(libc::EINVAL)?;
@@ -541,7 +531,7 @@ impl Nic for SiwNic {
         });
         match running {
             Some(c) => c.post_recv(wr).map_err(e)?,
-            None if qp.state == qp_state::ERR => {
+            None if qp.state.is_error() => {
                 let cq = qp.recv_cq;
                 self.flush_recv(qpn, cq, wr_id);
             }
@@ -554,9 +544,6 @@ impl Nic for SiwNic {
         }
         self.pump_qp(qpn);
         Ok(())
-    }
-    fn bind_mw_type1(&mut self, _qpn: u32, _wqe: &SendWqeRepr<'_>) -> Result<u32, Errno> {
-        Err(libc::EINVAL)
     }
     fn qp_to_error(&mut self, _now: Instant, qpn: u32) {
         self.qp_error(qpn);

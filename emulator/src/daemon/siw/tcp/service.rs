@@ -11,10 +11,11 @@ use crate::daemon::siw::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 use crate::daemon::siw::net::{Ready, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER};
 use crate::daemon::siw::nic::SiwNic;
 use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent};
+use emu_core::siw_state::LlpEvent;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use wire::client::verbs::{event_type, qp_state};
+use wire::client::verbs::event_type;
 use wire::iwarp::terminate::{TermLayer, TerminateError};
 
 /// How long a closed connection waits for the peer's FIN before the socket is closed.
@@ -396,7 +397,7 @@ impl SiwNic {
                 IwarpEvent::Established(neg) => {
                     conn.outcome = Outcome::Established;
                     if let Some(qp) = qp {
-                        qp.state = qp_state::RTS;
+                        qp.state.handle_llp(LlpEvent::Established);
                     }
                     tracing::debug!(conn = id.0, qpn, "siw: established");
                     cm_events.push_back(SiwCmEvent::Established {
@@ -408,7 +409,7 @@ impl SiwNic {
                 }
                 IwarpEvent::Rejected { private_data } => {
                     if let Some(qp) = qp {
-                        qp.state = qp_state::ERR;
+                        qp.state.handle_llp(LlpEvent::Failed);
                     }
                     if conn.outcome == Outcome::Pending {
                         conn.outcome = Outcome::Failed;
@@ -426,7 +427,7 @@ impl SiwNic {
                     }
                     tracing::debug!(conn = id.0, qpn, ?error, local, "siw: terminated");
                     if let (Some(qp), Some(q)) = (qp, qpn) {
-                        qp.state = qp_state::ERR;
+                        qp.state.handle_llp(LlpEvent::Terminated);
                         events.push_back((
                             qp.owner,
                             terminate_event(error, local),
@@ -437,7 +438,7 @@ impl SiwNic {
                 IwarpEvent::MpaFailed(_) | IwarpEvent::MpaTimeout => {
                     counters.mpa_failures += 1;
                     if let Some(qp) = qp {
-                        qp.state = qp_state::ERR;
+                        qp.state.handle_llp(LlpEvent::Failed);
                     }
                     if conn.origin == Origin::Connect && conn.outcome == Outcome::Pending {
                         conn.outcome = Outcome::Failed;
@@ -451,12 +452,7 @@ impl SiwNic {
                 }
                 IwarpEvent::Closed => {
                     if let Some(qp) = qp {
-                        // siw: CLOSING → IDLE after a graceful close, else ERROR.
-                        qp.state = if qp.state == qp_state::SQD {
-                            qp_state::RESET
-                        } else {
-                            qp_state::ERR
-                        };
+                        qp.state.handle_llp(LlpEvent::Closed);
                     }
                     if conn.outcome == Outcome::Established && !conn.disconnected {
                         conn.disconnected = true;
@@ -500,9 +496,7 @@ impl SiwNic {
             for qp in self.qps.values_mut() {
                 if qp.conn == Some(*id) {
                     qp.conn = None;
-                    if qp.state == qp_state::RTS {
-                        qp.state = qp_state::ERR;
-                    }
+                    qp.state.handle_llp(LlpEvent::Lost);
                 }
             }
             match (c.origin, c.outcome) {
