@@ -5,6 +5,7 @@
 //! EINVAL); sizes are bounded by the device limits; descriptors must be what the message
 //! says.
 
+use super::answer::{ok, Answer};
 use super::engine::{Engine, MAX_OBJECTS_PER_SESSION};
 use super::objects::{Channel, Ctx, Kind, Object, SessionId};
 use super::sys::{self, Mapping};
@@ -15,12 +16,6 @@ use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
 use wire::client::{QpInitAttr, ReplyBody, RequestBody, MAX_SHARED_PAGES, PROTOCOL_VERSION};
-
-pub(super) type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
-
-pub(super) fn ok(body: ReplyBody) -> Answer {
-    Ok((body, Vec::new()))
-}
 
 /// `/proc` filesystem magic (statfs f_type).
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
@@ -60,18 +55,6 @@ fn check_proc_mem(fd: &OwnedFd, peer_pid: u32) -> Result<(), i32> {
         return Err(libc::EPERM);
     }
     Ok(())
-}
-
-/// Checks the descriptor is the write end of a pipe, and makes it nonblocking.
-pub(super) fn is_pipe_write_end(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat/fcntl on a descriptor we own, with a zeroed out-parameter.
-    let ok = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0
-            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-            && libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_WRONLY
-    };
-    ok && sys::set_nonblocking(fd.as_raw_fd()).is_ok()
 }
 
 impl Engine {
@@ -338,7 +321,7 @@ impl Engine {
             R::CreateCompChannel { ctx } => {
                 self.device_of(session, ctx)?;
                 let write = fds.pop().ok_or(libc::EINVAL)?;
-                if !is_pipe_write_end(&write) {
+                if !sys::is_pipe_write_end(&write) {
                     return Err(libc::EINVAL);
                 }
                 let handle = self.insert(
@@ -536,7 +519,7 @@ impl Engine {
             R::Capture { device } => {
                 let i = self.device_index(&device).ok_or(libc::ENODEV)?;
                 let w = fds.pop().ok_or(libc::EINVAL)?;
-                if !is_pipe_write_end(&w) {
+                if !sys::is_pipe_write_end(&w) {
                     return Err(libc::EINVAL);
                 }
                 let cap = super::capture::Capture::new(w).map_err(|_| libc::EINVAL)?;
@@ -580,7 +563,7 @@ impl Engine {
             .get_mut(dev)
             .and_then(Option::as_mut)
             .ok_or(libc::ENODEV)?;
-        let token = |slot| super::engine::udp_token(dev, slot);
+        let token = |slot| super::tokens::udp_token(dev, slot);
         super::mcast::mcast_verb(d, &self.epoll, token, qpn, gid, lid, attach)?;
         ok(ReplyBody::Ok)
     }
@@ -680,7 +663,7 @@ impl Engine {
         let ctx = self.insert(session, None, Kind::Ctx(ctx_obj))?;
         if self
             .epoll
-            .add(db_fd, super::engine::T_DOORBELL | u64::from(ctx.0))
+            .add(db_fd, super::tokens::T_DOORBELL | u64::from(ctx.0))
             .is_err()
         {
             self.forget(ctx);

@@ -6,18 +6,17 @@ use super::engine::Engine;
 use super::fault::{self, PacketView};
 use super::mmsg::Outgoing;
 use super::nic::{EventElement, Nic, TxMeta};
+use super::notify::{deliver_cqe, send_event};
 use super::objects::{Kind, Object, Qp, Ring};
-use super::sys::{self, Mapping};
+use super::sys::Mapping;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::time::Instant;
 use wire::client::fault::Direction;
 use wire::client::proto::Handle;
-use wire::client::ring::{ARM_NEXT, ARM_SOLICITED};
 use wire::client::slot::{CqeRepr, RecvWqe, RecvWqeRepr, SendData, SendWqe, SendWqeRepr};
 use wire::client::verbs::{event_type, qp_type, send_flags, wc_opcode, wc_status, wr_opcode};
-use wire::client::{AsyncEventRecord, CompEventRecord, Consumer, Producer, RingError};
+use wire::client::{Consumer, RingError};
 
 /// WQEs taken from one ring per pass (fairness between QPs).
 const RING_BATCH: usize = 64;
@@ -229,73 +228,6 @@ fn transmit_now(
         at = end;
     }
     delivered_locally
-}
-
-/// Writes an async event record to a context's pipe; counts it if the pipe is full.
-pub(super) fn send_event(
-    objects: &BTreeMap<Handle, Object>,
-    ctx: Handle,
-    event: u32,
-    element: u32,
-) {
-    if let Some(Object {
-        kind: Kind::Ctx(c), ..
-    }) = objects.get(&ctx)
-    {
-        let rec = AsyncEventRecord {
-            event_type: event,
-            element,
-        }
-        .to_bytes();
-        if !matches!(sys::write_record(c.async_w.as_raw_fd(), &rec), Ok(true)) {
-            c.events_dropped.set(c.events_dropped.get() + 1);
-        }
-    }
-}
-
-/// Puts a completion into a CQ ring and fires its channel if armed. Overflow raises
-/// IBV_EVENT_CQ_ERR once.
-pub(super) fn deliver_cqe(objects: &BTreeMap<Handle, Object>, cq_h: Handle, cqe: &CqeRepr) {
-    let Some(Object {
-        kind: Kind::Cq(cq),
-        ctx,
-        ..
-    }) = objects.get(&cq_h)
-    else {
-        return;
-    };
-    let Some(view) = cq.ring.view(&cq.map) else {
-        return;
-    };
-    let mut slot = [0u8; 64];
-    if cqe.emit(&mut slot).is_err() {
-        return;
-    }
-    let mut p = Producer::with_index(view, cq.ring.index.get());
-    match p.push(&slot) {
-        Ok(()) => cq.ring.index.set(p.index()),
-        Err(_) => {
-            if !cq.overflowed.replace(true) {
-                tracing::debug!(cq = cq_h.0, "CQ overrun");
-                send_event(objects, *ctx, event_type::CQ_ERR, cq_h.0);
-            }
-            return;
-        }
-    }
-    let arm = view.arm();
-    let solicited = cqe.opcode & wc_opcode::RECV != 0 || cqe.status != wc_status::SUCCESS;
-    if (arm == ARM_NEXT || (arm == ARM_SOLICITED && solicited)) && view.take_arm() != 0 {
-        if let Some(Object {
-            kind: Kind::Channel(ch),
-            ..
-        }) = cq.channel.and_then(|c| objects.get(&c))
-        {
-            let _ = sys::write_record(
-                ch.write.as_raw_fd(),
-                &CompEventRecord { cq: cq_h }.to_bytes(),
-            );
-        }
-    }
 }
 
 /// The completion opcode of a send WQE opcode (for error completions the daemon makes).

@@ -6,6 +6,10 @@ use super::device::{NicFactory, ServedDevice};
 use super::memory::ProcMem;
 use super::objects::{Kind, Object, SessionId};
 use super::sys::{self, Epoll};
+use super::tokens::{
+    udp_token, T_DOORBELL, T_KIND, T_LISTENER, T_NETLINK, T_RELOAD, T_SESSION, T_STREAM, T_TIMER,
+    T_UDP, T_WAKE,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -14,24 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wire::client::proto::Handle;
 use wire::client::{Reply, Request, MAX_MESSAGE_LEN};
-
-const T_LISTENER: u64 = 1;
-const T_TIMER: u64 = 2;
-const T_WAKE: u64 = 3;
-pub(super) const T_RELOAD: u64 = 4;
-const T_NETLINK: u64 = 5;
-const T_SESSION: u64 = 1 << 56;
-pub(super) const T_DOORBELL: u64 = 2 << 56;
-pub(super) const T_UDP: u64 = 3 << 56;
-/// siw: a device's TCP sockets (one epoll set per device); low bits = device index.
-const T_STREAM: u64 = 4 << 56;
-const T_KIND: u64 = 0xff << 56;
-
-/// The epoll token of device `dev`'s 4791 socket at GID index `slot` (stable while the
-/// address stays, so an address change re-registers only the sockets it opens).
-pub(super) fn udp_token(dev: usize, slot: usize) -> u64 {
-    T_UDP | (dev as u64) << 16 | slot as u64
-}
 
 /// Packets staged per sendmmsg.
 pub(super) const TX_STAGE: usize = 32;
@@ -688,7 +674,7 @@ impl Engine {
             .map(|(h, _)| *h)
             .collect();
         for ctx in ctxs {
-            super::datapath::send_event(
+            super::notify::send_event(
                 &self.objects,
                 ctx,
                 wire::client::verbs::event_type::DEVICE_FATAL,

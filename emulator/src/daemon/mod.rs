@@ -6,6 +6,7 @@
 //! its timers, and writes what it produces back: packets to the network, completions into
 //! CQ rings, events into pipes. See `docs/daemon.md`.
 
+mod answer;
 pub mod backend;
 pub mod capture;
 mod cm;
@@ -24,6 +25,7 @@ pub mod mmsg;
 pub mod neigh;
 pub mod netdev;
 pub mod nic;
+mod notify;
 mod objects;
 pub mod packet;
 pub mod pause;
@@ -33,6 +35,7 @@ pub mod shared_pages;
 pub mod siw;
 mod slice;
 pub mod sys;
+mod tokens;
 pub mod udp;
 pub mod users;
 pub mod xdp;

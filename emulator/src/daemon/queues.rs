@@ -12,7 +12,7 @@ use wire::client::slot::{recv_slot_size, send_slot_size, CQE_LEN};
 use wire::client::verbs::qp_type;
 use wire::client::{CounterSet, QpInitAttr, ReplyBody, RingLayout};
 
-use super::control::{ok, Answer};
+use super::answer::{ok, Answer};
 
 /// A sealed memfd holding rings, mapped; its length rounded up to a page.
 fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {

@@ -22,9 +22,10 @@
 
 use super::config::Config;
 use super::device::ServedDevice;
-use super::engine::{udp_token, Engine, T_RELOAD};
+use super::engine::Engine;
 use super::objects::Kind;
 use super::sys;
+use super::tokens::{udp_token, T_RELOAD};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -141,7 +142,7 @@ impl Engine {
                     .map(|(h, _)| *h)
                     .collect();
                 for ctx in ctxs {
-                    super::datapath::send_event(
+                    super::notify::send_event(
                         &self.objects,
                         ctx,
                         wire::client::verbs::event_type::GID_CHANGE,

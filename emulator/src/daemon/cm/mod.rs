@@ -32,7 +32,7 @@ mod mcast;
 mod rerequest;
 mod tables;
 
-use super::control::{ok, Answer};
+use super::answer::{ok, Answer};
 use super::engine::Engine;
 use super::objects::{Kind, SessionId};
 use emu_core::cm::{self as core_cm, reason, ConnId};
@@ -125,7 +125,7 @@ impl Engine {
         match req {
             C::CreateChannel => {
                 let write = fds.pop().ok_or(libc::EINVAL)?;
-                if !super::control::is_pipe_write_end(&write) {
+                if !super::sys::is_pipe_write_end(&write) {
                     return Err(libc::EINVAL);
                 }
                 let handle = self.insert(session, None, Kind::CmChannel)?;
