@@ -358,7 +358,8 @@ impl Engine {
         worked |= self.drain_rings(now);
         for d in self.devices.iter_mut().flatten() {
             if d.faults.next_release().is_some_and(|t| t <= now) {
-                worked |= super::datapath::release_held(d, self.cfg.local_path, now, &mut self.mem);
+                worked |=
+                    super::device_io::release_held(d, self.cfg.local_path, now, &mut self.mem);
             }
         }
         worked |= self.drive_cores(now);
@@ -394,7 +395,7 @@ impl Engine {
                 };
                 let dst = self.rx.dsts[i].unwrap_or(dst);
                 let payload = self.rx.payload(i, len);
-                super::datapath::receive(d, now, src, dst, payload, &mut self.mem);
+                super::device_io::receive(d, now, src, dst, payload, &mut self.mem);
                 if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::udp::ECN_CE) {
                     d.nic.congestion_experienced(now, src, dst, payload);
                 }

@@ -15,6 +15,7 @@ mod control;
 pub mod core_nic;
 mod datapath;
 pub mod device;
+mod device_io;
 mod engine;
 pub mod fault;
 mod fault_control;

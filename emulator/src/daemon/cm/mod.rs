@@ -371,11 +371,14 @@ impl Engine {
             .and_then(|i| self.devices.get(i))
             .and_then(Option::as_ref);
         let gid = |a: Option<SocketAddr>| {
-            a.map(|a| super::netdev::gid_of(addr::canonical(a.ip())))
+            a.map(|a| super::netdev::gid_of(super::netdev::canonical(a.ip())))
                 .unwrap_or_default()
         };
         let sgid_index = match (d, id.src) {
-            (Some(d), Some(src)) => d.gids.index_of(addr::canonical(src.ip())).unwrap_or(0) as u8,
+            (Some(d), Some(src)) => d
+                .gids
+                .index_of(super::netdev::canonical(src.ip()))
+                .unwrap_or(0) as u8,
             _ => 0,
         };
         CmIdInfo {
