@@ -6,8 +6,9 @@
 //! says.
 
 use super::answer::{ok, Answer};
-use super::engine::{Engine, MAX_OBJECTS_PER_SESSION};
+use super::engine::Engine;
 use super::objects::{Channel, Ctx, Kind, Object, SessionId};
+use super::sessions::MAX_OBJECTS_PER_SESSION;
 use super::sys::{self, Mapping};
 use super::{config, device::ServedDevice};
 use std::cell::Cell;

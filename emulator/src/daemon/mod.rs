@@ -32,7 +32,9 @@ pub mod packet;
 pub mod pause;
 mod queues;
 mod reload;
+mod sessions;
 pub mod shared_pages;
+mod shutdown;
 pub mod siw;
 mod slice;
 pub mod sys;
@@ -42,7 +44,8 @@ pub mod users;
 pub mod xdp;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
-pub use engine::{DaemonCounters, Engine, Shutdown};
+pub use engine::{DaemonCounters, Engine};
+pub use shutdown::Shutdown;
 
 use std::io;
 use std::thread::JoinHandle;
