@@ -6,7 +6,7 @@ use super::device::{NicFactory, ServedDevice};
 use super::memory::ProcMem;
 use super::objects::{Kind, Object, SessionId};
 use super::reload::{self, ConfigSource, Reload};
-use super::sessions::Session;
+use super::sessions::{Clients, DaemonCounters, Session};
 use super::shutdown::Shutdown;
 use super::sys::{self, Epoll};
 use super::tokens::{
@@ -22,19 +22,6 @@ use wire::client::{Reply, Request, MAX_MESSAGE_LEN};
 
 /// Packets staged per sendmmsg.
 pub(super) const TX_STAGE: usize = 32;
-
-/// Counters of hostile or broken input that never reaches a core.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DaemonCounters {
-    pub bad_requests: u64,
-    pub sessions_closed_for_garbage: u64,
-    pub bad_wqes: u64,
-    pub broken_rings: u64,
-    /// Privileged requests refused to clients that are not administrators (`users.rs`).
-    pub refused_privileged: u64,
-    /// Requests refused because the client claimed another process's pid or memory.
-    pub refused_credentials: u64,
-}
 
 /// Whether the engine yields its core while spinning without work
 /// (`RDMA_EMU_DAEMON_YIELD=0` turns it off, for measurements).
@@ -252,14 +239,16 @@ impl Engine {
         }
     }
 
-    /// A fresh handle, never 0, never one in use.
-    pub(super) fn alloc_handle(&mut self) -> Handle {
-        loop {
-            let h = Handle(self.next_handle);
-            self.next_handle = self.next_handle.wrapping_add(1).max(1);
-            if !self.objects.contains_key(&h) {
-                return h;
-            }
+    /// The parts of the engine a request that creates or finds objects touches.
+    pub(super) fn clients(&mut self) -> Clients<'_> {
+        Clients {
+            sessions: &mut self.sessions,
+            objects: &mut self.objects,
+            rings: &mut self.rings,
+            users: &mut self.users,
+            limits: &self.cfg.user_limits,
+            next_handle: &mut self.next_handle,
+            devices: &mut self.devices,
         }
     }
 

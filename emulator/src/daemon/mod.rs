@@ -44,7 +44,8 @@ pub mod users;
 pub mod xdp;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
-pub use engine::{DaemonCounters, Engine};
+pub use engine::Engine;
+pub use sessions::DaemonCounters;
 pub use shutdown::Shutdown;
 
 use std::io;
