@@ -5,8 +5,11 @@
 //! EINVAL); sizes are bounded by the device limits; descriptors must be what the message
 //! says.
 
-use super::engine::{Engine, MAX_OBJECTS_PER_SESSION};
+use super::answer::{ok, Answer};
+use super::engine::Engine;
 use super::objects::{Channel, Ctx, Kind, Object, SessionId};
+use super::queues;
+use super::sessions;
 use super::sys::{self, Mapping};
 use super::{config, device::ServedDevice};
 use std::cell::Cell;
@@ -15,12 +18,6 @@ use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
 use wire::client::{QpInitAttr, ReplyBody, RequestBody, MAX_SHARED_PAGES, PROTOCOL_VERSION};
-
-pub(super) type Answer = Result<(ReplyBody, Vec<OwnedFd>), i32>;
-
-pub(super) fn ok(body: ReplyBody) -> Answer {
-    Ok((body, Vec::new()))
-}
 
 /// `/proc` filesystem magic (statfs f_type).
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
@@ -62,33 +59,10 @@ fn check_proc_mem(fd: &OwnedFd, peer_pid: u32) -> Result<(), i32> {
     Ok(())
 }
 
-/// Checks the descriptor is the write end of a pipe, and makes it nonblocking.
-pub(super) fn is_pipe_write_end(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat/fcntl on a descriptor we own, with a zeroed out-parameter.
-    let ok = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0
-            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-            && libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_WRONLY
-    };
-    ok && sys::set_nonblocking(fd.as_raw_fd()).is_ok()
-}
-
 impl Engine {
     /// An object of the session, or ENOENT.
     pub(super) fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
-        match self.objects.get(&h) {
-            Some(o) if o.session == session => Ok(o),
-            _ => Err(libc::ENOENT),
-        }
-    }
-
-    /// The index of the device the session's context `ctx` is open on.
-    fn ctx_device(&self, session: SessionId, ctx: Handle) -> Result<usize, i32> {
-        match &self.lookup(session, ctx)?.kind {
-            Kind::Ctx(c) => Ok(c.dev),
-            _ => Err(libc::EINVAL),
-        }
+        sessions::lookup(&self.objects, session, h)
     }
 
     pub(super) fn device_of(
@@ -96,7 +70,7 @@ impl Engine {
         session: SessionId,
         ctx: Handle,
     ) -> Result<&mut ServedDevice, i32> {
-        let dev = self.ctx_device(session, ctx)?;
+        let dev = sessions::ctx_device(&self.objects, session, ctx)?;
         self.devices
             .get_mut(dev)
             .and_then(Option::as_mut)
@@ -105,14 +79,7 @@ impl Engine {
 
     /// (ctx, core PD id) of a PD handle.
     pub(super) fn pd(&self, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
-        match self.lookup(session, pd)? {
-            Object {
-                kind: Kind::Pd { id },
-                ctx,
-                ..
-            } => Ok((*ctx, *id)),
-            _ => Err(libc::EINVAL),
-        }
+        sessions::pd_of(&self.objects, session, pd)
     }
 
     pub(super) fn insert(
@@ -121,26 +88,7 @@ impl Engine {
         ctx: Option<Handle>,
         kind: Kind,
     ) -> Result<Handle, i32> {
-        let s = self.sessions.get_mut(&session).ok_or(libc::ENOENT)?;
-        if s.objects >= MAX_OBJECTS_PER_SESSION {
-            return Err(libc::ENOMEM);
-        }
-        let uid = s.uid;
-        if let Some(r) = super::users::Resource::of(&kind) {
-            self.users.charge(&self.cfg.user_limits, uid, r)?;
-        }
-        s.objects += 1;
-        let h = self.alloc_handle();
-        self.objects.insert(
-            h,
-            Object {
-                session,
-                uid,
-                ctx: ctx.unwrap_or(h),
-                kind,
-            },
-        );
-        Ok(h)
+        self.clients().insert(session, ctx, kind)
     }
 
     pub(super) fn dispatch(
@@ -338,7 +286,7 @@ impl Engine {
             R::CreateCompChannel { ctx } => {
                 self.device_of(session, ctx)?;
                 let write = fds.pop().ok_or(libc::EINVAL)?;
-                if !is_pipe_write_end(&write) {
+                if !sys::is_pipe_write_end(&write) {
                     return Err(libc::EINVAL);
                 }
                 let handle = self.insert(
@@ -366,7 +314,7 @@ impl Engine {
                 comp_vector,
             } => {
                 emu_core::check_comp_vector(comp_vector).map_err(|e| e.0)?;
-                self.create_cq(session, ctx, cqe, channel)
+                queues::create_cq(&mut self.clients(), session, ctx, cqe, channel)
             }
             R::DestroyCq { cq } => {
                 let (ctx, id) = match self.lookup(session, cq)? {
@@ -385,7 +333,7 @@ impl Engine {
                 self.lookup(session, cq)?;
                 Err(libc::EOPNOTSUPP)
             }
-            R::CreateSrq { pd, attr } => self.create_srq(session, pd, attr),
+            R::CreateSrq { pd, attr } => queues::create_srq(&mut self.clients(), session, pd, attr),
             R::ModifySrq { srq, attr, mask } => {
                 let (ctx, id) = self.srq(session, srq)?;
                 self.device_of(session, ctx)?
@@ -405,7 +353,7 @@ impl Engine {
                 self.forget(srq);
                 ok(ReplyBody::Ok)
             }
-            R::CreateQp { pd, init } => self.create_qp(session, pd, init),
+            R::CreateQp { pd, init } => queues::create_qp(&mut self.clients(), session, pd, init),
             R::ModifyQp { qp, attr, mask } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
                 self.device_of(session, ctx)?
@@ -457,7 +405,14 @@ impl Engine {
                 self.forget(ah);
                 ok(ReplyBody::Ok)
             }
-            R::Stat { device, qpn } => self.stat(device, qpn),
+            R::Stat { device, qpn } => queues::stat(
+                &self.devices,
+                &self.counters,
+                &self.users,
+                &self.mem,
+                device,
+                qpn,
+            ),
             R::Cm(req) => {
                 if let wire::client::cm::CmRequest::Connect { id, param }
                 | wire::client::cm::CmRequest::Accept { id, param } = &req
@@ -536,7 +491,7 @@ impl Engine {
             R::Capture { device } => {
                 let i = self.device_index(&device).ok_or(libc::ENODEV)?;
                 let w = fds.pop().ok_or(libc::EINVAL)?;
-                if !is_pipe_write_end(&w) {
+                if !sys::is_pipe_write_end(&w) {
                     return Err(libc::EINVAL);
                 }
                 let cap = super::capture::Capture::new(w).map_err(|_| libc::EINVAL)?;
@@ -552,7 +507,9 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             R::Fault(req) => self.faults().request(now, req),
-            R::QpList { device } => self.qp_list(device),
+            R::QpList { device } => {
+                queues::qp_list(&self.devices, &self.objects, &self.sessions, device)
+            }
             R::AttachMcast { qp, gid, lid } => {
                 let (ctx, qpn) = self.qp(session, qp)?;
                 self.mcast(session, ctx, qpn, gid, lid, true)
@@ -574,13 +531,13 @@ impl Engine {
         lid: u16,
         attach: bool,
     ) -> Answer {
-        let dev = self.ctx_device(session, ctx)?;
+        let dev = sessions::ctx_device(&self.objects, session, ctx)?;
         let d = self
             .devices
             .get_mut(dev)
             .and_then(Option::as_mut)
             .ok_or(libc::ENODEV)?;
-        let token = |slot| super::engine::udp_token(dev, slot);
+        let token = |slot| super::tokens::udp_token(dev, slot);
         super::mcast::mcast_verb(d, &self.epoll, token, qpn, gid, lid, attach)?;
         ok(ReplyBody::Ok)
     }
@@ -603,18 +560,6 @@ impl Engine {
                 ctx,
                 ..
             } => Ok((*ctx, q.qpn)),
-            _ => Err(libc::EINVAL),
-        }
-    }
-
-    /// (ctx, core id) of a CQ, which must be under `ctx`.
-    pub(super) fn cq_in(&self, session: SessionId, h: Handle, ctx: Handle) -> Result<u32, i32> {
-        match self.lookup(session, h)? {
-            Object {
-                kind: Kind::Cq(c),
-                ctx: c_ctx,
-                ..
-            } if *c_ctx == ctx => Ok(c.id),
             _ => Err(libc::EINVAL),
         }
     }
@@ -680,7 +625,7 @@ impl Engine {
         let ctx = self.insert(session, None, Kind::Ctx(ctx_obj))?;
         if self
             .epoll
-            .add(db_fd, super::engine::T_DOORBELL | u64::from(ctx.0))
+            .add(db_fd, super::tokens::T_DOORBELL | u64::from(ctx.0))
             .is_err()
         {
             self.forget(ctx);

@@ -5,94 +5,23 @@ use super::config::{Config, PollMode};
 use super::device::{NicFactory, ServedDevice};
 use super::memory::ProcMem;
 use super::objects::{Kind, Object, SessionId};
+use super::reload::{self, ConfigSource, Reload};
+use super::sessions::{Clients, DaemonCounters, Session};
+use super::shutdown::Shutdown;
 use super::sys::{self, Epoll};
+use super::tokens::{
+    udp_token, T_DOORBELL, T_KIND, T_LISTENER, T_NETLINK, T_RELOAD, T_SESSION, T_STREAM, T_TIMER,
+    T_UDP, T_WAKE,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 use wire::client::proto::Handle;
 use wire::client::{Reply, Request, MAX_MESSAGE_LEN};
 
-const T_LISTENER: u64 = 1;
-const T_TIMER: u64 = 2;
-const T_WAKE: u64 = 3;
-pub(super) const T_RELOAD: u64 = 4;
-const T_NETLINK: u64 = 5;
-const T_SESSION: u64 = 1 << 56;
-pub(super) const T_DOORBELL: u64 = 2 << 56;
-pub(super) const T_UDP: u64 = 3 << 56;
-/// siw: a device's TCP sockets (one epoll set per device); low bits = device index.
-const T_STREAM: u64 = 4 << 56;
-const T_KIND: u64 = 0xff << 56;
-
-/// The epoll token of device `dev`'s 4791 socket at GID index `slot` (stable while the
-/// address stays, so an address change re-registers only the sockets it opens).
-pub(super) fn udp_token(dev: usize, slot: usize) -> u64 {
-    T_UDP | (dev as u64) << 16 | slot as u64
-}
-
 /// Packets staged per sendmmsg.
 pub(super) const TX_STAGE: usize = 32;
-
-/// Most objects one session may hold.
-pub const MAX_OBJECTS_PER_SESSION: usize = 1 << 18;
-
-/// A connected client, named by the kernel's credentials of its connection
-/// (`SO_PEERCRED`, `SO_PEERGROUPS`) as they were when it connected (`users.rs`).
-pub struct Session {
-    pub sock: OwnedFd,
-    pub pid: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-    pub hello: bool,
-    pub objects: usize,
-}
-
-/// Counters of hostile or broken input that never reaches a core.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DaemonCounters {
-    pub bad_requests: u64,
-    pub sessions_closed_for_garbage: u64,
-    pub bad_wqes: u64,
-    pub broken_rings: u64,
-    /// Privileged requests refused to clients that are not administrators (`users.rs`).
-    pub refused_privileged: u64,
-    /// Requests refused because the client claimed another process's pid or memory.
-    pub refused_credentials: u64,
-}
-
-/// A way to stop a running engine from another thread or a signal handler.
-#[derive(Clone)]
-pub struct Shutdown {
-    pub(super) flag: Arc<AtomicBool>,
-    wake: Arc<OwnedFd>,
-}
-
-impl Shutdown {
-    pub fn new() -> io::Result<Shutdown> {
-        Ok(Shutdown {
-            flag: Arc::new(AtomicBool::new(false)),
-            wake: Arc::new(sys::eventfd()?),
-        })
-    }
-
-    pub fn trigger(&self) {
-        self.flag.store(true, Ordering::SeqCst);
-        let _ = sys::eventfd_signal(self.wake.as_raw_fd());
-    }
-
-    /// The eventfd a signal handler may write to (after setting nothing else).
-    pub fn wake_fd(&self) -> std::os::fd::RawFd {
-        self.wake.as_raw_fd()
-    }
-
-    fn requested(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
-    }
-}
 
 /// Whether the engine yields its core while spinning without work
 /// (`RDMA_EMU_DAEMON_YIELD=0` turns it off, for measurements).
@@ -128,7 +57,7 @@ pub struct Engine {
     /// RDMA CM channels, ids, port spaces.
     pub(super) cm: super::cm::CmTables,
     /// SIGHUP's eventfd and where a new configuration comes from (`reload.rs`).
-    pub(super) reload: Option<super::reload::Reload>,
+    pub(super) reload: Option<Reload>,
     /// rtnetlink address notifications (None: the kernel refused the socket).
     pub(super) netlink: Option<OwnedFd>,
     /// The ids of fault rules (`rdma-emu fault add`).
@@ -239,6 +168,67 @@ impl Engine {
         super::device::index_of(&self.devices, name)
     }
 
+    /// Makes the engine reload from `source` whenever the returned eventfd is written
+    /// (`sys::forward_sighup` points SIGHUP at it).
+    pub fn enable_reload(&mut self, source: ConfigSource) -> io::Result<RawFd> {
+        let r = Reload::new(source)?;
+        let fd = r.fd();
+        self.epoll.add(fd, T_RELOAD)?;
+        self.reload = Some(r);
+        Ok(fd)
+    }
+
+    /// SIGHUP: the settings of the new configuration at once (`reload::apply`), its
+    /// device list through [`Engine::remove_device`] and [`Engine::add_device`].
+    fn reload(&mut self) {
+        let Some(new) = self.reload.as_mut().and_then(Reload::take) else {
+            return;
+        };
+        let plan = reload::apply(&mut self.cfg, new, &self.devices);
+        let mut kept = Vec::new();
+        for old in plan.remove {
+            match self.remove_device(&old.name) {
+                Ok(()) | Err(libc::ENODEV) => {}
+                Err(_) => {
+                    tracing::warn!(device = %old.name, "config reload: device in use, kept");
+                    kept.push(old);
+                }
+            }
+        }
+        for (spec, open) in plan.wanted {
+            if !open {
+                kept.push(spec);
+                continue;
+            }
+            match ServedDevice::open(&spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
+                .and_then(|d| self.add_device(d))
+            {
+                Ok(_) => kept.push(spec),
+                Err(e) => {
+                    tracing::error!(device = %spec.name, "config reload: device not added: {e}")
+                }
+            }
+        }
+        self.cfg.devices = kept;
+        tracing::info!(poll = ?self.cfg.poll, devices = self.cfg.devices.len(), "config reloaded");
+    }
+
+    /// Removes a device no client has open (`link del`, reload): ENODEV, EBUSY.
+    pub(super) fn remove_device(&mut self, name: &str) -> Result<(), i32> {
+        let i = self.device_index(name).ok_or(libc::ENODEV)?;
+        let d = self.devices[i].as_ref().ok_or(libc::ENODEV)?;
+        if d.open_ctxs > 0 {
+            return Err(libc::EBUSY);
+        }
+        for (_, fd) in d.udp.fds() {
+            self.epoll.remove(fd);
+        }
+        self.cm_device_removed(i);
+        tracing::info!(device = %name, "device removed");
+        self.devices[i] = None;
+        Ok(())
+    }
+
     /// The parts of the engine a fault request touches.
     pub(super) fn faults(&mut self) -> super::fault_control::FaultCtx<'_> {
         super::fault_control::FaultCtx {
@@ -249,14 +239,16 @@ impl Engine {
         }
     }
 
-    /// A fresh handle, never 0, never one in use.
-    pub(super) fn alloc_handle(&mut self) -> Handle {
-        loop {
-            let h = Handle(self.next_handle);
-            self.next_handle = self.next_handle.wrapping_add(1).max(1);
-            if !self.objects.contains_key(&h) {
-                return h;
-            }
+    /// The parts of the engine a request that creates or finds objects touches.
+    pub(super) fn clients(&mut self) -> Clients<'_> {
+        Clients {
+            sessions: &mut self.sessions,
+            objects: &mut self.objects,
+            rings: &mut self.rings,
+            users: &mut self.users,
+            limits: &self.cfg.user_limits,
+            next_handle: &mut self.next_handle,
+            devices: &mut self.devices,
         }
     }
 
@@ -336,12 +328,15 @@ impl Engine {
                     T_LISTENER => self.accept_all()?,
                     T_TIMER => sys::drain_counter(self.timer.as_raw_fd()),
                     T_WAKE => {
-                        // Only a shutdown (or a signal handler) writes the wake eventfd.
-                        sys::drain_counter(self.shutdown.wake_fd());
-                        self.shutdown.flag.store(true, Ordering::SeqCst);
+                        self.shutdown.woken();
                     }
                     T_RELOAD => self.reload(),
-                    T_NETLINK => self.follow_addresses(),
+                    T_NETLINK => {
+                        if let Some(fd) = &self.netlink {
+                            sys::drain_socket(fd.as_raw_fd());
+                        }
+                        reload::follow_addresses(&mut self.devices, &self.epoll, &self.objects);
+                    }
                     _ => {}
                 },
                 T_SESSION => self.serve_session(token & !T_KIND),
@@ -372,7 +367,8 @@ impl Engine {
         worked |= self.drain_rings(now);
         for d in self.devices.iter_mut().flatten() {
             if d.faults.next_release().is_some_and(|t| t <= now) {
-                worked |= super::datapath::release_held(d, self.cfg.local_path, now, &mut self.mem);
+                worked |=
+                    super::device_io::release_held(d, self.cfg.local_path, now, &mut self.mem);
             }
         }
         worked |= self.drive_cores(now);
@@ -408,7 +404,7 @@ impl Engine {
                 };
                 let dst = self.rx.dsts[i].unwrap_or(dst);
                 let payload = self.rx.payload(i, len);
-                super::datapath::receive(d, now, src, dst, payload, &mut self.mem);
+                super::device_io::receive(d, now, src, dst, payload, &mut self.mem);
                 if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::udp::ECN_CE) {
                     d.nic.congestion_experienced(now, src, dst, payload);
                 }
@@ -688,7 +684,7 @@ impl Engine {
             .map(|(h, _)| *h)
             .collect();
         for ctx in ctxs {
-            super::datapath::send_event(
+            super::notify::send_event(
                 &self.objects,
                 ctx,
                 wire::client::verbs::event_type::DEVICE_FATAL,

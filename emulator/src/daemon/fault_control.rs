@@ -3,10 +3,10 @@
 //! them to its packets). A handler borrows the parts of the engine it touches
 //! ([`FaultCtx`]) and answers the request.
 
-use super::control::{ok, Answer};
-use super::datapath::send_event;
+use super::answer::{ok, Answer};
 use super::device::{index_of, ServedDevice};
 use super::fault::{default_seed, FAULTS_ENV};
+use super::notify::send_event;
 use super::objects::{Kind, Object};
 use std::collections::BTreeMap;
 use std::io;

@@ -6,6 +6,7 @@
 //! its timers, and writes what it produces back: packets to the network, completions into
 //! CQ rings, events into pipes. See `docs/daemon.md`.
 
+mod answer;
 pub mod backend;
 pub mod capture;
 mod cm;
@@ -14,6 +15,7 @@ mod control;
 pub mod core_nic;
 mod datapath;
 pub mod device;
+mod device_io;
 mod engine;
 pub mod fault;
 mod fault_control;
@@ -24,21 +26,27 @@ pub mod mmsg;
 pub mod neigh;
 pub mod netdev;
 pub mod nic;
+mod notify;
 mod objects;
 pub mod packet;
 pub mod pause;
 mod queues;
 mod reload;
+mod sessions;
 pub mod shared_pages;
+mod shutdown;
 pub mod siw;
 mod slice;
 pub mod sys;
+mod tokens;
 pub mod udp;
 pub mod users;
 pub mod xdp;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
-pub use engine::{DaemonCounters, Engine, Shutdown};
+pub use engine::Engine;
+pub use sessions::DaemonCounters;
+pub use shutdown::Shutdown;
 
 use std::io;
 use std::thread::JoinHandle;

@@ -1,18 +1,22 @@
 //! Creating the queues: CQs, SRQs and QPs with their rings in sealed memfds, and the
 //! counters `rdma-emu stat` reads.
 
-use super::engine::Engine;
+use super::device::{index_of, ServedDevice};
+use super::memory::ProcMem;
 use super::nic::QpCreate;
 use super::objects::{Cq, Kind, Object, Qp, Ring, SessionId, Srq};
+use super::sessions::{Clients, DaemonCounters, Session};
 use super::sys::{self, Mapping};
+use super::users::Users;
 use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use wire::client::proto::Handle;
 use wire::client::slot::{recv_slot_size, send_slot_size, CQE_LEN};
 use wire::client::verbs::qp_type;
 use wire::client::{CounterSet, QpInitAttr, ReplyBody, RingLayout};
 
-use super::control::{ok, Answer};
+use super::answer::{ok, Answer};
 
 /// A sealed memfd holding rings, mapped; its length rounded up to a page.
 fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {
@@ -26,358 +30,386 @@ fn entries_for(depth: u32) -> Result<u32, i32> {
     depth.max(1).checked_next_power_of_two().ok_or(libc::EINVAL)
 }
 
-impl Engine {
-    pub(super) fn create_cq(
-        &mut self,
-        session: SessionId,
-        ctx: Handle,
-        cqe: u32,
-        channel: Option<Handle>,
-    ) -> Answer {
-        let d = self.device_of(session, ctx)?;
-        if cqe == 0 || cqe > d.nic.limits().max_cqe {
-            return Err(libc::EINVAL);
-        }
-        if let Some(ch) = channel {
-            match self.lookup(session, ch)? {
-                Object {
-                    kind: Kind::Channel(_),
-                    ctx: c,
-                    ..
-                } if *c == ctx => {}
-                _ => return Err(libc::EINVAL),
-            }
-        }
-        let d = self.device_of(session, ctx)?;
-        let (id, depth) = d.nic.create_cq(ctx.0, cqe)?;
-        let layout = RingLayout {
-            offset: 0,
-            entries: entries_for(depth)?,
-            slot_size: CQE_LEN as u32,
-        };
-        let built = ring_memfd("rdma-emu-cq", layout.end());
-        let (fd, map) = match built {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = d.nic.destroy_cq(id);
-                return Err(e);
-            }
-        };
-        let cq = Cq {
-            id,
-            map,
-            ring: Ring::new(layout),
-            channel,
-            overflowed: Cell::new(false),
-        };
-        let handle = match self.insert(session, Some(ctx), Kind::Cq(cq)) {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_cq(id));
-                return Err(e);
-            }
-        };
-        if let Some(Object {
-            kind: Kind::Channel(ch),
-            ..
-        }) = channel.and_then(|c| self.objects.get(&c))
-        {
-            ch.users.set(ch.users.get() + 1);
-        }
-        self.device_of(session, ctx)?.cq_by_id.insert(id, handle);
-        Ok((
-            ReplyBody::Cq {
-                handle,
-                cqe: depth,
-                ring: layout,
-            },
-            vec![fd],
-        ))
+pub(super) fn create_cq(
+    clients: &mut Clients<'_>,
+    session: SessionId,
+    ctx: Handle,
+    cqe: u32,
+    channel: Option<Handle>,
+) -> Answer {
+    let d = clients.device_of(session, ctx)?;
+    if cqe == 0 || cqe > d.nic.limits().max_cqe {
+        return Err(libc::EINVAL);
     }
-
-    pub(super) fn create_srq(
-        &mut self,
-        session: SessionId,
-        pd: Handle,
-        attr: wire::client::SrqAttr,
-    ) -> Answer {
-        let (ctx, pd_id) = self.pd(session, pd)?;
-        let d = self.device_of(session, ctx)?;
-        let l = d.nic.limits();
-        // max_sge 0 is the device's to raise (rxe makes it 1).
-        if attr.max_wr == 0 || attr.max_wr > l.max_srq_wr || attr.max_sge > l.max_srq_sge {
-            return Err(libc::EINVAL);
+    if let Some(ch) = channel {
+        match clients.lookup(session, ch)? {
+            Object {
+                kind: Kind::Channel(_),
+                ctx: c,
+                ..
+            } if *c == ctx => {}
+            _ => return Err(libc::EINVAL),
         }
-        let (id, actual) = d.nic.create_srq(ctx.0, pd_id, &attr)?;
-        let slot = recv_slot_size(actual.max_sge).ok_or(libc::EINVAL)?;
-        let layout = RingLayout {
-            offset: 0,
-            entries: entries_for(actual.max_wr)?,
-            slot_size: slot,
-        };
-        let (fd, map) = match ring_memfd("rdma-emu-srq", layout.end()) {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = d.nic.destroy_srq(id);
-                return Err(e);
-            }
-        };
-        let srq = Srq {
-            id,
-            map,
-            ring: Ring::new(layout),
-            max_sge: actual.max_sge,
-        };
-        let handle = match self.insert(session, Some(ctx), Kind::Srq(srq)) {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_srq(id));
-                return Err(e);
-            }
-        };
-        self.rings.insert(handle);
-        self.device_of(session, ctx)?.srq_by_id.insert(id, handle);
-        Ok((
-            ReplyBody::Srq {
-                handle,
-                attr: actual,
-                ring: layout,
-            },
-            vec![fd],
-        ))
     }
+    let d = clients.device_of(session, ctx)?;
+    let (id, depth) = d.nic.create_cq(ctx.0, cqe)?;
+    let layout = RingLayout {
+        offset: 0,
+        entries: entries_for(depth)?,
+        slot_size: CQE_LEN as u32,
+    };
+    let built = ring_memfd("rdma-emu-cq", layout.end());
+    let (fd, map) = match built {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = d.nic.destroy_cq(id);
+            return Err(e);
+        }
+    };
+    let cq = Cq {
+        id,
+        map,
+        ring: Ring::new(layout),
+        channel,
+        overflowed: Cell::new(false),
+    };
+    let handle = match clients.insert(session, Some(ctx), Kind::Cq(cq)) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = clients
+                .device_of(session, ctx)
+                .map(|d| d.nic.destroy_cq(id));
+            return Err(e);
+        }
+    };
+    if let Some(Object {
+        kind: Kind::Channel(ch),
+        ..
+    }) = channel.and_then(|c| clients.objects.get(&c))
+    {
+        ch.users.set(ch.users.get() + 1);
+    }
+    clients.device_of(session, ctx)?.cq_by_id.insert(id, handle);
+    Ok((
+        ReplyBody::Cq {
+            handle,
+            cqe: depth,
+            ring: layout,
+        },
+        vec![fd],
+    ))
+}
 
-    pub(super) fn create_qp(&mut self, session: SessionId, pd: Handle, init: QpInitAttr) -> Answer {
-        let (ctx, pd_id) = self.pd(session, pd)?;
-        let send_cq = self.cq_in(session, init.send_cq, ctx)?;
-        let recv_cq = self.cq_in(session, init.recv_cq, ctx)?;
-        let srq = match init.srq {
-            Some(h) => match self.lookup(session, h)? {
-                Object {
-                    kind: Kind::Srq(s),
-                    ctx: c,
-                    ..
-                } if *c == ctx => Some(s.id),
-                _ => return Err(libc::EINVAL),
-            },
-            None => None,
-        };
-        if !matches!(init.qp_type, qp_type::RC | qp_type::UC | qp_type::UD) {
-            return Err(libc::EOPNOTSUPP);
+pub(super) fn create_srq(
+    clients: &mut Clients<'_>,
+    session: SessionId,
+    pd: Handle,
+    attr: wire::client::SrqAttr,
+) -> Answer {
+    let (ctx, pd_id) = clients.pd(session, pd)?;
+    let d = clients.device_of(session, ctx)?;
+    let l = d.nic.limits();
+    // max_sge 0 is the device's to raise (rxe makes it 1).
+    if attr.max_wr == 0 || attr.max_wr > l.max_srq_wr || attr.max_sge > l.max_srq_sge {
+        return Err(libc::EINVAL);
+    }
+    let (id, actual) = d.nic.create_srq(ctx.0, pd_id, &attr)?;
+    let slot = recv_slot_size(actual.max_sge).ok_or(libc::EINVAL)?;
+    let layout = RingLayout {
+        offset: 0,
+        entries: entries_for(actual.max_wr)?,
+        slot_size: slot,
+    };
+    let (fd, map) = match ring_memfd("rdma-emu-srq", layout.end()) {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = d.nic.destroy_srq(id);
+            return Err(e);
         }
-        let d = self.device_of(session, ctx)?;
-        let l = d.nic.limits();
-        let c = init.cap;
-        let rq_ok = srq.is_some() || (c.max_recv_wr <= l.max_qp_wr && c.max_recv_sge <= l.max_sge);
-        if c.max_send_wr > l.max_qp_wr
-            || c.max_send_sge > l.max_sge
-            || c.max_inline_data > l.max_inline
-            || !rq_ok
-        {
-            return Err(libc::EINVAL);
+    };
+    let srq = Srq {
+        id,
+        map,
+        ring: Ring::new(layout),
+        max_sge: actual.max_sge,
+    };
+    let handle = match clients.insert(session, Some(ctx), Kind::Srq(srq)) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = clients
+                .device_of(session, ctx)
+                .map(|d| d.nic.destroy_srq(id));
+            return Err(e);
         }
-        let create = QpCreate {
-            pd: pd_id,
-            send_cq,
-            recv_cq,
-            srq,
-            cap: c,
-            qp_type: init.qp_type,
-            sq_sig_all: init.sq_sig_all,
+    };
+    clients.rings.insert(handle);
+    clients
+        .device_of(session, ctx)?
+        .srq_by_id
+        .insert(id, handle);
+    Ok((
+        ReplyBody::Srq {
+            handle,
+            attr: actual,
+            ring: layout,
+        },
+        vec![fd],
+    ))
+}
+
+pub(super) fn create_qp(
+    clients: &mut Clients<'_>,
+    session: SessionId,
+    pd: Handle,
+    init: QpInitAttr,
+) -> Answer {
+    let (ctx, pd_id) = clients.pd(session, pd)?;
+    let send_cq = clients.cq_in(session, init.send_cq, ctx)?;
+    let recv_cq = clients.cq_in(session, init.recv_cq, ctx)?;
+    let srq = match init.srq {
+        Some(h) => match clients.lookup(session, h)? {
+            Object {
+                kind: Kind::Srq(s),
+                ctx: c,
+                ..
+            } if *c == ctx => Some(s.id),
+            _ => return Err(libc::EINVAL),
+        },
+        None => None,
+    };
+    if !matches!(init.qp_type, qp_type::RC | qp_type::UC | qp_type::UD) {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let d = clients.device_of(session, ctx)?;
+    let l = d.nic.limits();
+    let c = init.cap;
+    let rq_ok = srq.is_some() || (c.max_recv_wr <= l.max_qp_wr && c.max_recv_sge <= l.max_sge);
+    if c.max_send_wr > l.max_qp_wr
+        || c.max_send_sge > l.max_sge
+        || c.max_inline_data > l.max_inline
+        || !rq_ok
+    {
+        return Err(libc::EINVAL);
+    }
+    let create = QpCreate {
+        pd: pd_id,
+        send_cq,
+        recv_cq,
+        srq,
+        cap: c,
+        qp_type: init.qp_type,
+        sq_sig_all: init.sq_sig_all,
+    };
+    let (qpn, cap) = d.nic.create_qp(ctx.0, &create)?;
+    let sq_slot = send_slot_size(cap.max_send_sge, cap.max_inline_data).ok_or(libc::EINVAL);
+    let rq_slot = recv_slot_size(cap.max_recv_sge).ok_or(libc::EINVAL);
+    let layouts = sq_slot.and_then(|sq_slot| {
+        let sq = RingLayout {
+            offset: 0,
+            entries: entries_for(cap.max_send_wr)?,
+            slot_size: sq_slot,
         };
-        let (qpn, cap) = d.nic.create_qp(ctx.0, &create)?;
-        let sq_slot = send_slot_size(cap.max_send_sge, cap.max_inline_data).ok_or(libc::EINVAL);
-        let rq_slot = recv_slot_size(cap.max_recv_sge).ok_or(libc::EINVAL);
-        let layouts = sq_slot.and_then(|sq_slot| {
-            let sq = RingLayout {
-                offset: 0,
-                entries: entries_for(cap.max_send_wr)?,
-                slot_size: sq_slot,
-            };
-            let rq = match srq {
-                Some(_) => None,
-                None => Some(RingLayout {
-                    offset: sq.end(),
-                    entries: entries_for(cap.max_recv_wr)?,
-                    slot_size: rq_slot?,
-                }),
-            };
-            Ok((sq, rq))
-        });
-        let built = layouts.and_then(|(sq, rq)| {
-            ring_memfd("rdma-emu-qp", rq.map_or(sq.end(), |r| r.end())).map(|m| (sq, rq, m))
-        });
-        let (sq, rq, (fd, map)) = match built {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = d.nic.destroy_qp(qpn);
-                return Err(e);
-            }
+        let rq = match srq {
+            Some(_) => None,
+            None => Some(RingLayout {
+                offset: sq.end(),
+                entries: entries_for(cap.max_recv_wr)?,
+                slot_size: rq_slot?,
+            }),
         };
-        let qp = Qp {
+        Ok((sq, rq))
+    });
+    let built = layouts.and_then(|(sq, rq)| {
+        ring_memfd("rdma-emu-qp", rq.map_or(sq.end(), |r| r.end())).map(|m| (sq, rq, m))
+    });
+    let (sq, rq, (fd, map)) = match built {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = d.nic.destroy_qp(qpn);
+            return Err(e);
+        }
+    };
+    let qp = Qp {
+        qpn,
+        qp_type: init.qp_type,
+        cap,
+        map,
+        sq: Ring::new(sq),
+        rq: rq.map(Ring::new),
+        send_cq: init.send_cq,
+        recv_cq: init.recv_cq,
+        srq: init.srq,
+        sq_sig_all: init.sq_sig_all,
+    };
+    let handle = match clients.insert(session, Some(ctx), Kind::Qp(qp)) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = clients
+                .device_of(session, ctx)
+                .map(|d| d.nic.destroy_qp(qpn));
+            return Err(e);
+        }
+    };
+    clients.rings.insert(handle);
+    clients
+        .device_of(session, ctx)?
+        .qp_by_qpn
+        .insert(qpn, handle);
+    tracing::debug!(session, qpn, "QP created");
+    Ok((
+        ReplyBody::Qp {
+            handle,
             qpn,
-            qp_type: init.qp_type,
             cap,
-            map,
-            sq: Ring::new(sq),
-            rq: rq.map(Ring::new),
-            send_cq: init.send_cq,
-            recv_cq: init.recv_cq,
-            srq: init.srq,
-            sq_sig_all: init.sq_sig_all,
-        };
-        let handle = match self.insert(session, Some(ctx), Kind::Qp(qp)) {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = self.device_of(session, ctx).map(|d| d.nic.destroy_qp(qpn));
-                return Err(e);
-            }
-        };
-        self.rings.insert(handle);
-        self.device_of(session, ctx)?.qp_by_qpn.insert(qpn, handle);
-        tracing::debug!(session, qpn, "QP created");
-        Ok((
-            ReplyBody::Qp {
-                handle,
-                qpn,
-                cap,
-                sq,
-                rq,
-            },
-            vec![fd],
-        ))
-    }
+            sq,
+            rq,
+        },
+        vec![fd],
+    ))
+}
 
-    /// `rdma-emu top`, `res qp`: every QP of the devices asked for, with its owner's pid.
-    pub(super) fn qp_list(&self, device: Option<String>) -> Answer {
-        if device
-            .as_deref()
-            .is_some_and(|n| self.device_index(n).is_none())
-        {
-            return Err(libc::ENODEV);
-        }
-        let mut out = Vec::new();
-        for d in self.devices.iter().flatten() {
-            if device.as_deref().is_some_and(|n| n != d.name()) {
-                continue;
-            }
-            for mut q in d.nic.qp_summaries() {
-                let owner = wire::client::proto::Handle(q.pid);
-                q.pid = self
-                    .objects
-                    .get(&owner)
-                    .and_then(|o| self.sessions.get(&o.session))
-                    .map_or(0, |s| s.pid);
-                q.device = d.name().to_string();
-                out.push(q);
-            }
-        }
-        ok(ReplyBody::Qps(out))
+/// `rdma-emu top`, `res qp`: every QP of the devices asked for, with its owner's pid.
+pub(super) fn qp_list(
+    devices: &[Option<ServedDevice>],
+    objects: &BTreeMap<Handle, Object>,
+    sessions: &HashMap<SessionId, Session>,
+    device: Option<String>,
+) -> Answer {
+    if device
+        .as_deref()
+        .is_some_and(|n| index_of(devices, n).is_none())
+    {
+        return Err(libc::ENODEV);
     }
+    let mut out = Vec::new();
+    for d in devices.iter().flatten() {
+        if device.as_deref().is_some_and(|n| n != d.name()) {
+            continue;
+        }
+        for mut q in d.nic.qp_summaries() {
+            let owner = wire::client::proto::Handle(q.pid);
+            q.pid = objects
+                .get(&owner)
+                .and_then(|o| sessions.get(&o.session))
+                .map_or(0, |s| s.pid);
+            q.device = d.name().to_string();
+            out.push(q);
+        }
+    }
+    ok(ReplyBody::Qps(out))
+}
 
-    pub(super) fn stat(&self, device: Option<String>, qpn: Option<u32>) -> Answer {
-        let mut sets = Vec::new();
-        for d in self.devices.iter().flatten() {
-            if device.as_deref().is_some_and(|n| n != d.name()) {
-                continue;
-            }
-            match qpn {
-                Some(q) => {
-                    if let Some(counters) = d.nic.qp_counters(q) {
-                        sets.push(CounterSet {
-                            device: d.name().into(),
-                            qpn: Some(q),
-                            counters,
-                        });
-                    }
-                }
-                None => {
-                    let mut counters = d.nic.counters();
-                    counters.push(("udp_rx_datagrams".into(), d.rx_datagrams));
-                    counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
-                    counters.push(("udp_tx_errors".into(), d.tx_errors));
-                    counters.push(("udp_rx_truncated".into(), d.rx_truncated));
-                    counters.extend(d.udp.offload_counters());
-                    if let Some((p, (resolved, unresolved))) = d.udp.packet_counters() {
-                        counters.push(("packet_rx_icrc_errors".into(), p.rx_icrc_errors));
-                        counters.push(("packet_rx_malformed".into(), p.rx_malformed));
-                        counters.push(("packet_rx_queue_drops".into(), p.rx_queue_drops));
-                        counters.push(("packet_tx_no_neighbour".into(), p.tx_no_neighbour));
-                        counters.push(("packet_neigh_resolved".into(), resolved));
-                        counters.push(("packet_neigh_unresolved".into(), unresolved));
-                    }
-                    if let Some((p, x, (resolved, unresolved))) = d.udp.xdp_counters() {
-                        let all = [
-                            ("xdp_rx_icrc_errors", p.rx_icrc_errors),
-                            ("xdp_rx_malformed", p.rx_malformed),
-                            ("xdp_rx_bad_descs", x.bad_descs),
-                            ("xdp_rx_dropped", x.xsk.rx_dropped),
-                            ("xdp_rx_ring_full", x.xsk.rx_ring_full),
-                            (
-                                "xdp_rx_fill_ring_empty_descs",
-                                x.xsk.rx_fill_ring_empty_descs,
-                            ),
-                            ("xdp_rx_invalid_descs", x.xsk.rx_invalid_descs),
-                            ("xdp_tx_invalid_descs", x.xsk.tx_invalid_descs),
-                            ("xdp_tx_ring_full", x.tx_ring_full),
-                            ("xdp_tx_no_neighbour", p.tx_no_neighbour),
-                            ("xdp_neigh_resolved", resolved),
-                            ("xdp_neigh_unresolved", unresolved),
-                        ];
-                        counters.extend(all.into_iter().map(|(k, v)| (k.into(), v)));
-                    }
-                    if let Some(p) = &d.pause {
-                        // `packet_…` or `xdp_…`, as the backend's other counters.
-                        let b = d.udp.backend().name();
-                        let c = p.counters(std::time::Instant::now());
-                        let all = [
-                            ("rx_pause_frames", c.rx_pause),
-                            ("rx_pfc_frames", c.rx_pfc),
-                            ("rx_pause_malformed", c.rx_malformed),
-                            ("paused_us", c.paused_us),
-                        ];
-                        counters.extend(all.into_iter().map(|(k, v)| (format!("{b}_{k}"), v)));
-                    }
-                    counters.push(("bad_client_requests".into(), self.counters.bad_requests));
-                    counters.push(("bad_wqes".into(), self.counters.bad_wqes));
-                    counters.push(("broken_rings".into(), self.counters.broken_rings));
-                    let c = &self.counters;
-                    counters.push(("refused_privileged".into(), c.refused_privileged));
-                    counters.push(("refused_credentials".into(), c.refused_credentials));
-                    counters.push(("user_limit_refusals".into(), self.users.refusals));
-                    counters.push(("memory_faults".into(), self.mem.faults));
-                    let m = self.mem.counters;
-                    counters.push(("memory_shared_bytes".into(), m.shared_bytes));
-                    counters.push(("memory_fd_bytes".into(), m.fd_bytes));
-                    counters.push(("memory_shared_refused".into(), m.shared_refused));
-                    let cm = d.cm.counters();
-                    counters.push(("cm_tx".into(), cm.tx));
-                    counters.push(("cm_tx_retries".into(), cm.tx_retries));
-                    counters.push(("cm_rx".into(), cm.rx));
-                    counters.push(("cm_rx_duplicates".into(), cm.rx_duplicates));
-                    counters.push(("cm_rx_dropped".into(), cm.rx_dropped + d.gsi_rx_dropped));
-                    counters.push(("cm_connections".into(), d.cm.connection_count() as u64));
-                    counters.extend(
-                        d.faults
-                            .counter_list()
-                            .iter()
-                            .map(|&(n, v)| (n.to_string(), v)),
-                    );
+/// `rdma-emu stat`: the counters of the devices asked for (and the daemon's own), or of
+/// one QP.
+pub(super) fn stat(
+    devices: &[Option<ServedDevice>],
+    daemon: &DaemonCounters,
+    users: &Users,
+    mem: &ProcMem,
+    device: Option<String>,
+    qpn: Option<u32>,
+) -> Answer {
+    let mut sets = Vec::new();
+    for d in devices.iter().flatten() {
+        if device.as_deref().is_some_and(|n| n != d.name()) {
+            continue;
+        }
+        match qpn {
+            Some(q) => {
+                if let Some(counters) = d.nic.qp_counters(q) {
                     sets.push(CounterSet {
                         device: d.name().into(),
-                        qpn: None,
+                        qpn: Some(q),
                         counters,
                     });
                 }
             }
+            None => {
+                let mut counters = d.nic.counters();
+                counters.push(("udp_rx_datagrams".into(), d.rx_datagrams));
+                counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
+                counters.push(("udp_tx_errors".into(), d.tx_errors));
+                counters.push(("udp_rx_truncated".into(), d.rx_truncated));
+                counters.extend(d.udp.offload_counters());
+                if let Some((p, (resolved, unresolved))) = d.udp.packet_counters() {
+                    counters.push(("packet_rx_icrc_errors".into(), p.rx_icrc_errors));
+                    counters.push(("packet_rx_malformed".into(), p.rx_malformed));
+                    counters.push(("packet_rx_queue_drops".into(), p.rx_queue_drops));
+                    counters.push(("packet_tx_no_neighbour".into(), p.tx_no_neighbour));
+                    counters.push(("packet_neigh_resolved".into(), resolved));
+                    counters.push(("packet_neigh_unresolved".into(), unresolved));
+                }
+                if let Some((p, x, (resolved, unresolved))) = d.udp.xdp_counters() {
+                    let all = [
+                        ("xdp_rx_icrc_errors", p.rx_icrc_errors),
+                        ("xdp_rx_malformed", p.rx_malformed),
+                        ("xdp_rx_bad_descs", x.bad_descs),
+                        ("xdp_rx_dropped", x.xsk.rx_dropped),
+                        ("xdp_rx_ring_full", x.xsk.rx_ring_full),
+                        (
+                            "xdp_rx_fill_ring_empty_descs",
+                            x.xsk.rx_fill_ring_empty_descs,
+                        ),
+                        ("xdp_rx_invalid_descs", x.xsk.rx_invalid_descs),
+                        ("xdp_tx_invalid_descs", x.xsk.tx_invalid_descs),
+                        ("xdp_tx_ring_full", x.tx_ring_full),
+                        ("xdp_tx_no_neighbour", p.tx_no_neighbour),
+                        ("xdp_neigh_resolved", resolved),
+                        ("xdp_neigh_unresolved", unresolved),
+                    ];
+                    counters.extend(all.into_iter().map(|(k, v)| (k.into(), v)));
+                }
+                if let Some(p) = &d.pause {
+                    // `packet_…` or `xdp_…`, as the backend's other counters.
+                    let b = d.udp.backend().name();
+                    let c = p.counters(std::time::Instant::now());
+                    let all = [
+                        ("rx_pause_frames", c.rx_pause),
+                        ("rx_pfc_frames", c.rx_pfc),
+                        ("rx_pause_malformed", c.rx_malformed),
+                        ("paused_us", c.paused_us),
+                    ];
+                    counters.extend(all.into_iter().map(|(k, v)| (format!("{b}_{k}"), v)));
+                }
+                counters.push(("bad_client_requests".into(), daemon.bad_requests));
+                counters.push(("bad_wqes".into(), daemon.bad_wqes));
+                counters.push(("broken_rings".into(), daemon.broken_rings));
+                let c = daemon;
+                counters.push(("refused_privileged".into(), c.refused_privileged));
+                counters.push(("refused_credentials".into(), c.refused_credentials));
+                counters.push(("user_limit_refusals".into(), users.refusals));
+                counters.push(("memory_faults".into(), mem.faults));
+                let m = mem.counters;
+                counters.push(("memory_shared_bytes".into(), m.shared_bytes));
+                counters.push(("memory_fd_bytes".into(), m.fd_bytes));
+                counters.push(("memory_shared_refused".into(), m.shared_refused));
+                let cm = d.cm.counters();
+                counters.push(("cm_tx".into(), cm.tx));
+                counters.push(("cm_tx_retries".into(), cm.tx_retries));
+                counters.push(("cm_rx".into(), cm.rx));
+                counters.push(("cm_rx_duplicates".into(), cm.rx_duplicates));
+                counters.push(("cm_rx_dropped".into(), cm.rx_dropped + d.gsi_rx_dropped));
+                counters.push(("cm_connections".into(), d.cm.connection_count() as u64));
+                counters.extend(
+                    d.faults
+                        .counter_list()
+                        .iter()
+                        .map(|&(n, v)| (n.to_string(), v)),
+                );
+                sets.push(CounterSet {
+                    device: d.name().into(),
+                    qpn: None,
+                    counters,
+                });
+            }
         }
-        if sets.is_empty() && (device.is_some() || qpn.is_some()) {
-            return Err(if qpn.is_some() {
-                libc::ENOENT
-            } else {
-                libc::ENODEV
-            });
-        }
-        ok(ReplyBody::Stat(sets))
     }
+    if sets.is_empty() && (device.is_some() || qpn.is_some()) {
+        return Err(if qpn.is_some() {
+            libc::ENOENT
+        } else {
+            libc::ENODEV
+        });
+    }
+    ok(ReplyBody::Stat(sets))
 }

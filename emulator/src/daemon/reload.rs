@@ -20,151 +20,130 @@
 //! slot empty), so a GID index a program chose keeps naming the same address.
 //! Clients of a device whose table changed get `IBV_EVENT_GID_CHANGE`, as rxe's do.
 
-use super::config::Config;
+use super::config::{Config, DeviceSpec};
 use super::device::ServedDevice;
-use super::engine::{udp_token, Engine, T_RELOAD};
-use super::objects::Kind;
-use super::sys;
+use super::notify::send_event;
+use super::objects::{Kind, Object};
+use super::sys::{self, Epoll};
+use super::tokens::udp_token;
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use wire::client::proto::Handle;
 
 /// Produces the configuration to switch to (the file again, with the flags over it).
 pub type ConfigSource = Box<dyn FnMut() -> Result<Config, String> + Send>;
 
+/// SIGHUP's eventfd and where a new configuration comes from.
 pub(super) struct Reload {
     wake: OwnedFd,
     source: ConfigSource,
 }
 
-impl Engine {
-    /// Makes the engine reload from `source` whenever the returned eventfd is written
+impl Reload {
+    /// A reload from `source` whenever the eventfd ([`Reload::fd`]) is written
     /// (`sys::forward_sighup` points SIGHUP at it).
-    pub fn enable_reload(&mut self, source: ConfigSource) -> io::Result<RawFd> {
-        let wake = sys::eventfd()?;
-        self.epoll.add(wake.as_raw_fd(), T_RELOAD)?;
-        let fd = wake.as_raw_fd();
-        self.reload = Some(Reload { wake, source });
-        Ok(fd)
+    pub(super) fn new(source: ConfigSource) -> io::Result<Reload> {
+        Ok(Reload {
+            wake: sys::eventfd()?,
+            source,
+        })
     }
 
-    pub(super) fn reload(&mut self) {
-        let Some(r) = self.reload.as_mut() else {
-            return;
-        };
-        sys::drain_counter(r.wake.as_raw_fd());
-        let new = match (r.source)() {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!("config reload failed, keeping the running configuration: {e}");
-                return;
-            }
-        };
-        self.apply(new);
+    pub(super) fn fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
     }
 
-    fn apply(&mut self, new: Config) {
-        if new.socket != self.cfg.socket || new.socket_mode != self.cfg.socket_mode {
-            tracing::warn!("config reload: socket and socket_mode apply at the next start");
-        }
-        self.cfg.poll = new.poll;
-        self.cfg.spin = new.spin;
-        self.cfg.local_path = new.local_path;
-        // Who is an administrator and the per-user limits hold from the next request;
-        // objects already made beyond new, lower limits stay.
-        self.cfg.admin_group = new.admin_group;
-        self.cfg.user_limits = new.user_limits;
-        let mut kept = Vec::new();
-        for old in std::mem::take(&mut self.cfg.devices) {
-            if new.devices.iter().any(|d| d.name == old.name) {
-                continue;
-            }
-            match self.remove_device(&old.name) {
-                Ok(()) | Err(libc::ENODEV) => {}
-                Err(_) => {
-                    tracing::warn!(device = %old.name, "config reload: device in use, kept");
-                    kept.push(old);
-                }
-            }
-        }
-        for spec in &new.devices {
-            if let Some(i) = self.device_index(&spec.name) {
-                let d = self.devices[i].as_ref().map(|d| &d.netdev.name);
-                if d != Some(&spec.netdev) {
+    /// The configuration to switch to, once the eventfd fired; `None` (logged) when it
+    /// does not parse or validate, and then nothing changes.
+    pub(super) fn take(&mut self) -> Option<Config> {
+        sys::drain_counter(self.wake.as_raw_fd());
+        (self.source)()
+            .map_err(|e| {
+                tracing::error!("config reload failed, keeping the running configuration: {e}")
+            })
+            .ok()
+    }
+}
+
+/// What a new configuration asks of the device list, for the engine to carry out.
+pub(super) struct DevicePlan {
+    /// Devices the new file no longer names (removed unless a client has one open).
+    pub(super) remove: Vec<DeviceSpec>,
+    /// The new file's devices in its order, each with whether it must be opened (false:
+    /// already served, kept as it is).
+    pub(super) wanted: Vec<(DeviceSpec, bool)>,
+}
+
+/// Applies to `cfg` what changes without disturbing live QPs and returns what the new
+/// device list asks. `devices` are the ones served now.
+pub(super) fn apply(cfg: &mut Config, new: Config, devices: &[Option<ServedDevice>]) -> DevicePlan {
+    if new.socket != cfg.socket || new.socket_mode != cfg.socket_mode {
+        tracing::warn!("config reload: socket and socket_mode apply at the next start");
+    }
+    cfg.poll = new.poll;
+    cfg.spin = new.spin;
+    cfg.local_path = new.local_path;
+    // Who is an administrator and the per-user limits hold from the next request;
+    // objects already made beyond new, lower limits stay.
+    cfg.admin_group = new.admin_group;
+    cfg.user_limits = new.user_limits;
+    let remove = std::mem::take(&mut cfg.devices)
+        .into_iter()
+        .filter(|old| !new.devices.iter().any(|d| d.name == old.name))
+        .collect();
+    let wanted = new
+        .devices
+        .into_iter()
+        .map(|spec| {
+            let served = super::device::index_of(devices, &spec.name).and_then(|i| devices[i].as_ref());
+            if let Some(d) = served {
+                if d.netdev.name != spec.netdev {
                     tracing::warn!(device = %spec.name, "config reload: a device's netdev changes only when it is removed and added again");
                 }
-                kept.push(spec.clone());
-                continue;
             }
-            match ServedDevice::open(spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
-                .and_then(|d| self.add_device(d))
+            let open = served.is_none();
+            (spec, open)
+        })
+        .collect();
+    DevicePlan { remove, wanted }
+}
+
+/// Re-reads every following device's addresses after rtnetlink's cue and binds or closes
+/// sockets to match; the clients of a device whose table changed get GID_CHANGE.
+pub(super) fn follow_addresses(
+    devices: &mut [Option<ServedDevice>],
+    epoll: &Epoll,
+    objects: &BTreeMap<Handle, Object>,
+) {
+    for (index, d) in devices.iter_mut().enumerate() {
+        let Some(d) = d.as_mut() else {
+            continue;
+        };
+        let Some(want) = d.wanted_gids() else {
+            continue;
+        };
+        let change = d.follow_addrs(&want);
+        // Sockets keep their GID index, hence their epoll token: only the closed and
+        // the opened ones are touched.
+        for s in &change.closed {
+            epoll.remove(s.socket.as_raw_fd());
+        }
+        for &slot in &change.opened {
+            let Some(fd) = d.udp.fd(slot) else {
+                continue;
+            };
+            if let Err(e) = epoll.add(fd, udp_token(index, slot)) {
+                tracing::error!(device = d.name(), "epoll: {e}");
+            }
+        }
+        if change.changed() {
+            for (h, _) in objects
+                .iter()
+                .filter(|(_, o)| matches!(&o.kind, Kind::Ctx(c) if c.dev == index))
             {
-                Ok(_) => kept.push(spec.clone()),
-                Err(e) => {
-                    tracing::error!(device = %spec.name, "config reload: device not added: {e}")
-                }
+                send_event(objects, *h, wire::client::verbs::event_type::GID_CHANGE, 1);
             }
         }
-        self.cfg.devices = kept;
-        tracing::info!(poll = ?self.cfg.poll, devices = self.cfg.devices.len(), "config reloaded");
-    }
-
-    pub(super) fn follow_addresses(&mut self) {
-        if let Some(fd) = &self.netlink {
-            sys::drain_socket(fd.as_raw_fd());
-        }
-        for index in 0..self.devices.len() {
-            let Some(d) = self.devices[index].as_mut() else {
-                continue;
-            };
-            let Some(want) = d.wanted_gids() else {
-                continue;
-            };
-            let change = d.follow_addrs(&want);
-            // Sockets keep their GID index, hence their epoll token: only the closed and
-            // the opened ones are touched.
-            for s in &change.closed {
-                self.epoll.remove(s.socket.as_raw_fd());
-            }
-            for &slot in &change.opened {
-                let Some(fd) = d.udp.fd(slot) else {
-                    continue;
-                };
-                if let Err(e) = self.epoll.add(fd, udp_token(index, slot)) {
-                    tracing::error!(device = d.name(), "epoll: {e}");
-                }
-            }
-            if change.changed() {
-                let ctxs: Vec<_> = self
-                    .objects
-                    .iter()
-                    .filter(|(_, o)| matches!(&o.kind, Kind::Ctx(c) if c.dev == index))
-                    .map(|(h, _)| *h)
-                    .collect();
-                for ctx in ctxs {
-                    super::datapath::send_event(
-                        &self.objects,
-                        ctx,
-                        wire::client::verbs::event_type::GID_CHANGE,
-                        1,
-                    );
-                }
-            }
-        }
-    }
-
-    /// Removes a device no client has open (`link del`, reload): ENODEV, EBUSY.
-    pub(super) fn remove_device(&mut self, name: &str) -> Result<(), i32> {
-        let i = self.device_index(name).ok_or(libc::ENODEV)?;
-        let d = self.devices[i].as_ref().ok_or(libc::ENODEV)?;
-        if d.open_ctxs > 0 {
-            return Err(libc::EBUSY);
-        }
-        for (_, fd) in d.udp.fds() {
-            self.epoll.remove(fd);
-        }
-        self.cm_device_removed(i);
-        tracing::info!(device = %name, "device removed");
-        self.devices[i] = None;
-        Ok(())
     }
 }

@@ -4,6 +4,7 @@
 
 use super::tables::{IdState, EPHEMERAL};
 use crate::daemon::engine::Engine;
+use crate::daemon::netdev::canonical;
 use crate::daemon::objects::SessionId;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -18,14 +19,6 @@ const IBOE_PACKET_LIFETIME: u8 = 16;
 
 /// The IP hop limit the CMA puts in RoCE paths.
 const HOP_LIMIT: u8 = 64;
-
-/// IPv4-mapped IPv6 addresses as IPv4 (how sockets and GIDs name them).
-pub(super) fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
 
 fn is_link_local(ip: IpAddr) -> bool {
     matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)

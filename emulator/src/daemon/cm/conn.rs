@@ -1,7 +1,6 @@
 //! The verbs of an id: options, listening, connecting, accepting, and
 //! `rdma_init_qp_attr`.
 
-use super::addr;
 use super::rerequest::ReRequest;
 use super::tables::{option, port_space, IdState, MAX_BACKLOG};
 use crate::daemon::engine::Engine;
@@ -129,7 +128,7 @@ impl Engine {
     /// The siw devices (`siw`), or the others, whose GID tables hold `ip`: where a listener
     /// bound to `ip` without a device listens.
     pub(super) fn cm_devices_serving(&self, ip: IpAddr, siw: bool) -> Vec<usize> {
-        let ip = addr::canonical(ip);
+        let ip = crate::daemon::netdev::canonical(ip);
         (0..self.devices.len())
             .filter(|&i| {
                 self.devices[i]
@@ -183,8 +182,8 @@ impl Engine {
             return Err(libc::EINVAL);
         };
         let route = Route {
-            local: addr::canonical(src.ip()),
-            remote: addr::canonical(dst.ip()),
+            local: crate::daemon::netdev::canonical(src.ip()),
+            remote: crate::daemon::netdev::canonical(dst.ip()),
             port_space: port_space(id.ps),
             src_port: src.port(),
             dst_port: dst.port(),

@@ -2,9 +2,10 @@
 //! (`docs/cm.md`, table "Events"), connect requests on listeners, and the end of ids,
 //! sessions and devices.
 
-use super::addr::canonical;
 use super::tables::{CmId, IdState};
+use crate::daemon::device_io::transmit;
 use crate::daemon::engine::Engine;
+use crate::daemon::netdev::canonical;
 use crate::daemon::objects::{Kind, SessionId};
 use emu_core::cm::{reason, CmEvent, ConnId, PeerInfo, ServiceId};
 use std::net::{IpAddr, SocketAddr};
@@ -64,14 +65,23 @@ impl Engine {
                 if d.cm.poll_timeout().is_some_and(|t| t <= now) {
                     d.cm.handle_timeout(now);
                 }
-                sent |= super::stage_gsi_transmits(
-                    d,
-                    &mut self.tx_bufs,
-                    &mut self.tx_meta,
-                    self.cfg.local_path,
-                    now,
-                    &mut self.mem,
-                );
+                loop {
+                    let staged =
+                        super::stage_gsi_transmits(d, &mut self.tx_bufs, &mut self.tx_meta);
+                    if staged == 0 {
+                        break;
+                    }
+                    sent = true;
+                    let bufs = &self.tx_bufs[..staged];
+                    transmit(
+                        d,
+                        bufs,
+                        &self.tx_meta,
+                        self.cfg.local_path,
+                        now,
+                        &mut self.mem,
+                    );
+                }
                 while let Some((conn, _, ev)) = d.cm.poll_event() {
                     events.push((i, conn, ev));
                 }

@@ -5,7 +5,6 @@
 //! delivery, captures, sendmmsg).
 
 use crate::daemon::device::ServedDevice;
-use crate::daemon::memory::ProcMem;
 use crate::daemon::nic::{AppMemory, TxMeta};
 use crate::daemon::udp::ROCE_V2_PORT;
 use emu_core::cm::gsi;
@@ -115,41 +114,31 @@ impl ServedDevice {
     }
 }
 
-/// Sends every MAD the device's agent has queued, as GSI packets from the device's
-/// socket for the MAD's source address to the peer's port 4791. Whether any left.
+/// Stages the MADs the device's agent has queued, as many as `bufs` holds, as GSI packets
+/// from the device's socket for the MAD's source address to the peer's port 4791. Returns
+/// how many were staged (0: none left); the caller sends them.
 pub(in crate::daemon) fn stage_gsi_transmits(
     d: &mut ServedDevice,
     bufs: &mut [Vec<u8>],
     meta: &mut Vec<TxMeta>,
-    local_path: bool,
-    now: Instant,
-    mem: &mut ProcMem,
-) -> bool {
-    let mut sent = false;
-    loop {
-        meta.clear();
-        for buf in bufs.iter_mut() {
-            let Some(t) = d.cm.poll_transmit() else {
-                break;
-            };
-            buf.clear();
-            buf.resize(gsi::GSI_PACKET_LEN, 0);
-            let psn = Psn::new(d.gsi_psn);
-            d.gsi_psn = d.gsi_psn.wrapping_add(1) & 0xff_ffff;
-            // Our sockets send from 4791: the ICRC must cover that source port.
-            gsi::encapsulate_from(t.src, t.dst, ROCE_V2_PORT, psn, &t.mad, buf);
-            // MADs leave with DSCP 0: the connection's traffic class is for its own QP.
-            meta.push(TxMeta {
-                src: SocketAddr::new(t.src, ROCE_V2_PORT),
-                dst: SocketAddr::new(t.dst, ROCE_V2_PORT),
-                traffic_class: 0,
-            });
-        }
-        let staged = meta.len();
-        if staged == 0 {
-            return sent;
-        }
-        sent = true;
-        crate::daemon::datapath::transmit(d, &bufs[..staged], meta, local_path, now, mem);
+) -> usize {
+    meta.clear();
+    for buf in bufs.iter_mut() {
+        let Some(t) = d.cm.poll_transmit() else {
+            break;
+        };
+        buf.clear();
+        buf.resize(gsi::GSI_PACKET_LEN, 0);
+        let psn = Psn::new(d.gsi_psn);
+        d.gsi_psn = d.gsi_psn.wrapping_add(1) & 0xff_ffff;
+        // Our sockets send from 4791: the ICRC must cover that source port.
+        gsi::encapsulate_from(t.src, t.dst, ROCE_V2_PORT, psn, &t.mad, buf);
+        // MADs leave with DSCP 0: the connection's traffic class is for its own QP.
+        meta.push(TxMeta {
+            src: SocketAddr::new(t.src, ROCE_V2_PORT),
+            dst: SocketAddr::new(t.dst, ROCE_V2_PORT),
+            traffic_class: 0,
+        });
     }
+    meta.len()
 }

@@ -9,9 +9,9 @@
 //! nothing to do beyond INIT (as `iw_cm_init_qp_attr`), and the active side hears
 //! ESTABLISHED directly (no CONNECT_RESPONSE).
 
-use super::addr::canonical;
 use super::tables::{CmId, IdState};
 use crate::daemon::engine::Engine;
+use crate::daemon::netdev::canonical;
 use crate::daemon::objects::{Kind, SessionId};
 use crate::daemon::siw::{self, ConnId, ConnParams, ListenerId, SiwCmEvent, SiwNic};
 use std::net::SocketAddr;

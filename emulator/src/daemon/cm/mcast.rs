@@ -40,12 +40,12 @@ const MCAST_HOP_LIMIT: u8 = 64;
 /// `IB_GID_TYPE_ROCE_UDP_ENCAP`): an IPv4 group's IPv4-mapped address
 /// (`::ffff:239.1.2.3`), an IPv6 group's own address.
 pub(super) fn mgid_of(group: IpAddr) -> [u8; 16] {
-    crate::daemon::netdev::gid_of(super::addr::canonical(group))
+    crate::daemon::netdev::gid_of(crate::daemon::netdev::canonical(group))
 }
 
 /// Whether `group` names an IP multicast group (IPv4-mapped IPv6 addresses included).
 fn is_multicast(group: IpAddr) -> bool {
-    super::addr::canonical(group).is_multicast()
+    crate::daemon::netdev::canonical(group).is_multicast()
 }
 
 impl Engine {

@@ -32,7 +32,7 @@ mod mcast;
 mod rerequest;
 mod tables;
 
-use super::control::{ok, Answer};
+use super::answer::{ok, Answer};
 use super::engine::Engine;
 use super::objects::{Kind, SessionId};
 use emu_core::cm::{self as core_cm, reason, ConnId};
@@ -125,7 +125,7 @@ impl Engine {
         match req {
             C::CreateChannel => {
                 let write = fds.pop().ok_or(libc::EINVAL)?;
-                if !super::control::is_pipe_write_end(&write) {
+                if !super::sys::is_pipe_write_end(&write) {
                     return Err(libc::EINVAL);
                 }
                 let handle = self.insert(session, None, Kind::CmChannel)?;
@@ -371,11 +371,14 @@ impl Engine {
             .and_then(|i| self.devices.get(i))
             .and_then(Option::as_ref);
         let gid = |a: Option<SocketAddr>| {
-            a.map(|a| super::netdev::gid_of(addr::canonical(a.ip())))
+            a.map(|a| super::netdev::gid_of(super::netdev::canonical(a.ip())))
                 .unwrap_or_default()
         };
         let sgid_index = match (d, id.src) {
-            (Some(d), Some(src)) => d.gids.index_of(addr::canonical(src.ip())).unwrap_or(0) as u8,
+            (Some(d), Some(src)) => d
+                .gids
+                .index_of(super::netdev::canonical(src.ip()))
+                .unwrap_or(0) as u8,
             _ => 0,
         };
         CmIdInfo {

@@ -117,3 +117,15 @@ pub fn pwrite_all(fd: RawFd, mut offset: u64, mut data: &[u8]) -> io::Result<()>
     }
     Ok(())
 }
+
+/// Checks the descriptor is the write end of a pipe, and makes it nonblocking.
+pub fn is_pipe_write_end(fd: &OwnedFd) -> bool {
+    // SAFETY: fstat/fcntl on a descriptor we own, with a zeroed out-parameter.
+    let ok = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd.as_raw_fd(), &mut st) == 0
+            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+            && libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_WRONLY
+    };
+    ok && set_nonblocking(fd.as_raw_fd()).is_ok()
+}

@@ -1,0 +1,77 @@
+//! Telling clients what happened: completions into their CQ rings (and a token to the
+//! completion channel when the CQ is armed), async events into their context's pipe.
+//!
+//! Both take the object table and nothing else: whoever holds the objects can report, and
+//! a full pipe or ring is counted or raised as the verbs API says, never waited on.
+
+use super::objects::{Kind, Object};
+use super::sys;
+use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
+use wire::client::proto::Handle;
+use wire::client::ring::{ARM_NEXT, ARM_SOLICITED};
+use wire::client::slot::CqeRepr;
+use wire::client::verbs::{event_type, wc_opcode, wc_status};
+use wire::client::{AsyncEventRecord, CompEventRecord, Producer};
+
+/// Writes an async event record to a context's pipe; counts it if the pipe is full.
+pub fn send_event(objects: &BTreeMap<Handle, Object>, ctx: Handle, event: u32, element: u32) {
+    if let Some(Object {
+        kind: Kind::Ctx(c), ..
+    }) = objects.get(&ctx)
+    {
+        let rec = AsyncEventRecord {
+            event_type: event,
+            element,
+        }
+        .to_bytes();
+        if !matches!(sys::write_record(c.async_w.as_raw_fd(), &rec), Ok(true)) {
+            c.events_dropped.set(c.events_dropped.get() + 1);
+        }
+    }
+}
+
+/// Puts a completion into a CQ ring and fires its channel if armed. Overflow raises
+/// IBV_EVENT_CQ_ERR once.
+pub fn deliver_cqe(objects: &BTreeMap<Handle, Object>, cq_h: Handle, cqe: &CqeRepr) {
+    let Some(Object {
+        kind: Kind::Cq(cq),
+        ctx,
+        ..
+    }) = objects.get(&cq_h)
+    else {
+        return;
+    };
+    let Some(view) = cq.ring.view(&cq.map) else {
+        return;
+    };
+    let mut slot = [0u8; 64];
+    if cqe.emit(&mut slot).is_err() {
+        return;
+    }
+    let mut p = Producer::with_index(view, cq.ring.index.get());
+    match p.push(&slot) {
+        Ok(()) => cq.ring.index.set(p.index()),
+        Err(_) => {
+            if !cq.overflowed.replace(true) {
+                tracing::debug!(cq = cq_h.0, "CQ overrun");
+                send_event(objects, *ctx, event_type::CQ_ERR, cq_h.0);
+            }
+            return;
+        }
+    }
+    let arm = view.arm();
+    let solicited = cqe.opcode & wc_opcode::RECV != 0 || cqe.status != wc_status::SUCCESS;
+    if (arm == ARM_NEXT || (arm == ARM_SOLICITED && solicited)) && view.take_arm() != 0 {
+        if let Some(Object {
+            kind: Kind::Channel(ch),
+            ..
+        }) = cq.channel.and_then(|c| objects.get(&c))
+        {
+            let _ = sys::write_record(
+                ch.write.as_raw_fd(),
+                &CompEventRecord { cq: cq_h }.to_bytes(),
+            );
+        }
+    }
+}

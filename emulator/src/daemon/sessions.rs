@@ -1,0 +1,181 @@
+//! The clients connected to the control socket, and what a request that makes or finds
+//! their objects touches ([`Clients`]).
+//!
+//! Every handle in a request must name an object of the requesting session (another
+//! session's handle is ENOENT, as if it did not exist) of the right kind (else EINVAL).
+
+use super::device::ServedDevice;
+use super::objects::{Kind, Object, SessionId};
+use super::users::{Resource, UserLimits, Users};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::fd::OwnedFd;
+use wire::client::proto::Handle;
+
+/// Most objects one session may hold.
+pub const MAX_OBJECTS_PER_SESSION: usize = 1 << 18;
+
+/// A connected client, named by the kernel's credentials of its connection
+/// (`SO_PEERCRED`, `SO_PEERGROUPS`) as they were when it connected (`users.rs`).
+pub struct Session {
+    pub sock: OwnedFd,
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub hello: bool,
+    pub objects: usize,
+}
+
+/// Counters of hostile or broken input that never reaches a core.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DaemonCounters {
+    pub bad_requests: u64,
+    pub sessions_closed_for_garbage: u64,
+    pub bad_wqes: u64,
+    pub broken_rings: u64,
+    /// Privileged requests refused to clients that are not administrators (`users.rs`).
+    pub refused_privileged: u64,
+    /// Requests refused because the client claimed another process's pid or memory.
+    pub refused_credentials: u64,
+}
+
+/// The parts of the engine a request that creates or finds objects touches, lent for
+/// one request: the sessions, their objects, the rings the engine drains, the per-user
+/// accounts and the devices the objects live on.
+pub(super) struct Clients<'a> {
+    pub(super) sessions: &'a mut HashMap<SessionId, Session>,
+    pub(super) objects: &'a mut BTreeMap<Handle, Object>,
+    pub(super) rings: &'a mut BTreeSet<Handle>,
+    pub(super) users: &'a mut Users,
+    pub(super) limits: &'a UserLimits,
+    pub(super) next_handle: &'a mut u32,
+    pub(super) devices: &'a mut [Option<ServedDevice>],
+}
+
+impl Clients<'_> {
+    /// An object of the session, or ENOENT.
+    pub(super) fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
+        lookup(self.objects, session, h)
+    }
+
+    /// (ctx, core PD id) of a PD handle.
+    pub(super) fn pd(&self, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
+        pd_of(self.objects, session, pd)
+    }
+
+    /// The core id of a CQ, which must be under `ctx`.
+    pub(super) fn cq_in(&self, session: SessionId, h: Handle, ctx: Handle) -> Result<u32, i32> {
+        cq_in(self.objects, session, h, ctx)
+    }
+
+    /// The device the session's context `ctx` is open on.
+    pub(super) fn device_of(
+        &mut self,
+        session: SessionId,
+        ctx: Handle,
+    ) -> Result<&mut ServedDevice, i32> {
+        let dev = ctx_device(self.objects, session, ctx)?;
+        self.devices
+            .get_mut(dev)
+            .and_then(Option::as_mut)
+            .ok_or(libc::ENODEV)
+    }
+
+    /// Records a new object of the session, charged to its user: ENOMEM past the
+    /// session's or the user's limit.
+    pub(super) fn insert(
+        &mut self,
+        session: SessionId,
+        ctx: Option<Handle>,
+        kind: Kind,
+    ) -> Result<Handle, i32> {
+        let s = self.sessions.get_mut(&session).ok_or(libc::ENOENT)?;
+        if s.objects >= MAX_OBJECTS_PER_SESSION {
+            return Err(libc::ENOMEM);
+        }
+        let uid = s.uid;
+        if let Some(r) = Resource::of(&kind) {
+            self.users.charge(self.limits, uid, r)?;
+        }
+        s.objects += 1;
+        let h = self.alloc_handle();
+        self.objects.insert(
+            h,
+            Object {
+                session,
+                uid,
+                ctx: ctx.unwrap_or(h),
+                kind,
+            },
+        );
+        Ok(h)
+    }
+
+    /// A fresh handle, never 0, never one in use.
+    pub(super) fn alloc_handle(&mut self) -> Handle {
+        loop {
+            let h = Handle(*self.next_handle);
+            *self.next_handle = self.next_handle.wrapping_add(1).max(1);
+            if !self.objects.contains_key(&h) {
+                return h;
+            }
+        }
+    }
+}
+
+/// An object of the session, or ENOENT.
+pub(super) fn lookup(
+    objects: &BTreeMap<Handle, Object>,
+    session: SessionId,
+    h: Handle,
+) -> Result<&Object, i32> {
+    match objects.get(&h) {
+        Some(o) if o.session == session => Ok(o),
+        _ => Err(libc::ENOENT),
+    }
+}
+
+/// The index of the device the session's context `ctx` is open on.
+pub(super) fn ctx_device(
+    objects: &BTreeMap<Handle, Object>,
+    session: SessionId,
+    ctx: Handle,
+) -> Result<usize, i32> {
+    match &lookup(objects, session, ctx)?.kind {
+        Kind::Ctx(c) => Ok(c.dev),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// (ctx, core PD id) of a PD handle.
+pub(super) fn pd_of(
+    objects: &BTreeMap<Handle, Object>,
+    session: SessionId,
+    pd: Handle,
+) -> Result<(Handle, u32), i32> {
+    match lookup(objects, session, pd)? {
+        Object {
+            kind: Kind::Pd { id },
+            ctx,
+            ..
+        } => Ok((*ctx, *id)),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// The core id of a CQ, which must be under `ctx`.
+pub(super) fn cq_in(
+    objects: &BTreeMap<Handle, Object>,
+    session: SessionId,
+    h: Handle,
+    ctx: Handle,
+) -> Result<u32, i32> {
+    match lookup(objects, session, h)? {
+        Object {
+            kind: Kind::Cq(c),
+            ctx: c_ctx,
+            ..
+        } if *c_ctx == ctx => Ok(c.id),
+        _ => Err(libc::EINVAL),
+    }
+}
