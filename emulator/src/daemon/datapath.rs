@@ -3,8 +3,8 @@
 
 use super::device::ServedDevice;
 use super::engine::Engine;
-use super::fault::{self, PacketView};
-use super::mmsg::Outgoing;
+use super::link::fault::{self, PacketView};
+use super::link::mmsg::Outgoing;
 use super::nic::{EventElement, Nic, TxMeta};
 use super::objects::{Kind, Object, Qp, Ring};
 use super::sys::{self, Mapping};
@@ -678,7 +678,7 @@ impl Engine {
             if !d.captures.is_empty() {
                 d.captures
                     .iter_mut()
-                    .for_each(super::capture::Capture::flush);
+                    .for_each(super::link::capture::Capture::flush);
                 d.captures.retain(|c| !c.is_closed());
             }
             while let Some((cq, cqe)) = d.nic.poll_completion() {

@@ -6,7 +6,7 @@
 use super::control::{ok, Answer};
 use super::datapath::send_event;
 use super::device::{index_of, ServedDevice};
-use super::fault::{default_seed, FAULTS_ENV};
+use super::link::fault::{default_seed, FAULTS_ENV};
 use super::objects::{Kind, Object};
 use std::collections::BTreeMap;
 use std::io;

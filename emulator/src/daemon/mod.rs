@@ -6,8 +6,6 @@
 //! its timers, and writes what it produces back: packets to the network, completions into
 //! CQ rings, events into pipes. See `docs/daemon.md`.
 
-pub mod backend;
-pub mod capture;
 mod cm;
 pub mod config;
 mod control;
@@ -15,27 +13,22 @@ pub mod core_nic;
 mod datapath;
 pub mod device;
 mod engine;
-pub mod fault;
 mod fault_control;
 pub mod gid_table;
+pub mod link;
 mod mcast;
 pub mod memory;
-pub mod mmsg;
 pub mod neigh;
 pub mod netdev;
 pub mod nic;
 mod objects;
-pub mod packet;
-pub mod pause;
 mod queues;
 mod reload;
 pub mod shared_pages;
 pub mod siw;
 mod slice;
 pub mod sys;
-pub mod udp;
 pub mod users;
-pub mod xdp;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
 pub use engine::{DaemonCounters, Engine, Shutdown};

@@ -4,9 +4,9 @@
 //! delivery, captures, sendmmsg).
 
 use crate::daemon::device::ServedDevice;
+use crate::daemon::link::udp::ROCE_V2_PORT;
 use crate::daemon::memory::ProcMem;
 use crate::daemon::nic::{AppMemory, TxMeta};
-use crate::daemon::udp::ROCE_V2_PORT;
 use emu_core::cm::gsi;
 use emu_core::cm::ServiceId;
 use emu_core::Psn;

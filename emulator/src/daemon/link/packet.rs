@@ -23,9 +23,9 @@
 //! Needs CAP_NET_RAW. On `lo` the frames carry all-zero MACs and no neighbour is asked.
 
 use super::mmsg::{Packet, RecvBatch};
-use super::neigh::Neighbours;
-use super::netdev::Netdev;
-use super::sys;
+use crate::daemon::neigh::Neighbours;
+use crate::daemon::netdev::Netdev;
+use crate::daemon::sys;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
@@ -729,7 +729,7 @@ impl PacketLink {
 }
 
 /// Sends whole frames with sendmmsg(2) on a bound packet socket; returns how many went.
-pub(super) fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
+pub(crate) fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
     send_frames_after(fd, &[], frames)
 }
 

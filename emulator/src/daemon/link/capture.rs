@@ -5,7 +5,7 @@
 //! (IPv4 with DF and IP ID 0, what Linux sends for our sockets), so the ICRC of every frame
 //! this daemon sent verifies in the capture.
 
-use super::sys;
+use crate::daemon::sys;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{SystemTime, UNIX_EPOCH};

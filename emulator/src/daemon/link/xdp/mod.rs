@@ -26,8 +26,8 @@ pub mod bpf;
 pub mod xsk;
 
 use super::mmsg::{Outgoing, RecvBatch};
-use super::netdev::{self, Netdev};
 use super::packet::{self, PacketCounters, PacketLink, Refused};
+use crate::daemon::netdev::{self, Netdev};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

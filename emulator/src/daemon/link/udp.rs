@@ -24,9 +24,10 @@
 //! epoll token, and the table's indices are stable, so an address coming or going opens or
 //! closes its own socket and touches no other.
 
+use super::mmsg;
 use super::packet::{self, PacketCounters, PacketLink};
 use super::xdp::{XdpCounters, XdpLink, XSK_BASE};
-use super::{mmsg, sys};
+use crate::daemon::sys;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::io;
@@ -120,8 +121,8 @@ pub struct UdpBackend {
     next_sweep: Option<Instant>,
     ifindex: u32,
     /// Sockets bound to the IP multicast groups the device joined (socket indices from
-    /// [`super::mcast::MCAST_BASE`] on).
-    pub mcast: super::mcast::McastSockets,
+    /// [`crate::daemon::mcast::MCAST_BASE`] on).
+    pub mcast: crate::daemon::mcast::McastSockets,
     /// With `backend packet`: the AF_PACKET link that sends and receives instead of the
     /// 4791 sockets, which then only hold the port (`packet.rs`).
     packet: Option<PacketLink>,
@@ -199,7 +200,12 @@ fn open_socket(local: SocketAddr, ifindex: u32) -> io::Result<BoundSocket> {
     // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-    let _ = sys::mcast_sender(fd, local.is_ipv6(), ifindex, super::mcast::MCAST_TTL);
+    let _ = sys::mcast_sender(
+        fd,
+        local.is_ipv6(),
+        ifindex,
+        crate::daemon::mcast::MCAST_TTL,
+    );
     let local = socket.local_addr()?;
     Ok(BoundSocket { socket, local })
 }
@@ -435,7 +441,7 @@ impl UdpBackend {
         let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
         batch.one_packet_per_buffer();
         if let Some(link) = &self.xdp {
-            if (XSK_BASE..super::mcast::MCAST_BASE).contains(&i) {
+            if (XSK_BASE..crate::daemon::mcast::MCAST_BASE).contains(&i) {
                 let local_of = |ip: IpAddr| {
                     self.bound()
                         .find(|(_, s)| s.local.ip() == ip)
@@ -448,11 +454,11 @@ impl UdpBackend {
             return Ok((0, nowhere));
         };
         match &self.packet {
-            Some(link) if i < super::mcast::MCAST_BASE => {
+            Some(link) if i < crate::daemon::mcast::MCAST_BASE => {
                 Ok((link.recv_batch(i, s.local.ip(), batch)?, s.local))
             }
             _ => {
-                if self.gro && i < super::mcast::MCAST_BASE {
+                if self.gro && i < crate::daemon::mcast::MCAST_BASE {
                     batch.hold_coalesced();
                 }
                 let before = (batch.coalesced, batch.coalesced_packets);
