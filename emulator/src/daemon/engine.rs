@@ -409,7 +409,7 @@ impl Engine {
                 let dst = self.rx.dsts[i].unwrap_or(dst);
                 let payload = self.rx.payload(i, len);
                 super::datapath::receive(d, now, src, dst, payload, &mut self.mem);
-                if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::link::udp::ECN_CE) {
+                if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::link::mmsg::ECN_CE) {
                     d.nic.congestion_experienced(now, src, dst, payload);
                 }
                 for c in &mut d.captures {

@@ -22,7 +22,7 @@
 //!
 //! Needs CAP_NET_RAW. On `lo` the frames carry all-zero MACs and no neighbour is asked.
 
-use super::mmsg::{Packet, RecvBatch};
+use super::mmsg::{self, Packet, RecvBatch, ECN_ECT0};
 use crate::daemon::neigh::Neighbours;
 use crate::daemon::netdev::Netdev;
 use crate::daemon::sys;
@@ -373,7 +373,7 @@ pub(super) fn accept_segments(
                 ip[4..6].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
                 let hdr: &[u8; 20] = ip[..].try_into().map_err(|_| Refused::Malformed)?;
                 let ok = icrc::verify_ipv4(hdr, &udp, seg);
-                super::mmsg::undo_gso_id(seg, k);
+                mmsg::undo_gso_id(seg, k);
                 ok
             }
             None => {
@@ -547,7 +547,7 @@ impl PacketLink {
             batch.hold_coalesced();
         }
         let skip = if vnet { VNET_HDR_LEN } else { 0 };
-        let n = super::mmsg::recv_batch(fd, batch)?;
+        let n = mmsg::recv_batch(fd, batch)?;
         let lens: Vec<Option<usize>> = batch.lens[..n].to_vec();
         let mut kept: Vec<Packet> = Vec::with_capacity(n);
         for (i, len) in lens.into_iter().enumerate() {
@@ -573,7 +573,7 @@ impl PacketLink {
                     at: skip + r.at,
                     len: Some(r.len),
                     src: Some(r.src),
-                    tos: super::mmsg::segment_tos(Some(r.tos), k),
+                    tos: mmsg::segment_tos(Some(r.tos), k),
                 })),
                 Err(Refused::Icrc) => self.count(|c| c.rx_icrc_errors += 1),
                 Err(Refused::Malformed) => self.count(|c| c.rx_malformed += 1),
@@ -632,7 +632,7 @@ impl PacketLink {
                 p.set_ident(id);
                 p.set_dont_frag(true);
                 p.set_dscp(traffic_class >> 2);
-                p.set_ecn(super::udp::ECN_ECT0);
+                p.set_ecn(ECN_ECT0);
                 p.fill_checksum();
                 (IpAddress::Ipv4(s), IpAddress::Ipv4(d))
             }
@@ -646,7 +646,7 @@ impl PacketLink {
                     hop_limit: HOP_LIMIT,
                 }
                 .emit(&mut p);
-                p.set_traffic_class(traffic_class & !emu_core::ECN_MASK | super::udp::ECN_ECT0);
+                p.set_traffic_class(traffic_class & !emu_core::ECN_MASK | ECN_ECT0);
                 (IpAddress::Ipv6(s), IpAddress::Ipv6(d))
             }
             _ => return false,
@@ -678,7 +678,7 @@ impl PacketLink {
         &self,
         slot: usize,
         src: SocketAddr,
-        msgs: &[super::mmsg::Outgoing<'_>],
+        msgs: &[mmsg::Outgoing<'_>],
     ) -> io::Result<usize> {
         let Some(fd) = self.fd(slot) else {
             return Ok(0);
@@ -701,7 +701,7 @@ impl PacketLink {
         } else {
             &[]
         };
-        send_frames_after(fd, prefix, &frames[..ready])
+        mmsg::send_frames(fd, prefix, &frames[..ready])
     }
 
     /// Writes the frame of `m` from `src` into `buf`, to the next hop's MAC; false
@@ -710,7 +710,7 @@ impl PacketLink {
         &self,
         buf: &mut Vec<u8>,
         src: SocketAddr,
-        m: &super::mmsg::Outgoing<'_>,
+        m: &mmsg::Outgoing<'_>,
         now: Instant,
     ) -> bool {
         let mac = if self.loopback {
@@ -726,43 +726,6 @@ impl PacketLink {
         };
         self.emit(buf, mac, src, m.dst, m.traffic_class, m.payload)
     }
-}
-
-/// Sends whole frames with sendmmsg(2) on a bound packet socket; returns how many went.
-pub(crate) fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
-    send_frames_after(fd, &[], frames)
-}
-
-/// Sends whole frames, each after `prefix` (a `virtio_net_hdr` on a socket with
-/// `PACKET_VNET_HDR`, else nothing); returns how many went.
-fn send_frames_after(fd: RawFd, prefix: &[u8], frames: &[Vec<u8>]) -> io::Result<usize> {
-    let per = if prefix.is_empty() { 1 } else { 2 };
-    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(per * frames.len());
-    for f in frames {
-        if !prefix.is_empty() {
-            iovs.push(libc::iovec {
-                iov_base: prefix.as_ptr() as *mut libc::c_void,
-                iov_len: prefix.len(),
-            });
-        }
-        iovs.push(libc::iovec {
-            iov_base: f.as_ptr() as *mut libc::c_void,
-            iov_len: f.len(),
-        });
-    }
-    let mut hdrs: Vec<libc::mmsghdr> = iovs
-        .chunks_exact_mut(per)
-        .map(|iov| {
-            // SAFETY: mmsghdr is plain old data; all zeroes is valid.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = iov.as_mut_ptr();
-            h.msg_hdr.msg_iovlen = per;
-            h
-        })
-        .collect();
-    // SAFETY: the headers point at live frames for the call only; no names (the socket is
-    // bound to its interface and protocol).
-    super::mmsg::sent_or_error(unsafe { super::mmsg::send_headers(fd, &mut hdrs) })
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@
 //! epoll token, and the table's indices are stable, so an address coming or going opens or
 //! closes its own socket and touches no other.
 
-use super::mmsg;
+use super::mmsg::{self, ECN_ECT0};
 use super::packet::{self, PacketCounters, PacketLink};
 use super::xdp::{XdpCounters, XdpLink, XSK_BASE};
 use crate::daemon::sys;
@@ -161,11 +161,6 @@ fn scoped_local(ip: IpAddr, port: u16, ifindex: u32) -> SocketAddr {
         }
     }
 }
-
-/// ECN-Capable Transport (0), the IP ECN codepoint RoCE v2 packets leave with (RFC 3168).
-pub const ECN_ECT0: u8 = 0b10;
-/// Congestion Experienced.
-pub const ECN_CE: u8 = 0b11;
 
 /// A nonblocking UDP socket on `local` with DF set (so IP ID 0) and large buffers; UD
 /// multicast it sends leaves through interface `ifindex` and loops back to local

@@ -125,6 +125,7 @@ mod offload {
 
     #[test]
     fn congestion_experienced_counts_once_per_coalesced_datagram() {
+        use crate::daemon::link::mmsg::ECN_CE;
         let ce = Some((24 << 2) | ECN_CE);
         assert_eq!(mmsg::segment_tos(ce, 0), ce);
         assert_eq!(mmsg::segment_tos(ce, 1), Some((24 << 2) | ECN_ECT0));

@@ -354,7 +354,7 @@ impl TxStage {
         if n == 0 {
             return 0;
         }
-        let sent = crate::daemon::link::packet::send_frames(fd, &self.frames[..n]).unwrap_or(0);
+        let sent = crate::daemon::link::mmsg::send_frames(fd, &[], &self.frames[..n]).unwrap_or(0);
         counters.tx_frames += sent as u64;
         counters.tx_errors += (n - sent) as u64;
         sent
