@@ -4,8 +4,9 @@
 use super::config::DeviceSpec;
 use super::gid_table::{GidTable, GID_TBL_LEN};
 use super::link::backend::Backend;
+use super::link::datagram::{BoundSocket, ROCE_V2_PORT};
 use super::link::packet::PacketLink;
-use super::link::udp::{BoundSocket, UdpBackend, ROCE_V2_PORT};
+use super::link::udp::UdpBackend;
 use super::link::xdp::XdpLink;
 use super::netdev::{self, Netdev};
 use super::nic::{Limits, Nic};

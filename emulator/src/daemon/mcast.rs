@@ -15,7 +15,7 @@
 //! included, so the local path never short-circuits multicast.
 
 use super::device::ServedDevice;
-use super::link::udp::{BoundSocket, ROCE_V2_PORT};
+use super::link::datagram::{BoundSocket, ROCE_V2_PORT};
 use super::sys::{self, Epoll};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;

@@ -64,7 +64,7 @@ fn route_source(dst: SocketAddr) -> Result<SocketAddr, i32> {
     let sock = UdpSocket::bind(any).map_err(|e| errno_of(&e))?;
     let mut to = dst;
     if to.port() == 0 {
-        to.set_port(crate::daemon::link::udp::ROCE_V2_PORT);
+        to.set_port(crate::daemon::link::datagram::ROCE_V2_PORT);
     }
     match sock.connect(to) {
         Ok(()) => {}

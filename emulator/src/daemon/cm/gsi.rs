@@ -4,7 +4,7 @@
 //! delivery, captures, sendmmsg).
 
 use crate::daemon::device::ServedDevice;
-use crate::daemon::link::udp::ROCE_V2_PORT;
+use crate::daemon::link::datagram::ROCE_V2_PORT;
 use crate::daemon::memory::ProcMem;
 use crate::daemon::nic::{AppMemory, TxMeta};
 use emu_core::cm::gsi;

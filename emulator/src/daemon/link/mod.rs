@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod capture;
+pub mod datagram;
 pub mod fault;
 pub mod mmsg;
 pub mod packet;

@@ -22,7 +22,9 @@
 //!
 //! Needs CAP_NET_RAW. On `lo` the frames carry all-zero MACs and no neighbour is asked.
 
-use super::mmsg::{self, Packet, RecvBatch, ECN_ECT0};
+use super::backend::Backend;
+use super::datagram::{self, BoundSocket, Caps, DatagramLink, Ports, Sock, NOWHERE};
+use super::mmsg::{self, Outgoing, Packet, RecvBatch, ECN_ECT0};
 use crate::daemon::neigh::Neighbours;
 use crate::daemon::netdev::Netdev;
 use crate::daemon::sys;
@@ -469,7 +471,7 @@ impl PacketLink {
     }
 
     /// Opens the socket of GID slot `slot`, serving `addr`.
-    pub fn open_slot(&mut self, slot: usize, addr: IpAddr) -> io::Result<()> {
+    fn serve(&mut self, slot: usize, addr: IpAddr) -> io::Result<()> {
         let fd = open_socket(self.ifindex, addr).map_err(|e| open_error(e, &self.netdev))?;
         let vnet = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_VNET_HDR, 1)
             .map_err(|e| {
@@ -487,15 +489,8 @@ impl PacketLink {
         Ok(())
     }
 
-    /// Closes the socket of GID slot `slot` (its address went away).
-    pub fn close_slot(&mut self, slot: usize) {
-        if let Some(s) = self.slots.get_mut(slot) {
-            *s = None;
-        }
-    }
-
     /// The socket of GID slot `slot`.
-    pub fn fd(&self, slot: usize) -> Option<RawFd> {
+    fn slot_fd(&self, slot: usize) -> Option<RawFd> {
         self.slots.get(slot)?.as_ref().map(|(fd, _)| fd.as_raw_fd())
     }
 
@@ -507,7 +502,8 @@ impl PacketLink {
             .is_some_and(|s| s.1)
     }
 
-    pub fn counters(&self) -> PacketCounters {
+    /// The frame counters, with the frames the kernel dropped since the last call.
+    pub(super) fn frame_counters(&self) -> PacketCounters {
         let drops: u64 = self
             .slots
             .iter()
@@ -519,7 +515,7 @@ impl PacketLink {
     }
 
     /// Next hops resolved by asking the kernel, and destinations it could not resolve.
-    pub fn neighbour_counters(&self) -> (u64, u64) {
+    pub(super) fn neighbour_counters(&self) -> (u64, u64) {
         let n = self.neigh.borrow();
         (n.resolved, n.unresolved)
     }
@@ -533,13 +529,8 @@ impl PacketLink {
     /// Receives a batch of frames on slot `slot` (serving `local`) and leaves in `batch`,
     /// at its front, the RoCE datagrams (BTH through ICRC) that verify, with their
     /// sources and TOS octets, as the UDP backend would; returns how many.
-    pub fn recv_batch(
-        &self,
-        slot: usize,
-        local: IpAddr,
-        batch: &mut RecvBatch,
-    ) -> io::Result<usize> {
-        let Some(fd) = self.fd(slot) else {
+    fn recv_frames(&self, slot: usize, local: IpAddr, batch: &mut RecvBatch) -> io::Result<usize> {
+        let Some(fd) = self.slot_fd(slot) else {
             return Ok(0);
         };
         let vnet = self.vnet(slot);
@@ -674,13 +665,13 @@ impl PacketLink {
     /// Sends datagrams from `src` (address and port) through slot `slot`'s socket, as
     /// frames; returns how many went out. Sending stops at the first destination whose
     /// next hop cannot be resolved (that packet and the rest are lost on the wire).
-    pub fn send_batch(
+    fn send_frames(
         &self,
         slot: usize,
         src: SocketAddr,
-        msgs: &[mmsg::Outgoing<'_>],
+        msgs: &[Outgoing<'_>],
     ) -> io::Result<usize> {
-        let Some(fd) = self.fd(slot) else {
+        let Some(fd) = self.slot_fd(slot) else {
             return Ok(0);
         };
         let now = Instant::now();
@@ -710,7 +701,7 @@ impl PacketLink {
         &self,
         buf: &mut Vec<u8>,
         src: SocketAddr,
-        m: &mmsg::Outgoing<'_>,
+        m: &Outgoing<'_>,
         now: Instant,
     ) -> bool {
         let mac = if self.loopback {
@@ -725,6 +716,83 @@ impl PacketLink {
             }
         };
         self.emit(buf, mac, src, m.dst, m.traffic_class, m.payload)
+    }
+}
+
+impl DatagramLink for PacketLink {
+    fn backend(&self) -> Backend {
+        Backend::Packet
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            writes_headers: true,
+        }
+    }
+
+    fn open_slot(&mut self, slot: usize, port: &BoundSocket) -> io::Result<()> {
+        self.serve(slot, port.local.ip())
+    }
+
+    fn close_slot(&mut self, slot: usize, _ip: IpAddr) -> Vec<BoundSocket> {
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = None;
+        }
+        Vec::new()
+    }
+
+    fn watch(&self, ports: &Ports) -> Vec<(usize, RawFd)> {
+        (0..ports.len())
+            .filter(|&i| datagram::port(ports, i).is_some())
+            .filter_map(|i| self.slot_fd(i).map(|fd| (i, fd)))
+            .collect()
+    }
+
+    fn fd(&self, _ports: &Ports, slot: usize) -> Option<RawFd> {
+        self.slot_fd(slot)
+    }
+
+    fn recv_batch(
+        &self,
+        ports: &Ports,
+        sock: usize,
+        batch: &mut RecvBatch,
+    ) -> io::Result<(usize, SocketAddr)> {
+        let Some(s) = datagram::port(ports, sock) else {
+            return Ok((0, NOWHERE));
+        };
+        Ok((self.recv_frames(sock, s.local.ip(), batch)?, s.local))
+    }
+
+    fn send_batch(
+        &self,
+        ports: &Ports,
+        from: Sock,
+        msgs: &mut [Outgoing<'_>],
+    ) -> io::Result<usize> {
+        let Sock::Frames(slot, port) = from else {
+            return Ok(0);
+        };
+        let Some(s) = datagram::port(ports, slot) else {
+            return Ok(0);
+        };
+        self.send_frames(slot, SocketAddr::new(s.local.ip(), port), msgs)
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let p = self.frame_counters();
+        let (resolved, unresolved) = self.neighbour_counters();
+        [
+            ("packet_rx_icrc_errors", p.rx_icrc_errors),
+            ("packet_rx_malformed", p.rx_malformed),
+            ("packet_rx_queue_drops", p.rx_queue_drops),
+            ("packet_tx_no_neighbour", p.tx_no_neighbour),
+            ("packet_neigh_resolved", resolved),
+            ("packet_neigh_unresolved", unresolved),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
     }
 }
 

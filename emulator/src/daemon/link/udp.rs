@@ -1,4 +1,5 @@
-//! The kernel UDP backend for RoCE v2: one unconnected socket per local address of the
+//! The kernel UDP backend for RoCE v2 ([`KernelLink`], a [`DatagramLink`]), and the
+//! device's link ([`UdpBackend`]: its 4791 sockets and the backend it runs on): one unconnected socket per local address of the
 //! device, on UDP port 4791 (IBA Annex A17.2.1), with DF set so that Linux sends IP ID 0
 //! (which the ICRC is computed over).
 //!
@@ -24,9 +25,14 @@
 //! epoll token, and the table's indices are stable, so an address coming or going opens or
 //! closes its own socket and touches no other.
 
-use super::mmsg::{self, ECN_ECT0};
-use super::packet::{self, PacketCounters, PacketLink};
-use super::xdp::{XdpCounters, XdpLink, XSK_BASE};
+use super::backend::Backend;
+use super::datagram::{
+    self, BoundSocket, Caps, DatagramLink, Ports, SenderKey, Sock, NOWHERE, ROCE_V2_PORT,
+};
+use super::mmsg::{self, Outgoing, RecvBatch, ECN_ECT0};
+use super::packet::{self, PacketLink};
+use super::xdp::{Mode, XdpLink};
+use crate::daemon::mcast::{McastSockets, MCAST_TTL};
 use crate::daemon::sys;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -34,16 +40,6 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
-
-/// The RoCE v2 UDP destination port.
-pub const ROCE_V2_PORT: u16 = 4791;
-
-/// One bound socket.
-#[derive(Debug)]
-pub struct BoundSocket {
-    pub socket: UdpSocket,
-    pub local: SocketAddr,
-}
 
 /// Send-only sockets a device binds for hashed source ports, at most: every port the
 /// core's hash yields (0xC000..=0xFFFF). A packet whose port could not be bound leaves
@@ -59,9 +55,6 @@ pub const SENDER_IDLE: Duration = Duration::from_secs(60);
 
 /// How often idle send sockets are looked for.
 const SENDER_SWEEP: Duration = Duration::from_secs(5);
-
-/// Where a send-only socket is found: its local address and port (unscoped).
-type SenderKey = (IpAddr, u16);
 
 /// A send-only socket on a hashed source port, and when a packet last left from it.
 #[derive(Debug)]
@@ -107,44 +100,6 @@ fn enable_gro(fd: RawFd) -> bool {
 /// Whether the kernel does GSO on a UDP socket (`UDP_SEGMENT`, Linux 4.18+).
 fn gso_available(fd: RawFd) -> bool {
     udp_offload(fd, libc::UDP_SEGMENT, 0, "GSO")
-}
-
-/// The sockets of one device.
-#[derive(Debug, Default)]
-pub struct UdpBackend {
-    /// One per address on 4791, at its GID index (`None`: an empty GID slot): receive, and
-    /// send when the source port is 4791.
-    sockets: Vec<Option<BoundSocket>>,
-    /// Send-only sockets on the source ports the core hashed.
-    senders: HashMap<SenderKey, Sender>,
-    /// When idle send sockets are next looked for.
-    next_sweep: Option<Instant>,
-    ifindex: u32,
-    /// Sockets bound to the IP multicast groups the device joined (socket indices from
-    /// [`crate::daemon::mcast::MCAST_BASE`] on).
-    pub mcast: crate::daemon::mcast::McastSockets,
-    /// With `backend packet`: the AF_PACKET link that sends and receives instead of the
-    /// 4791 sockets, which then only hold the port (`packet.rs`).
-    packet: Option<PacketLink>,
-    /// With `backend xdp`: the AF_XDP link, likewise (`xdp/mod.rs`).
-    xdp: Option<XdpLink>,
-    /// Whether runs of packets leave as GSO super-datagrams, and whether the 4791 sockets
-    /// receive with GRO.
-    gso: Cell<bool>,
-    gro: bool,
-    offload: Cell<OffloadCounters>,
-}
-
-/// Which socket of a device a batch of packets leaves from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sock {
-    /// The 4791 socket at this GID index.
-    Slot(usize),
-    /// A send-only socket on a hashed source port.
-    Sender(SenderKey),
-    /// The AF_PACKET socket at this GID index (or the AF_XDP link of a device on the xdp
-    /// backend), sending from this UDP port.
-    Packet(usize, u16),
 }
 
 /// `ip:port`, scoped to `ifindex` when `ip` is IPv6 link-local.
@@ -195,20 +150,341 @@ fn open_socket(local: SocketAddr, ifindex: u32) -> io::Result<BoundSocket> {
     // Bigger buffers absorb bursts of a window of packets; failure is not fatal.
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
     let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-    let _ = sys::mcast_sender(
-        fd,
-        local.is_ipv6(),
-        ifindex,
-        crate::daemon::mcast::MCAST_TTL,
-    );
+    let _ = sys::mcast_sender(fd, local.is_ipv6(), ifindex, MCAST_TTL);
     let local = socket.local_addr()?;
     Ok(BoundSocket { socket, local })
 }
 
+/// The kernel UDP link (`backend udp`): the 4791 sockets receive (with GRO) and send, and
+/// send-only sockets on the source ports the core hashed send the rest (with GSO).
+#[derive(Debug, Default)]
+pub struct KernelLink {
+    /// Send-only sockets on the source ports the core hashed.
+    senders: HashMap<SenderKey, Sender>,
+    /// When idle send sockets are next looked for.
+    next_sweep: Option<Instant>,
+    ifindex: u32,
+    /// Whether runs of packets leave as GSO super-datagrams, and whether the 4791 sockets
+    /// receive with GRO.
+    gso: Cell<bool>,
+    gro: bool,
+    offload: Cell<OffloadCounters>,
+}
+
+impl KernelLink {
+    fn count(&self, f: impl FnOnce(&mut OffloadCounters)) {
+        let mut c = self.offload.get();
+        f(&mut c);
+        self.offload.set(c);
+    }
+
+    /// Closes the send sockets no packet left from for [`SENDER_IDLE`], at most once every
+    /// [`SENDER_SWEEP`].
+    fn close_idle_senders(&mut self, now: Instant) {
+        if self.next_sweep.is_some_and(|t| now < t) {
+            return;
+        }
+        self.next_sweep = Some(now + SENDER_SWEEP);
+        let before = self.senders.len();
+        self.senders
+            .retain(|_, s| now.saturating_duration_since(s.used) < SENDER_IDLE);
+        let closed = before - self.senders.len();
+        if closed > 0 {
+            tracing::debug!(
+                closed,
+                open = self.senders.len(),
+                "idle send sockets closed"
+            );
+            self.count(|c| c.senders_closed += closed as u64);
+        }
+    }
+
+    fn get<'a>(&'a self, ports: &'a Ports, i: Sock) -> Option<&'a BoundSocket> {
+        match i {
+            Sock::Slot(i) | Sock::Frames(i, _) => datagram::port(ports, i),
+            Sock::Sender(k) => self.senders.get(&k).map(|s| &s.bound),
+        }
+    }
+
+    /// `dst` with the socket's scope when it is an unscoped IPv6 link-local address.
+    fn scoped(local: SocketAddr, dst: SocketAddr) -> SocketAddr {
+        match (dst, local) {
+            (SocketAddr::V6(d), SocketAddr::V6(l))
+                if d.scope_id() == 0 && d.ip().segments()[0] & 0xffc0 == 0xfe80 =>
+            {
+                SocketAddr::V6(SocketAddrV6::new(*d.ip(), d.port(), 0, l.scope_id()))
+            }
+            _ => dst,
+        }
+    }
+}
+
+/// The bound sockets of `ports` with their GID indices.
+fn bound(ports: &Ports) -> impl Iterator<Item = (usize, &BoundSocket)> + '_ {
+    ports
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+}
+
+impl DatagramLink for KernelLink {
+    fn backend(&self) -> Backend {
+        Backend::Udp
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            writes_headers: false,
+        }
+    }
+
+    fn open_slot(&mut self, _slot: usize, port: &BoundSocket) -> io::Result<()> {
+        if self.gro && !enable_gro(port.socket.as_raw_fd()) {
+            // Receives one datagram per packet, which the batch takes as it is.
+            tracing::warn!(local = %port.local, "GRO refused on a new address");
+        }
+        Ok(())
+    }
+
+    fn close_slot(&mut self, _slot: usize, ip: IpAddr) -> Vec<BoundSocket> {
+        let gone: Vec<SenderKey> = self.senders.keys().filter(|k| k.0 == ip).copied().collect();
+        gone.iter()
+            .filter_map(|k| self.senders.remove(k))
+            .map(|x| x.bound)
+            .collect()
+    }
+
+    fn watch(&self, ports: &Ports) -> Vec<(usize, RawFd)> {
+        bound(ports)
+            .map(|(i, s)| (i, s.socket.as_raw_fd()))
+            .collect()
+    }
+
+    fn fd(&self, ports: &Ports, slot: usize) -> Option<RawFd> {
+        datagram::port(ports, slot).map(|s| s.socket.as_raw_fd())
+    }
+
+    /// The one bound to `src` (address and port), else the one on 4791 of `src`'s address.
+    fn socket_for(&self, ports: &Ports, src: SocketAddr) -> Option<Sock> {
+        let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
+        bound(ports)
+            .find(|(_, s)| same(s))
+            .map(|(i, _)| Sock::Slot(i))
+            .or_else(|| {
+                let key = (src.ip(), src.port());
+                self.senders.contains_key(&key).then_some(Sock::Sender(key))
+            })
+            .or_else(|| {
+                bound(ports)
+                    .find(|(_, s)| s.local.ip() == src.ip())
+                    .map(|(i, _)| Sock::Slot(i))
+            })
+    }
+
+    /// Makes sure a socket bound to `src` (address and port) exists when the port is a
+    /// hashed one, and notes that a packet leaves from it at `now`; a port that cannot be
+    /// bound (in use) is reported and left to the fallback of `socket_for`. Closes the send
+    /// sockets idle for [`SENDER_IDLE`].
+    fn prepare(&mut self, ports: &Ports, src: SocketAddr, now: Instant) {
+        self.close_idle_senders(now);
+        let key = (src.ip(), src.port());
+        if let Some(s) = self.senders.get_mut(&key) {
+            s.used = now;
+            return;
+        }
+        if src.port() == ROCE_V2_PORT
+            || !bound(ports).any(|(_, s)| s.local.ip() == src.ip())
+            || bound(ports).any(|(_, s)| s.local.ip() == src.ip() && s.local.port() == src.port())
+        {
+            return;
+        }
+        if self.senders.len() >= MAX_SENDERS {
+            tracing::warn!(%src, "too many source ports in use; not bound");
+            return;
+        }
+        let local = scoped_local(src.ip(), src.port(), self.ifindex);
+        match open_socket(local, self.ifindex) {
+            Ok(s) => {
+                // Nothing is received here: keep what strays in small.
+                let fd = s.socket.as_raw_fd();
+                let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 0);
+                tracing::debug!(%local, "send socket bound");
+                self.senders.insert(
+                    key,
+                    Sender {
+                        bound: s,
+                        used: now,
+                    },
+                );
+            }
+            Err(e) => tracing::warn!(%local, "source port not bound: {e}"),
+        }
+    }
+
+    fn recv_batch(
+        &self,
+        ports: &Ports,
+        sock: usize,
+        batch: &mut RecvBatch,
+    ) -> io::Result<(usize, SocketAddr)> {
+        let Some(s) = datagram::port(ports, sock) else {
+            return Ok((0, NOWHERE));
+        };
+        if self.gro {
+            batch.hold_coalesced();
+        }
+        let before = (batch.coalesced, batch.coalesced_packets);
+        let n = mmsg::recv_batch(s.socket.as_raw_fd(), batch)?;
+        if batch.coalesced != before.0 {
+            self.count(|c| {
+                c.gro_datagrams += batch.coalesced - before.0;
+                c.gro_packets += batch.coalesced_packets - before.1;
+            });
+        }
+        Ok((n, s.local))
+    }
+
+    fn send_batch(
+        &self,
+        ports: &Ports,
+        from: Sock,
+        msgs: &mut [Outgoing<'_>],
+    ) -> io::Result<usize> {
+        let Some(s) = self.get(ports, from) else {
+            return Ok(0);
+        };
+        for m in msgs.iter_mut() {
+            m.dst = KernelLink::scoped(s.local, m.dst);
+        }
+        let fd = s.socket.as_raw_fd();
+        let sent = mmsg::send_batch(fd, msgs, self.gso.get())?;
+        self.count(|c| {
+            c.gso_datagrams += sent.super_datagrams as u64;
+            c.gso_packets += sent.super_packets as u64;
+        });
+        if !sent.gso_refused {
+            return Ok(sent.packets);
+        }
+        // Logged once: GSO stays off for the device from here on.
+        tracing::warn!(local = %s.local, "the kernel refused a GSO send: one datagram per packet from now on");
+        self.gso.set(false);
+        self.count(|c| c.gso_refused += 1);
+        match mmsg::send_batch(fd, &msgs[sent.packets..], false) {
+            Ok(rest) => Ok(sent.packets + rest.packets),
+            Err(_) if sent.packets > 0 => Ok(sent.packets),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let c = self.offload.get();
+        [
+            ("udp_tx_gso_datagrams", c.gso_datagrams),
+            ("udp_tx_gso_packets", c.gso_packets),
+            ("udp_rx_gro_datagrams", c.gro_datagrams),
+            ("udp_rx_gro_packets", c.gro_packets),
+            ("udp_tx_gso_refused", c.gso_refused),
+            ("udp_tx_port_sockets", self.senders.len() as u64),
+            ("udp_tx_port_sockets_closed", c.senders_closed),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// The backend a device runs on: the closed set of [`DatagramLink`]s, dispatched with a
+/// `match` (the per-packet calls stay direct calls).
+#[derive(Debug)]
+pub enum AnyLink {
+    Udp(KernelLink),
+    Packet(PacketLink),
+    Xdp(XdpLink),
+}
+
+/// No address and no offload: the link of a device that sends no datagram (siw).
+impl Default for AnyLink {
+    fn default() -> AnyLink {
+        AnyLink::Udp(KernelLink::default())
+    }
+}
+
+/// Calls `$call` on the link inside `$link`, whichever backend it is.
+macro_rules! each {
+    ($link:expr, $l:ident => $call:expr) => {
+        match $link {
+            AnyLink::Udp($l) => $call,
+            AnyLink::Packet($l) => $call,
+            AnyLink::Xdp($l) => $call,
+        }
+    };
+}
+
+impl DatagramLink for AnyLink {
+    fn backend(&self) -> Backend {
+        each!(self, l => l.backend())
+    }
+    fn caps(&self) -> Caps {
+        each!(self, l => l.caps())
+    }
+    fn open_slot(&mut self, slot: usize, port: &BoundSocket) -> io::Result<()> {
+        each!(self, l => l.open_slot(slot, port))
+    }
+    fn close_slot(&mut self, slot: usize, ip: IpAddr) -> Vec<BoundSocket> {
+        each!(self, l => l.close_slot(slot, ip))
+    }
+    fn watch(&self, ports: &Ports) -> Vec<(usize, RawFd)> {
+        each!(self, l => l.watch(ports))
+    }
+    fn fd(&self, ports: &Ports, slot: usize) -> Option<RawFd> {
+        each!(self, l => l.fd(ports, slot))
+    }
+    fn socket_for(&self, ports: &Ports, src: SocketAddr) -> Option<Sock> {
+        each!(self, l => l.socket_for(ports, src))
+    }
+    fn prepare(&mut self, ports: &Ports, src: SocketAddr, now: Instant) {
+        each!(self, l => l.prepare(ports, src, now))
+    }
+    fn recv_batch(
+        &self,
+        ports: &Ports,
+        sock: usize,
+        batch: &mut RecvBatch,
+    ) -> io::Result<(usize, SocketAddr)> {
+        each!(self, l => l.recv_batch(ports, sock, batch))
+    }
+    fn send_batch(
+        &self,
+        ports: &Ports,
+        from: Sock,
+        msgs: &mut [Outgoing<'_>],
+    ) -> io::Result<usize> {
+        each!(self, l => l.send_batch(ports, from, msgs))
+    }
+    fn counters(&self) -> Vec<(String, u64)> {
+        each!(self, l => l.counters())
+    }
+}
+
+/// The network side of one device: its 4791 sockets (by GID slot), its multicast group
+/// sockets, and the link its packets go through.
+#[derive(Debug, Default)]
+pub struct UdpBackend {
+    /// One per address on 4791, at its GID index (`None`: an empty GID slot).
+    sockets: Vec<Option<BoundSocket>>,
+    ifindex: u32,
+    /// Sockets bound to the IP multicast groups the device joined (socket indices from
+    /// [`crate::daemon::mcast::MCAST_BASE`] on), on every backend: the kernel receives
+    /// multicast and loops it back.
+    pub mcast: McastSockets,
+    link: AnyLink,
+}
+
 impl UdpBackend {
-    /// Binds `addr:port` for each address. IPv6 link-local addresses are scoped to
-    /// `ifindex`. An address the kernel does not offer (yet: IPv6 duplicate address
-    /// detection) is left out; one already bound by another daemon or rxe is an error.
+    /// Binds `addr:port` for each address, on the udp link. IPv6 link-local addresses are
+    /// scoped to `ifindex`. An address the kernel does not offer (yet: IPv6 duplicate
+    /// address detection) is left out; one already bound by another daemon or rxe is an
+    /// error.
     pub fn bind(addrs: &[IpAddr], port: u16, ifindex: u32) -> io::Result<UdpBackend> {
         let mut sockets = Vec::new();
         let wanted = offload_wanted();
@@ -237,97 +513,71 @@ impl UdpBackend {
         }
         Ok(UdpBackend {
             sockets,
-            senders: HashMap::new(),
-            next_sweep: None,
             ifindex,
             mcast: Default::default(),
-            packet: None,
-            xdp: None,
-            gso: Cell::new(gso),
-            gro,
-            offload: Cell::new(OffloadCounters::default()),
+            link: AnyLink::Udp(KernelLink {
+                senders: HashMap::new(),
+                next_sweep: None,
+                ifindex,
+                gso: Cell::new(gso),
+                gro,
+                offload: Cell::new(OffloadCounters::default()),
+            }),
         })
     }
 
-    /// Moves the device to the AF_PACKET `link` (`backend packet`): every bound address
-    /// gets its packet socket, and its 4791 socket stops receiving (it keeps the port, so
-    /// the kernel does not answer RoCE packets with ICMP port unreachable).
-    pub fn use_packet(&mut self, mut link: PacketLink) -> io::Result<()> {
-        for (slot, s) in self.sockets.iter().enumerate() {
-            if let Some(s) = s {
-                packet::drop_everything(s.socket.as_raw_fd())?;
-                link.open_slot(slot, s.local.ip())?;
-            }
+    /// Moves the device to `link`, which serves every bound address from now on.
+    fn use_link(&mut self, mut link: AnyLink) -> io::Result<()> {
+        for (slot, s) in bound(&self.sockets) {
+            self.hold_port(&link, s)?;
+            link.open_slot(slot, s)?;
         }
-        self.packet = Some(link);
+        self.link = link;
         Ok(())
     }
 
-    /// Moves the device to the AF_XDP `link` (`backend xdp`): every bound address is
-    /// redirected to it, and its 4791 socket stops receiving (it keeps the port).
-    pub fn use_xdp(&mut self, link: XdpLink) -> io::Result<()> {
-        for (_, s) in self.bound() {
+    /// Makes a 4791 socket only hold its port when `link` writes the frames itself.
+    fn hold_port(&self, link: &AnyLink, s: &BoundSocket) -> io::Result<()> {
+        if link.caps().writes_headers {
             packet::drop_everything(s.socket.as_raw_fd())?;
-            link.add_addr(s.local.ip())?;
         }
-        self.xdp = Some(link);
         Ok(())
     }
 
-    /// Whether the daemon writes the frames itself (`packet` or `xdp`).
-    fn raw(&self) -> bool {
-        self.packet.is_some() || self.xdp.is_some()
+    /// Moves the device to the AF_PACKET `link` (`backend packet`).
+    pub fn use_packet(&mut self, link: PacketLink) -> io::Result<()> {
+        self.use_link(AnyLink::Packet(link))
+    }
+
+    /// Moves the device to the AF_XDP `link` (`backend xdp`).
+    pub fn use_xdp(&mut self, link: XdpLink) -> io::Result<()> {
+        self.use_link(AnyLink::Xdp(link))
     }
 
     /// The backend's name (`link show`).
-    pub fn backend(&self) -> super::backend::Backend {
-        if self.packet.is_some() {
-            super::backend::Backend::Packet
-        } else if self.xdp.is_some() {
-            super::backend::Backend::Xdp
-        } else {
-            super::backend::Backend::Udp
-        }
+    pub fn backend(&self) -> Backend {
+        self.link.backend()
     }
 
     /// How the xdp backend's program runs (`None` on the other backends).
-    pub fn xdp_mode(&self) -> Option<super::xdp::Mode> {
-        self.xdp.as_ref().map(XdpLink::mode)
+    pub fn xdp_mode(&self) -> Option<Mode> {
+        match &self.link {
+            AnyLink::Xdp(x) => Some(x.mode()),
+            _ => None,
+        }
     }
 
-    /// The AF_XDP backend's counters (`None` on the other backends), with the next hops
-    /// resolved by asking the kernel and those it could not resolve.
-    pub fn xdp_counters(&self) -> Option<(PacketCounters, XdpCounters, (u64, u64))> {
-        self.xdp.as_ref().map(|x| {
-            let (p, c) = x.counters();
-            (p, c, x.neighbour_counters())
-        })
-    }
-
-    /// The AF_PACKET backend's counters (`None` on the UDP backend), with the next hops
-    /// resolved by asking the kernel and those it could not resolve.
-    pub fn packet_counters(&self) -> Option<(PacketCounters, (u64, u64))> {
-        self.packet
-            .as_ref()
-            .map(|p| (p.counters(), p.neighbour_counters()))
+    /// What the link counted (`rdma-emu stat`).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        self.link.counters()
     }
 
     /// Binds `ip` on 4791 at GID index `slot` (which must be free).
     pub fn open_slot(&mut self, slot: usize, ip: IpAddr) -> io::Result<()> {
         debug_assert!(self.socket(slot).is_none(), "slot {slot} is taken");
         let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex), self.ifindex)?;
-        if self.gro && !enable_gro(s.socket.as_raw_fd()) {
-            // Receives one datagram per packet, which the batch takes as it is.
-            tracing::warn!(local = %s.local, "GRO refused on a new address");
-        }
-        if let Some(link) = &mut self.packet {
-            packet::drop_everything(s.socket.as_raw_fd())?;
-            link.open_slot(slot, ip)?;
-        }
-        if let Some(link) = &self.xdp {
-            packet::drop_everything(s.socket.as_raw_fd())?;
-            link.add_addr(ip)?;
-        }
+        self.hold_port(&self.link, &s)?;
+        self.link.open_slot(slot, &s)?;
         if self.sockets.len() <= slot {
             self.sockets.resize_with(slot + 1, || None);
         }
@@ -335,75 +585,58 @@ impl UdpBackend {
         Ok(())
     }
 
-    /// Takes the socket at GID index `slot` out (its address went away), and the send-only
-    /// sockets of that address with it; the caller deregisters and drops them.
+    /// Takes the socket at GID index `slot` out (its address went away), and the sockets
+    /// the link held for that address with it; the caller deregisters and drops them.
     pub fn close_slot(&mut self, slot: usize) -> Vec<BoundSocket> {
         let Some(s) = self.sockets.get_mut(slot).and_then(Option::take) else {
             return Vec::new();
         };
-        if let Some(link) = &mut self.packet {
-            link.close_slot(slot);
-        }
-        if let Some(link) = &self.xdp {
-            link.remove_addr(s.local.ip());
-        }
         while matches!(self.sockets.last(), Some(None)) {
             self.sockets.pop();
         }
-        let ip = s.local.ip();
-        let gone: Vec<SenderKey> = self.senders.keys().filter(|k| k.0 == ip).copied().collect();
-        let mut out = vec![s];
-        out.extend(
-            gone.iter()
-                .filter_map(|k| self.senders.remove(k))
-                .map(|x| x.bound),
-        );
+        let mut out = self.link.close_slot(slot, s.local.ip());
+        out.insert(0, s);
         out
     }
 
     /// The 4791 socket at GID index `slot`.
     pub fn socket(&self, slot: usize) -> Option<&BoundSocket> {
-        self.sockets.get(slot).and_then(Option::as_ref)
+        datagram::port(&self.sockets, slot)
     }
 
     /// The 4791 sockets with their GID indices.
     pub fn bound(&self) -> impl Iterator<Item = (usize, &BoundSocket)> + '_ {
-        self.sockets
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+        bound(&self.sockets)
     }
 
-    /// The descriptors the engine watches with their socket indices (the epoll set): the
-    /// 4791 sockets at their GID indices, or with `backend packet` the AF_PACKET sockets,
-    /// or with `backend xdp` the AF_XDP sockets from [`XSK_BASE`] on.
-    pub fn fds(&self) -> impl Iterator<Item = (usize, RawFd)> + '_ {
-        let xsks = self
-            .xdp
-            .iter()
-            .flat_map(|x| x.fds())
-            .map(|(q, fd)| (XSK_BASE + q, fd));
-        self.bound()
-            .filter_map(|(i, _)| self.fd(i).map(|fd| (i, fd)))
-            .chain(xsks)
+    /// The descriptors the engine watches with their socket indices (the epoll set).
+    pub fn fds(&self) -> Vec<(usize, RawFd)> {
+        self.link.watch(&self.sockets)
     }
 
     /// The descriptor the engine watches for GID index `slot` (none with `backend xdp`,
     /// whose sockets serve every address).
     pub fn fd(&self, slot: usize) -> Option<RawFd> {
-        match (&self.packet, &self.xdp) {
-            (Some(link), _) => link.fd(slot),
-            (None, Some(_)) => None,
-            (None, None) => self.socket(slot).map(|s| s.socket.as_raw_fd()),
+        self.link.fd(&self.sockets, slot)
+    }
+
+    /// The udp link (for its tests).
+    #[cfg(test)]
+    fn kernel(&self) -> &KernelLink {
+        match &self.link {
+            AnyLink::Udp(k) => k,
+            other => panic!("not the udp link: {other:?}"),
         }
     }
 
     /// Send-only sockets bound now.
+    #[cfg(test)]
     pub fn senders(&self) -> impl Iterator<Item = &BoundSocket> + '_ {
-        self.senders.values().map(|s| &s.bound)
+        self.kernel().senders.values().map(|s| &s.bound)
     }
 
     /// Receives one datagram on socket `i`: (length, source, local destination).
+    #[cfg(test)]
     pub fn recv(
         &self,
         i: usize,
@@ -426,186 +659,28 @@ impl UdpBackend {
         }
     }
 
-    /// Receives a batch of datagrams on socket `i` (recvmmsg); returns how many arrived
-    /// and the local address they arrived on.
-    pub fn recv_batch(
-        &self,
-        i: usize,
-        batch: &mut mmsg::RecvBatch,
-    ) -> io::Result<(usize, SocketAddr)> {
-        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+    /// Receives a batch of packets on socket `i` (a multicast group socket, or one the
+    /// link watches); returns how many arrived and the local address they arrived on.
+    pub fn recv_batch(&self, i: usize, batch: &mut RecvBatch) -> io::Result<(usize, SocketAddr)> {
         batch.one_packet_per_buffer();
-        if let Some(link) = &self.xdp {
-            if (XSK_BASE..crate::daemon::mcast::MCAST_BASE).contains(&i) {
-                let local_of = |ip: IpAddr| {
-                    self.bound()
-                        .find(|(_, s)| s.local.ip() == ip)
-                        .map(|(_, s)| s.local)
-                };
-                return Ok((link.recv_batch(i - XSK_BASE, local_of, batch), nowhere));
-            }
+        if let Some(s) = self.mcast.get(i) {
+            return Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local));
         }
-        let Some(s) = self.socket(i).or_else(|| self.mcast.get(i)) else {
-            return Ok((0, nowhere));
-        };
-        match &self.packet {
-            Some(link) if i < crate::daemon::mcast::MCAST_BASE => {
-                Ok((link.recv_batch(i, s.local.ip(), batch)?, s.local))
-            }
-            _ => {
-                if self.gro && i < crate::daemon::mcast::MCAST_BASE {
-                    batch.hold_coalesced();
-                }
-                let before = (batch.coalesced, batch.coalesced_packets);
-                let n = mmsg::recv_batch(s.socket.as_raw_fd(), batch)?;
-                if batch.coalesced != before.0 {
-                    self.count(|c| {
-                        c.gro_datagrams += batch.coalesced - before.0;
-                        c.gro_packets += batch.coalesced_packets - before.1;
-                    });
-                }
-                Ok((n, s.local))
-            }
-        }
+        self.link.recv_batch(&self.sockets, i, batch)
     }
 
-    fn count(&self, f: impl FnOnce(&mut OffloadCounters)) {
-        let mut c = self.offload.get();
-        f(&mut c);
-        self.offload.set(c);
-    }
-
-    /// What GSO and GRO did, by the names `rdma-emu stat` shows (the udp backend only).
-    pub fn offload_counters(&self) -> Vec<(String, u64)> {
-        if self.raw() {
-            return Vec::new();
-        }
-        let c = self.offload.get();
-        [
-            ("udp_tx_gso_datagrams", c.gso_datagrams),
-            ("udp_tx_gso_packets", c.gso_packets),
-            ("udp_rx_gro_datagrams", c.gro_datagrams),
-            ("udp_rx_gro_packets", c.gro_packets),
-            ("udp_tx_gso_refused", c.gso_refused),
-            ("udp_tx_port_sockets", self.senders.len() as u64),
-            ("udp_tx_port_sockets_closed", c.senders_closed),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
-
-    /// Makes sure a socket bound to `src` (address and port) exists when the port is a
-    /// hashed one, and notes that a packet leaves from it at `now`; a port that cannot be
-    /// bound (in use) is reported and left to the fallback of `socket_for`. Closes the send
-    /// sockets idle for [`SENDER_IDLE`].
+    /// Makes sure packets from `src` can leave at `now` (see [`DatagramLink::prepare`]).
     pub fn ensure_sender(&mut self, src: SocketAddr, now: Instant) {
-        self.close_idle_senders(now);
-        let key = (src.ip(), src.port());
-        if let Some(s) = self.senders.get_mut(&key) {
-            s.used = now;
-            return;
-        }
-        if src.port() == ROCE_V2_PORT
-            || self.raw()
-            || !self.bound().any(|(_, s)| s.local.ip() == src.ip())
-            || self
-                .bound()
-                .any(|(_, s)| s.local.ip() == src.ip() && s.local.port() == src.port())
-        {
-            return;
-        }
-        if self.senders.len() >= MAX_SENDERS {
-            tracing::warn!(%src, "too many source ports in use; not bound");
-            return;
-        }
-        let local = scoped_local(src.ip(), src.port(), self.ifindex);
-        match open_socket(local, self.ifindex) {
-            Ok(s) => {
-                // Nothing is received here: keep what strays in small.
-                let fd = s.socket.as_raw_fd();
-                let _ = sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 0);
-                tracing::debug!(%local, "send socket bound");
-                self.senders.insert(
-                    key,
-                    Sender {
-                        bound: s,
-                        used: now,
-                    },
-                );
-            }
-            Err(e) => tracing::warn!(%local, "source port not bound: {e}"),
-        }
+        self.link.prepare(&self.sockets, src, now);
     }
 
-    /// Closes the send sockets no packet left from for [`SENDER_IDLE`], at most once every
-    /// [`SENDER_SWEEP`].
-    fn close_idle_senders(&mut self, now: Instant) {
-        if self.next_sweep.is_some_and(|t| now < t) {
-            return;
-        }
-        self.next_sweep = Some(now + SENDER_SWEEP);
-        let before = self.senders.len();
-        self.senders
-            .retain(|_, s| now.saturating_duration_since(s.used) < SENDER_IDLE);
-        let closed = before - self.senders.len();
-        if closed > 0 {
-            tracing::debug!(
-                closed,
-                open = self.senders.len(),
-                "idle send sockets closed"
-            );
-            self.count(|c| c.senders_closed += closed as u64);
-        }
-    }
-
-    fn get(&self, i: Sock) -> Option<&BoundSocket> {
-        match i {
-            Sock::Slot(i) | Sock::Packet(i, _) => self.socket(i),
-            Sock::Sender(k) => self.senders.get(&k).map(|s| &s.bound),
-        }
-    }
-
-    /// The socket packets from `src` leave from: the one bound to `src` (address
-    /// and port), else the one on 4791 of `src`'s address. `None` when `src`'s address is
-    /// not served (any more): a packet sent from another address would fail its ICRC at the
-    /// peer, so it is not sent at all.
+    /// The socket packets from `src` leave from (see [`DatagramLink::socket_for`]).
     pub fn socket_for(&self, src: SocketAddr) -> Option<Sock> {
-        if self.raw() {
-            // Any source port: the frame's UDP header is written here.
-            return self
-                .bound()
-                .find(|(_, s)| s.local.ip() == src.ip())
-                .map(|(i, _)| Sock::Packet(i, src.port()));
-        }
-        let same = |s: &BoundSocket| s.local.ip() == src.ip() && s.local.port() == src.port();
-        self.bound()
-            .find(|(_, s)| same(s))
-            .map(|(i, _)| Sock::Slot(i))
-            .or_else(|| {
-                let key = (src.ip(), src.port());
-                self.senders.contains_key(&key).then_some(Sock::Sender(key))
-            })
-            .or_else(|| {
-                self.bound()
-                    .find(|(_, s)| s.local.ip() == src.ip())
-                    .map(|(i, _)| Sock::Slot(i))
-            })
-    }
-
-    /// `dst` with the socket's scope when it is an unscoped IPv6 link-local address.
-    fn scoped(&self, i: Sock, dst: SocketAddr) -> SocketAddr {
-        match (dst, self.get(i).map(|s| s.local)) {
-            (SocketAddr::V6(d), Some(SocketAddr::V6(l)))
-                if d.scope_id() == 0 && d.ip().segments()[0] & 0xffc0 == 0xfe80 =>
-            {
-                SocketAddr::V6(SocketAddrV6::new(*d.ip(), d.port(), 0, l.scope_id()))
-            }
-            _ => dst,
-        }
+        self.link.socket_for(&self.sockets, src)
     }
 
     /// Sends one datagram from the socket for `src`.
+    #[cfg(test)]
     pub fn send(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> io::Result<()> {
         let i = self.socket_for(src).ok_or_else(|| {
             io::Error::new(
@@ -613,7 +688,7 @@ impl UdpBackend {
                 format!("no socket for {src}"),
             )
         })?;
-        let msg = mmsg::Outgoing {
+        let msg = Outgoing {
             dst,
             traffic_class: 0,
             payload,
@@ -624,38 +699,9 @@ impl UdpBackend {
         }
     }
 
-    /// Sends datagrams from socket `i` with sendmmsg; returns how many went out.
-    pub fn send_batch(&self, i: Sock, msgs: &mut [mmsg::Outgoing<'_>]) -> io::Result<usize> {
-        let Some(s) = self.get(i) else {
-            return Ok(0);
-        };
-        if let (Sock::Packet(slot, port), Some(link)) = (i, &self.packet) {
-            return link.send_batch(slot, SocketAddr::new(s.local.ip(), port), msgs);
-        }
-        if let (Sock::Packet(_, port), Some(link)) = (i, &self.xdp) {
-            return Ok(link.send_batch(SocketAddr::new(s.local.ip(), port), msgs));
-        }
-        for m in msgs.iter_mut() {
-            m.dst = self.scoped(i, m.dst);
-        }
-        let fd = s.socket.as_raw_fd();
-        let sent = mmsg::send_batch(fd, msgs, self.gso.get())?;
-        self.count(|c| {
-            c.gso_datagrams += sent.super_datagrams as u64;
-            c.gso_packets += sent.super_packets as u64;
-        });
-        if !sent.gso_refused {
-            return Ok(sent.packets);
-        }
-        // Logged once: GSO stays off for the device from here on.
-        tracing::warn!(local = %s.local, "the kernel refused a GSO send: one datagram per packet from now on");
-        self.gso.set(false);
-        self.count(|c| c.gso_refused += 1);
-        match mmsg::send_batch(fd, &msgs[sent.packets..], false) {
-            Ok(rest) => Ok(sent.packets + rest.packets),
-            Err(_) if sent.packets > 0 => Ok(sent.packets),
-            Err(e) => Err(e),
-        }
+    /// Sends datagrams from socket `i` through the link; returns how many went out.
+    pub fn send_batch(&self, i: Sock, msgs: &mut [Outgoing<'_>]) -> io::Result<usize> {
+        self.link.send_batch(&self.sockets, i, msgs)
     }
 }
 
