@@ -539,12 +539,10 @@ impl Engine {
                 if !is_pipe_write_end(&w) {
                     return Err(libc::EINVAL);
                 }
-                let cap = super::link::capture::Capture::new(w).map_err(|_| libc::EINVAL)?;
-                self.devices[i]
-                    .as_mut()
-                    .ok_or(libc::ENODEV)?
-                    .captures
-                    .push(cap);
+                let d = self.devices[i].as_mut().ok_or(libc::ENODEV)?;
+                let cap = super::link::capture::Capture::new(w, d.netdev.mac)
+                    .map_err(|_| libc::EINVAL)?;
+                d.udp.add_capture(cap);
                 ok(ReplyBody::Ok)
             }
             R::LinkDel { name } => {

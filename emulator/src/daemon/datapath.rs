@@ -181,14 +181,10 @@ fn transmit_now(
             let TxMeta { src, dst, .. } = meta[at];
             d.tx_datagrams += 1;
             d.rx_datagrams += 1;
-            for c in &mut d.captures {
-                c.record(d.netdev.mac, src, dst, &bufs[at]);
-            }
+            d.udp.record(src, dst, &bufs[at]);
             receive(d, now, src, dst, &bufs[at], mem);
             delivered_locally = true;
-            for c in &mut d.captures {
-                c.record(d.netdev.mac, src, dst, &bufs[at]);
-            }
+            d.udp.record(src, dst, &bufs[at]);
             at += 1;
             continue;
         }
@@ -221,11 +217,6 @@ fn transmit_now(
         // Unsent packets are lost on the wire: the transport retransmits.
         d.tx_datagrams += sent as u64;
         d.tx_errors += (end - at - sent) as u64;
-        for i in at..at + sent {
-            for c in &mut d.captures {
-                c.record(d.netdev.mac, meta[i].src, meta[i].dst, &bufs[i]);
-            }
-        }
         at = end;
     }
     delivered_locally
@@ -675,12 +666,7 @@ impl Engine {
                     break;
                 }
             }
-            if !d.captures.is_empty() {
-                d.captures
-                    .iter_mut()
-                    .for_each(super::link::capture::Capture::flush);
-                d.captures.retain(|c| !c.is_closed());
-            }
+            d.udp.flush_captures();
             while let Some((cq, cqe)) = d.nic.poll_completion() {
                 worked = true;
                 unblock = true;

@@ -64,8 +64,6 @@ pub struct ServedDevice {
     pub tx_errors: u64,
     /// Datagrams too large for a receive buffer (dropped).
     pub rx_truncated: u64,
-    /// Running `rdma-emu capture` streams.
-    pub captures: Vec<super::link::capture::Capture>,
     /// The connection manager of the port (QP1 traffic, RDMA CM).
     pub cm: CmAgent,
     /// PSN of the next packet QP1 sends.
@@ -237,7 +235,6 @@ impl ServedDevice {
             tx_datagrams: 0,
             tx_errors: 0,
             rx_truncated: 0,
-            captures: Vec::new(),
             cm,
             gsi_psn: 0,
             gsi_rx_dropped: 0,

@@ -412,9 +412,6 @@ impl Engine {
                 if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::link::mmsg::ECN_CE) {
                     d.nic.congestion_experienced(now, src, dst, payload);
                 }
-                for c in &mut d.captures {
-                    c.record(d.netdev.mac, src, dst, payload);
-                }
             }
             if n < self.rx.bufs.len() {
                 break;

@@ -26,6 +26,7 @@
 //! closes its own socket and touches no other.
 
 use super::backend::Backend;
+use super::capture::{Capture, Captured};
 use super::datagram::{
     self, BoundSocket, Caps, DatagramLink, Ports, SenderKey, Sock, NOWHERE, ROCE_V2_PORT,
 };
@@ -466,6 +467,14 @@ impl DatagramLink for AnyLink {
     }
 }
 
+/// Makes a 4791 socket only hold its port when `link` writes the frames itself.
+fn hold_port(link: &impl DatagramLink, s: &BoundSocket) -> io::Result<()> {
+    if link.caps().writes_headers {
+        packet::drop_everything(s.socket.as_raw_fd())?;
+    }
+    Ok(())
+}
+
 /// The network side of one device: its 4791 sockets (by GID slot), its multicast group
 /// sockets, and the link its packets go through.
 #[derive(Debug, Default)]
@@ -477,7 +486,8 @@ pub struct UdpBackend {
     /// [`crate::daemon::mcast::MCAST_BASE`] on), on every backend: the kernel receives
     /// multicast and loops it back.
     pub mcast: McastSockets,
-    link: AnyLink,
+    /// The backend, with the device's capture streams around it.
+    link: Captured<AnyLink>,
 }
 
 impl UdpBackend {
@@ -515,32 +525,25 @@ impl UdpBackend {
             sockets,
             ifindex,
             mcast: Default::default(),
-            link: AnyLink::Udp(KernelLink {
+            link: Captured::new(AnyLink::Udp(KernelLink {
                 senders: HashMap::new(),
                 next_sweep: None,
                 ifindex,
                 gso: Cell::new(gso),
                 gro,
                 offload: Cell::new(OffloadCounters::default()),
-            }),
+            })),
         })
     }
 
-    /// Moves the device to `link`, which serves every bound address from now on.
+    /// Moves the device to `link`, which serves every bound address from now on (when
+    /// the device opens, before any capture can start).
     fn use_link(&mut self, mut link: AnyLink) -> io::Result<()> {
         for (slot, s) in bound(&self.sockets) {
-            self.hold_port(&link, s)?;
+            hold_port(&link, s)?;
             link.open_slot(slot, s)?;
         }
-        self.link = link;
-        Ok(())
-    }
-
-    /// Makes a 4791 socket only hold its port when `link` writes the frames itself.
-    fn hold_port(&self, link: &AnyLink, s: &BoundSocket) -> io::Result<()> {
-        if link.caps().writes_headers {
-            packet::drop_everything(s.socket.as_raw_fd())?;
-        }
+        self.link = Captured::new(link);
         Ok(())
     }
 
@@ -561,10 +564,26 @@ impl UdpBackend {
 
     /// How the xdp backend's program runs (`None` on the other backends).
     pub fn xdp_mode(&self) -> Option<Mode> {
-        match &self.link {
+        match self.link.inner() {
             AnyLink::Xdp(x) => Some(x.mode()),
             _ => None,
         }
+    }
+
+    /// Starts a capture stream (`rdma-emu capture`).
+    pub fn add_capture(&mut self, stream: Capture) {
+        self.link.add(stream);
+    }
+
+    /// Records a datagram of the local path (the device's packets to itself, which no
+    /// link carries).
+    pub fn record(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {
+        self.link.record(src, dst, payload);
+    }
+
+    /// Writes what the capture pipes take; ends the streams nobody reads any more.
+    pub fn flush_captures(&mut self) {
+        self.link.flush();
     }
 
     /// What the link counted (`rdma-emu stat`).
@@ -576,7 +595,7 @@ impl UdpBackend {
     pub fn open_slot(&mut self, slot: usize, ip: IpAddr) -> io::Result<()> {
         debug_assert!(self.socket(slot).is_none(), "slot {slot} is taken");
         let s = open_socket(scoped_local(ip, ROCE_V2_PORT, self.ifindex), self.ifindex)?;
-        self.hold_port(&self.link, &s)?;
+        hold_port(&self.link, &s)?;
         self.link.open_slot(slot, &s)?;
         if self.sockets.len() <= slot {
             self.sockets.resize_with(slot + 1, || None);
@@ -623,7 +642,7 @@ impl UdpBackend {
     /// The udp link (for its tests).
     #[cfg(test)]
     fn kernel(&self) -> &KernelLink {
-        match &self.link {
+        match self.link.inner() {
             AnyLink::Udp(k) => k,
             other => panic!("not the udp link: {other:?}"),
         }
@@ -664,7 +683,9 @@ impl UdpBackend {
     pub fn recv_batch(&self, i: usize, batch: &mut RecvBatch) -> io::Result<(usize, SocketAddr)> {
         batch.one_packet_per_buffer();
         if let Some(s) = self.mcast.get(i) {
-            return Ok((mmsg::recv_batch(s.socket.as_raw_fd(), batch)?, s.local));
+            let n = mmsg::recv_batch(s.socket.as_raw_fd(), batch)?;
+            self.link.record_received(batch, n, s.local);
+            return Ok((n, s.local));
         }
         self.link.recv_batch(&self.sockets, i, batch)
     }

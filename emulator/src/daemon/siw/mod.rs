@@ -239,7 +239,6 @@ pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result
         tx_datagrams: 0,
         tx_errors: 0,
         rx_truncated: 0,
-        captures: Vec::new(),
     })
 }
 
