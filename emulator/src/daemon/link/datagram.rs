@@ -98,6 +98,38 @@ pub trait DatagramLink {
     fn counters(&self) -> Vec<(String, u64)>;
 }
 
+/// Socket indices of group sockets start here (below: the device's unicast sockets).
+pub const MCAST_BASE: usize = 0x8000;
+
+/// IP TTL / hop limit of multicast the daemon sends. rxe copies the AH's hop limit into
+/// each packet; the kernel UDP backend cannot set it per packet and uses the kernel's
+/// default unicast TTL for unicast, so multicast gets the same.
+pub const MCAST_TTL: u8 = 64;
+
+/// The group sockets of one device, by slot (joined and left by `mcast.rs`; every
+/// backend receives multicast through them).
+#[derive(Debug, Default)]
+pub struct McastSockets {
+    pub(crate) slots: Vec<Option<BoundSocket>>,
+}
+
+impl McastSockets {
+    /// The socket at index `i` (`MCAST_BASE + slot`).
+    pub fn get(&self, i: usize) -> Option<&BoundSocket> {
+        self.slots
+            .get(i.checked_sub(MCAST_BASE)?)
+            .and_then(Option::as_ref)
+    }
+
+    /// The groups joined, by slot.
+    pub(crate) fn joined(&self) -> impl Iterator<Item = (usize, IpAddr)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.local.ip())))
+    }
+}
+
 /// The address a batch arrived on when no socket took it.
 pub const NOWHERE: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
     std::net::Ipv4Addr::UNSPECIFIED,

@@ -28,12 +28,12 @@
 use super::backend::Backend;
 use super::capture::{Capture, Captured};
 use super::datagram::{
-    self, BoundSocket, Caps, DatagramLink, Ports, SenderKey, Sock, NOWHERE, ROCE_V2_PORT,
+    self, BoundSocket, Caps, DatagramLink, McastSockets, Ports, SenderKey, Sock, MCAST_TTL,
+    NOWHERE, ROCE_V2_PORT,
 };
 use super::mmsg::{self, Outgoing, RecvBatch, ECN_ECT0};
 use super::packet::{self, PacketLink};
 use super::xdp::{Mode, XdpLink};
-use crate::daemon::mcast::{McastSockets, MCAST_TTL};
 use crate::daemon::sys;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -483,7 +483,7 @@ pub struct UdpBackend {
     sockets: Vec<Option<BoundSocket>>,
     ifindex: u32,
     /// Sockets bound to the IP multicast groups the device joined (socket indices from
-    /// [`crate::daemon::mcast::MCAST_BASE`] on), on every backend: the kernel receives
+    /// [`datagram::MCAST_BASE`] on), on every backend: the kernel receives
     /// multicast and loops it back.
     pub mcast: McastSockets,
     /// The backend, with the device's capture streams around it.

@@ -38,7 +38,7 @@ use std::time::Instant;
 use xsk::Xsk;
 
 /// Socket indices of the AF_XDP sockets in the engine's epoll tokens: this plus the
-/// queue (GID slots lie below, multicast sockets from `mcast::MCAST_BASE` above).
+/// queue (GID slots lie below, multicast sockets from `datagram::MCAST_BASE` above).
 pub const XSK_BASE: usize = 0x4000;
 /// The largest interface MTU whose frames fit a UMEM frame.
 pub const MAX_NETDEV_MTU: u32 = (xsk::MAX_RX_FRAME - 14) as u32;
