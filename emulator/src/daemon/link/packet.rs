@@ -742,9 +742,9 @@ impl DatagramLink for PacketLink {
     }
 
     fn watch(&self, ports: &Ports) -> Vec<(usize, RawFd)> {
+        let served = |i: usize| datagram::port(ports, i).and(self.slot_fd(i));
         (0..ports.len())
-            .filter(|&i| datagram::port(ports, i).is_some())
-            .filter_map(|i| self.slot_fd(i).map(|fd| (i, fd)))
+            .filter_map(|i| served(i).map(|fd| (i, fd)))
             .collect()
     }
 
@@ -773,10 +773,9 @@ impl DatagramLink for PacketLink {
         let Sock::Frames(slot, port) = from else {
             return Ok(0);
         };
-        let Some(s) = datagram::port(ports, slot) else {
-            return Ok(0);
-        };
-        self.send_frames(slot, SocketAddr::new(s.local.ip(), port), msgs)
+        datagram::port(ports, slot).map_or(Ok(0), |s| {
+            self.send_frames(slot, SocketAddr::new(s.local.ip(), port), msgs)
+        })
     }
 
     fn counters(&self) -> Vec<(String, u64)> {
