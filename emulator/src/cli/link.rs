@@ -4,7 +4,7 @@
 //! clash a smoltcp device hit).
 
 use super::control::call;
-use crate::daemon::backend::Backend;
+use crate::daemon::link::backend::Backend;
 use clap::Subcommand;
 use std::path::Path;
 use wire::client::{LinkInfo, ReplyBody, RequestBody};
@@ -66,7 +66,7 @@ pub(super) fn link(socket: Option<&Path>, action: &LinkAction) -> Result<(), Str
                     "xdp" if is(libc::EINVAL) => format!(
                         "{e}: backend xdp takes an interface MTU of at most {} (rdma-emud's \
                              log says why this one was refused)",
-                        crate::daemon::xdp::MAX_NETDEV_MTU
+                        crate::daemon::link::xdp::MAX_NETDEV_MTU
                     ),
                     _ => e,
                 }

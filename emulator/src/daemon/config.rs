@@ -46,7 +46,7 @@
 //! Every DCQCN parameter of [`emu_core::DcqcnParams`] can be set in `[device.dcqcn]` under
 //! its field name; unset ones keep their defaults.
 
-use super::backend::Backend;
+use super::link::backend::Backend;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -282,8 +282,10 @@ impl DeviceSpec {
             "siw" if self.backend() == Ok(Backend::Smoltcp) => {
                 let addrs = self.addrs.as_deref().unwrap_or_default();
                 // Whether the kernel has them too is seen when the device opens.
-                super::backend::check_smoltcp_addrs(&self.name, &self.netdev, addrs, |_| false)
-                    .map_err(|e| e.to_string())
+                super::link::backend::check_smoltcp_addrs(&self.name, &self.netdev, addrs, |_| {
+                    false
+                })
+                .map_err(|e| e.to_string())
             }
             "siw" => Ok(()),
             "rxe" if self.mpa_crc.is_some() || self.mpa_markers.is_some() => Err(format!(

@@ -439,7 +439,7 @@ impl Engine {
                 cnp_dscp,
                 addrs,
             } => {
-                let backend = super::backend::Backend::choose(&link_type, backend.as_deref())
+                let backend = super::link::backend::Backend::choose(&link_type, backend.as_deref())
                     .map_err(|e| {
                         tracing::info!(error = %e, "link add refused");
                         e.errno()
@@ -494,12 +494,10 @@ impl Engine {
                 if !sys::is_pipe_write_end(&w) {
                     return Err(libc::EINVAL);
                 }
-                let cap = super::capture::Capture::new(w).map_err(|_| libc::EINVAL)?;
-                self.devices[i]
-                    .as_mut()
-                    .ok_or(libc::ENODEV)?
-                    .captures
-                    .push(cap);
+                let d = self.devices[i].as_mut().ok_or(libc::ENODEV)?;
+                let cap = super::link::capture::Capture::new(w, d.netdev.mac)
+                    .map_err(|_| libc::EINVAL)?;
+                d.udp.add_capture(cap);
                 ok(ReplyBody::Ok)
             }
             R::LinkDel { name } => {

@@ -377,12 +377,7 @@ impl Engine {
                     break;
                 }
             }
-            if !d.captures.is_empty() {
-                d.captures
-                    .iter_mut()
-                    .for_each(super::capture::Capture::flush);
-                d.captures.retain(|c| !c.is_closed());
-            }
+            d.udp.flush_captures();
             while let Some((cq, cqe)) = d.nic.poll_completion() {
                 worked = true;
                 unblock = true;

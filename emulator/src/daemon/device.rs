@@ -1,14 +1,15 @@
 //! One served device: its interface, GID table, UDP sockets, transport engine, and what
 //! `ibv_query_device` / `ibv_query_port` / `rdma link show` report about it.
 
-use super::backend::Backend;
 use super::config::DeviceSpec;
 use super::gid_table::{GidTable, GID_TBL_LEN};
+use super::link::backend::Backend;
+use super::link::datagram::{BoundSocket, ROCE_V2_PORT};
+use super::link::packet::PacketLink;
+use super::link::udp::UdpBackend;
+use super::link::xdp::XdpLink;
 use super::netdev::{self, Netdev};
 use super::nic::{Limits, Nic};
-use super::packet::PacketLink;
-use super::udp::{BoundSocket, UdpBackend, ROCE_V2_PORT};
-use super::xdp::XdpLink;
 use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
 use std::io;
@@ -63,8 +64,6 @@ pub struct ServedDevice {
     pub tx_errors: u64,
     /// Datagrams too large for a receive buffer (dropped).
     pub rx_truncated: u64,
-    /// Running `rdma-emu capture` streams.
-    pub captures: Vec<super::capture::Capture>,
     /// The connection manager of the port (QP1 traffic, RDMA CM).
     pub cm: CmAgent,
     /// PSN of the next packet QP1 sends.
@@ -75,9 +74,9 @@ pub struct ServedDevice {
     /// (`cm::gsi::LISTEN_GRACE`) before the agent rejects them.
     pub(in crate::daemon) parked_reqs: Vec<super::cm::gsi::ParkedReq>,
     /// Fault injection (`rdma-emu fault`): rules, held packets, the link state.
-    pub faults: super::fault::Faults,
+    pub faults: super::link::fault::Faults,
     /// With `backend packet`: the socket 802.3 PAUSE / 802.1Qbb PFC frames arrive on.
-    pub pause: Option<super::pause::PauseReceiver>,
+    pub pause: Option<super::link::pause::PauseReceiver>,
 }
 
 /// What following the interface's addresses changed: sockets to deregister and drop, and
@@ -212,11 +211,11 @@ impl ServedDevice {
             Backend::Packet | Backend::Xdp => {
                 // Quanta are timed at the interface's speed (veth: 10 Gbit/s; a link that
                 // is down, tun, lo: none, then the configured line rate or 10 Gbit/s).
-                let rate = super::pause::link_speed_bps(&netdev.name)
+                let rate = super::link::pause::link_speed_bps(&netdev.name)
                     .or((dcqcn.max_rate_mbps > 0)
                         .then(|| u64::from(dcqcn.max_rate_mbps) * 1_000_000))
-                    .unwrap_or(super::pause::DEFAULT_LINK_BPS);
-                Some(super::pause::PauseReceiver::open(netdev.index, rate)?)
+                    .unwrap_or(super::link::pause::DEFAULT_LINK_BPS);
+                Some(super::link::pause::PauseReceiver::open(netdev.index, rate)?)
             }
             _ => None,
         };
@@ -236,7 +235,6 @@ impl ServedDevice {
             tx_datagrams: 0,
             tx_errors: 0,
             rx_truncated: 0,
-            captures: Vec::new(),
             cm,
             gsi_psn: 0,
             gsi_rx_dropped: 0,

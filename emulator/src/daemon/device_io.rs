@@ -1,14 +1,15 @@
 //! A device's datagrams in and out: through its fault rules (when it has any), then the
 //! local path (a packet to the device's own address goes straight to its receive side),
-//! the captures and sendmmsg on the socket of the source address.
+//! the link (its captures record what it carries) and sendmmsg on the socket of the
+//! source address.
 //!
 //! These take one device and the client memory, nothing of the engine: the CM's QP1 code
 //! and the data path both send through them.
 
 use super::device::ServedDevice;
-use super::fault::{self, PacketView};
+use super::link::fault::{self, PacketView};
+use super::link::mmsg::Outgoing;
 use super::memory::ProcMem;
-use super::mmsg::Outgoing;
 use super::nic::TxMeta;
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -164,14 +165,10 @@ fn transmit_now(
             let TxMeta { src, dst, .. } = meta[at];
             d.tx_datagrams += 1;
             d.rx_datagrams += 1;
-            for c in &mut d.captures {
-                c.record(d.netdev.mac, src, dst, &bufs[at]);
-            }
+            d.udp.record(src, dst, &bufs[at]);
             receive(d, now, src, dst, &bufs[at], mem);
             delivered_locally = true;
-            for c in &mut d.captures {
-                c.record(d.netdev.mac, src, dst, &bufs[at]);
-            }
+            d.udp.record(src, dst, &bufs[at]);
             at += 1;
             continue;
         }
@@ -204,11 +201,6 @@ fn transmit_now(
         // Unsent packets are lost on the wire: the transport retransmits.
         d.tx_datagrams += sent as u64;
         d.tx_errors += (end - at - sent) as u64;
-        for i in at..at + sent {
-            for c in &mut d.captures {
-                c.record(d.netdev.mac, meta[i].src, meta[i].dst, &bufs[i]);
-            }
-        }
         at = end;
     }
     delivered_locally

@@ -52,7 +52,7 @@ pub struct Engine {
     pub(super) tx_bufs: Vec<Vec<u8>>,
     pub(super) tx_meta: Vec<super::nic::TxMeta>,
     /// Datagrams received in batches (recvmmsg).
-    rx: super::mmsg::RecvBatch,
+    rx: super::link::mmsg::RecvBatch,
     msg_buf: Vec<u8>,
     /// RDMA CM channels, ids, port spaces.
     pub(super) cm: super::cm::CmTables,
@@ -121,7 +121,7 @@ impl Engine {
             next_session: 1,
             tx_bufs: (0..TX_STAGE).map(|_| Vec::with_capacity(4352)).collect(),
             tx_meta: Vec::with_capacity(TX_STAGE),
-            rx: super::mmsg::RecvBatch::new(32, 9216),
+            rx: super::link::mmsg::RecvBatch::new(32, 9216),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
             cm: super::cm::CmTables::new(cfg_seed),
             reload: None,
@@ -149,7 +149,7 @@ impl Engine {
         }
         if let Some(p) = &dev.pause {
             self.epoll
-                .add(p.fd(), udp_token(index, super::pause::PAUSE_SOCKET))?;
+                .add(p.fd(), udp_token(index, super::link::pause::PAUSE_SOCKET))?;
         }
         if let Some(fd) = dev.nic.stream_fd() {
             self.epoll.add(fd, T_STREAM | index as u64)?;
@@ -380,7 +380,7 @@ impl Engine {
         let Some(Some(d)) = self.devices.get_mut(dev) else {
             return;
         };
-        if sock == super::pause::PAUSE_SOCKET {
+        if sock == super::link::pause::PAUSE_SOCKET {
             if let Some(p) = &mut d.pause {
                 for (priority, until) in p.receive(now) {
                     d.nic.pause_priority(now, priority, until);
@@ -405,11 +405,8 @@ impl Engine {
                 let dst = self.rx.dsts[i].unwrap_or(dst);
                 let payload = self.rx.payload(i, len);
                 super::device_io::receive(d, now, src, dst, payload, &mut self.mem);
-                if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::udp::ECN_CE) {
+                if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::link::mmsg::ECN_CE) {
                     d.nic.congestion_experienced(now, src, dst, payload);
-                }
-                for c in &mut d.captures {
-                    c.record(d.netdev.mac, src, dst, payload);
                 }
             }
             if n < self.rx.bufs.len() {

@@ -5,7 +5,7 @@
 
 use super::answer::{ok, Answer};
 use super::device::{index_of, ServedDevice};
-use super::fault::{default_seed, FAULTS_ENV};
+use super::link::fault::{default_seed, FAULTS_ENV};
 use super::notify::send_event;
 use super::objects::{Kind, Object};
 use std::collections::BTreeMap;

@@ -15,40 +15,10 @@
 //! included, so the local path never short-circuits multicast.
 
 use super::device::ServedDevice;
+use super::link::datagram::{BoundSocket, MCAST_BASE, ROCE_V2_PORT};
 use super::sys::{self, Epoll};
-use super::udp::{BoundSocket, ROCE_V2_PORT};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;
-
-/// Socket indices of group sockets start here (below: the device's unicast sockets).
-pub const MCAST_BASE: usize = 0x8000;
-
-/// IP TTL / hop limit of multicast the daemon sends. rxe copies the AH's hop limit into
-/// each packet; the kernel UDP backend cannot set it per packet and uses the kernel's
-/// default unicast TTL for unicast, so multicast gets the same.
-pub const MCAST_TTL: u8 = 64;
-
-/// The group sockets of one device, by slot.
-#[derive(Debug, Default)]
-pub struct McastSockets {
-    slots: Vec<Option<BoundSocket>>,
-}
-
-impl McastSockets {
-    /// The socket at index `i` (`MCAST_BASE + slot`).
-    pub fn get(&self, i: usize) -> Option<&BoundSocket> {
-        self.slots
-            .get(i.checked_sub(MCAST_BASE)?)
-            .and_then(Option::as_ref)
-    }
-
-    fn joined(&self) -> impl Iterator<Item = (usize, IpAddr)> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s.local.ip())))
-    }
-}
 
 /// The IP group a RoCE v2 MGID names.
 fn group_ip(mgid: [u8; 16]) -> IpAddr {

@@ -7,8 +7,6 @@
 //! CQ rings, events into pipes. See `docs/daemon.md`.
 
 mod answer;
-pub mod backend;
-pub mod capture;
 mod cm;
 pub mod config;
 mod control;
@@ -17,19 +15,16 @@ mod datapath;
 pub mod device;
 mod device_io;
 mod engine;
-pub mod fault;
 mod fault_control;
 pub mod gid_table;
+pub mod link;
 mod mcast;
 pub mod memory;
-pub mod mmsg;
 pub mod neigh;
 pub mod netdev;
 pub mod nic;
 mod notify;
 mod objects;
-pub mod packet;
-pub mod pause;
 mod queues;
 mod reload;
 mod sessions;
@@ -39,9 +34,7 @@ pub mod siw;
 mod slice;
 pub mod sys;
 mod tokens;
-pub mod udp;
 pub mod users;
-pub mod xdp;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
 pub use engine::Engine;

@@ -330,35 +330,7 @@ pub(super) fn stat(
                 counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
                 counters.push(("udp_tx_errors".into(), d.tx_errors));
                 counters.push(("udp_rx_truncated".into(), d.rx_truncated));
-                counters.extend(d.udp.offload_counters());
-                if let Some((p, (resolved, unresolved))) = d.udp.packet_counters() {
-                    counters.push(("packet_rx_icrc_errors".into(), p.rx_icrc_errors));
-                    counters.push(("packet_rx_malformed".into(), p.rx_malformed));
-                    counters.push(("packet_rx_queue_drops".into(), p.rx_queue_drops));
-                    counters.push(("packet_tx_no_neighbour".into(), p.tx_no_neighbour));
-                    counters.push(("packet_neigh_resolved".into(), resolved));
-                    counters.push(("packet_neigh_unresolved".into(), unresolved));
-                }
-                if let Some((p, x, (resolved, unresolved))) = d.udp.xdp_counters() {
-                    let all = [
-                        ("xdp_rx_icrc_errors", p.rx_icrc_errors),
-                        ("xdp_rx_malformed", p.rx_malformed),
-                        ("xdp_rx_bad_descs", x.bad_descs),
-                        ("xdp_rx_dropped", x.xsk.rx_dropped),
-                        ("xdp_rx_ring_full", x.xsk.rx_ring_full),
-                        (
-                            "xdp_rx_fill_ring_empty_descs",
-                            x.xsk.rx_fill_ring_empty_descs,
-                        ),
-                        ("xdp_rx_invalid_descs", x.xsk.rx_invalid_descs),
-                        ("xdp_tx_invalid_descs", x.xsk.tx_invalid_descs),
-                        ("xdp_tx_ring_full", x.tx_ring_full),
-                        ("xdp_tx_no_neighbour", p.tx_no_neighbour),
-                        ("xdp_neigh_resolved", resolved),
-                        ("xdp_neigh_unresolved", unresolved),
-                    ];
-                    counters.extend(all.into_iter().map(|(k, v)| (k.into(), v)));
-                }
+                counters.extend(d.udp.counters());
                 if let Some(p) = &d.pause {
                     // `packet_…` or `xdp_…`, as the backend's other counters.
                     let b = d.udp.backend().name();

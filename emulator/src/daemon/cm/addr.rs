@@ -57,7 +57,7 @@ fn route_source(dst: SocketAddr) -> Result<SocketAddr, i32> {
     let sock = UdpSocket::bind(any).map_err(|e| errno_of(&e))?;
     let mut to = dst;
     if to.port() == 0 {
-        to.set_port(crate::daemon::udp::ROCE_V2_PORT);
+        to.set_port(crate::daemon::link::datagram::ROCE_V2_PORT);
     }
     match sock.connect(to) {
         Ok(()) => {}
@@ -109,7 +109,7 @@ impl Engine {
     fn cm_device_beside(&self, ip: IpAddr) -> Option<(IpAddr, usize, u32)> {
         self.devices.iter().enumerate().find_map(|(i, d)| {
             let d = d.as_ref()?;
-            if d.spec.backend() != Ok(crate::daemon::backend::Backend::Smoltcp)
+            if d.spec.backend() != Ok(crate::daemon::link::backend::Backend::Smoltcp)
                 || !d.netdev.addrs.contains(&ip)
             {
                 return None;

@@ -5,8 +5,8 @@
 //! delivery, captures, sendmmsg).
 
 use crate::daemon::device::ServedDevice;
+use crate::daemon::link::datagram::ROCE_V2_PORT;
 use crate::daemon::nic::{AppMemory, TxMeta};
-use crate::daemon::udp::ROCE_V2_PORT;
 use emu_core::cm::gsi;
 use emu_core::cm::gsi_route::{self, Rx};
 use emu_core::cm::ServiceId;

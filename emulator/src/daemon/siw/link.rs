@@ -15,7 +15,8 @@
 //! - The MSS option of every SYN received is noted ([`RawLink::peer_mss`]): smoltcp
 //!   does not tell the MSS it negotiated, and FPDUs are cut to it (RFC 5044 §4.1).
 
-use crate::daemon::{packet, sys};
+use crate::daemon::link::packet;
+use crate::daemon::sys;
 use smoltcp::phy::{Checksum, Device, DeviceCapabilities, Medium};
 use smoltcp::wire::{
     EthernetFrame, EthernetProtocol, IpAddress, IpProtocol, Ipv4Packet, Ipv6Packet, TcpPacket,
@@ -353,7 +354,7 @@ impl TxStage {
         if n == 0 {
             return 0;
         }
-        let sent = super::super::packet::send_frames(fd, &self.frames[..n]).unwrap_or(0);
+        let sent = crate::daemon::link::mmsg::send_frames(fd, &[], &self.frames[..n]).unwrap_or(0);
         counters.tx_frames += sent as u64;
         counters.tx_errors += (n - sent) as u64;
         sent

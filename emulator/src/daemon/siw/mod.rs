@@ -30,12 +30,12 @@ mod tcp;
 pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 pub use nic::SiwNic;
 
-use super::backend::{check_smoltcp_addrs, Backend};
 use super::config::DeviceSpec;
 use super::device::ServedDevice as Device;
+use super::link::backend::{check_smoltcp_addrs, Backend};
+use super::link::udp::UdpBackend;
 use super::netdev;
 use super::nic::Limits;
-use super::udp::UdpBackend;
 use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
@@ -239,7 +239,6 @@ pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result
         tx_datagrams: 0,
         tx_errors: 0,
         rx_truncated: 0,
-        captures: Vec::new(),
     })
 }
 

@@ -1,5 +1,6 @@
 //! The TCP a siw device's connections run over, behind one small interface
-//! ([`StreamNet`]), so that the connection handling of `tcp.rs` (MPA exchange, feeding
+//! ([`StreamNet`], the stream trait of DESIGN decision 5, beside the datagram links'
+//! `link::datagram::DatagramLink`), so that the connection handling of `tcp.rs` (MPA exchange, feeding
 //! `iwarp::Connection`, lingering closes, stall timeouts) serves every backend:
 //!
 //! - [`KernelNet`]: the kernel's TCP (`backend tcp`), nonblocking sockets in an epoll set

@@ -22,10 +22,12 @@
 //!
 //! Needs CAP_NET_RAW. On `lo` the frames carry all-zero MACs and no neighbour is asked.
 
-use super::mmsg::{Packet, RecvBatch};
-use super::neigh::Neighbours;
-use super::netdev::Netdev;
-use super::sys;
+use super::backend::Backend;
+use super::datagram::{self, BoundSocket, Caps, DatagramLink, Ports, Sock, NOWHERE};
+use super::mmsg::{self, Outgoing, Packet, RecvBatch, ECN_ECT0};
+use crate::daemon::neigh::Neighbours;
+use crate::daemon::netdev::Netdev;
+use crate::daemon::sys;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpAddress, IpProtocol,
@@ -373,7 +375,7 @@ pub(super) fn accept_segments(
                 ip[4..6].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
                 let hdr: &[u8; 20] = ip[..].try_into().map_err(|_| Refused::Malformed)?;
                 let ok = icrc::verify_ipv4(hdr, &udp, seg);
-                super::mmsg::undo_gso_id(seg, k);
+                mmsg::undo_gso_id(seg, k);
                 ok
             }
             None => {
@@ -469,7 +471,7 @@ impl PacketLink {
     }
 
     /// Opens the socket of GID slot `slot`, serving `addr`.
-    pub fn open_slot(&mut self, slot: usize, addr: IpAddr) -> io::Result<()> {
+    fn serve(&mut self, slot: usize, addr: IpAddr) -> io::Result<()> {
         let fd = open_socket(self.ifindex, addr).map_err(|e| open_error(e, &self.netdev))?;
         let vnet = sys::setsockopt_int(fd.as_raw_fd(), libc::SOL_PACKET, PACKET_VNET_HDR, 1)
             .map_err(|e| {
@@ -487,15 +489,8 @@ impl PacketLink {
         Ok(())
     }
 
-    /// Closes the socket of GID slot `slot` (its address went away).
-    pub fn close_slot(&mut self, slot: usize) {
-        if let Some(s) = self.slots.get_mut(slot) {
-            *s = None;
-        }
-    }
-
     /// The socket of GID slot `slot`.
-    pub fn fd(&self, slot: usize) -> Option<RawFd> {
+    fn slot_fd(&self, slot: usize) -> Option<RawFd> {
         self.slots.get(slot)?.as_ref().map(|(fd, _)| fd.as_raw_fd())
     }
 
@@ -507,7 +502,8 @@ impl PacketLink {
             .is_some_and(|s| s.1)
     }
 
-    pub fn counters(&self) -> PacketCounters {
+    /// The frame counters, with the frames the kernel dropped since the last call.
+    pub(super) fn frame_counters(&self) -> PacketCounters {
         let drops: u64 = self
             .slots
             .iter()
@@ -519,7 +515,7 @@ impl PacketLink {
     }
 
     /// Next hops resolved by asking the kernel, and destinations it could not resolve.
-    pub fn neighbour_counters(&self) -> (u64, u64) {
+    pub(super) fn neighbour_counters(&self) -> (u64, u64) {
         let n = self.neigh.borrow();
         (n.resolved, n.unresolved)
     }
@@ -533,13 +529,8 @@ impl PacketLink {
     /// Receives a batch of frames on slot `slot` (serving `local`) and leaves in `batch`,
     /// at its front, the RoCE datagrams (BTH through ICRC) that verify, with their
     /// sources and TOS octets, as the UDP backend would; returns how many.
-    pub fn recv_batch(
-        &self,
-        slot: usize,
-        local: IpAddr,
-        batch: &mut RecvBatch,
-    ) -> io::Result<usize> {
-        let Some(fd) = self.fd(slot) else {
+    fn recv_frames(&self, slot: usize, local: IpAddr, batch: &mut RecvBatch) -> io::Result<usize> {
+        let Some(fd) = self.slot_fd(slot) else {
             return Ok(0);
         };
         let vnet = self.vnet(slot);
@@ -547,7 +538,7 @@ impl PacketLink {
             batch.hold_coalesced();
         }
         let skip = if vnet { VNET_HDR_LEN } else { 0 };
-        let n = super::mmsg::recv_batch(fd, batch)?;
+        let n = mmsg::recv_batch(fd, batch)?;
         let lens: Vec<Option<usize>> = batch.lens[..n].to_vec();
         let mut kept: Vec<Packet> = Vec::with_capacity(n);
         for (i, len) in lens.into_iter().enumerate() {
@@ -573,7 +564,7 @@ impl PacketLink {
                     at: skip + r.at,
                     len: Some(r.len),
                     src: Some(r.src),
-                    tos: super::mmsg::segment_tos(Some(r.tos), k),
+                    tos: mmsg::segment_tos(Some(r.tos), k),
                 })),
                 Err(Refused::Icrc) => self.count(|c| c.rx_icrc_errors += 1),
                 Err(Refused::Malformed) => self.count(|c| c.rx_malformed += 1),
@@ -632,7 +623,7 @@ impl PacketLink {
                 p.set_ident(id);
                 p.set_dont_frag(true);
                 p.set_dscp(traffic_class >> 2);
-                p.set_ecn(super::udp::ECN_ECT0);
+                p.set_ecn(ECN_ECT0);
                 p.fill_checksum();
                 (IpAddress::Ipv4(s), IpAddress::Ipv4(d))
             }
@@ -646,7 +637,7 @@ impl PacketLink {
                     hop_limit: HOP_LIMIT,
                 }
                 .emit(&mut p);
-                p.set_traffic_class(traffic_class & !emu_core::ECN_MASK | super::udp::ECN_ECT0);
+                p.set_traffic_class(traffic_class & !emu_core::ECN_MASK | ECN_ECT0);
                 (IpAddress::Ipv6(s), IpAddress::Ipv6(d))
             }
             _ => return false,
@@ -674,13 +665,13 @@ impl PacketLink {
     /// Sends datagrams from `src` (address and port) through slot `slot`'s socket, as
     /// frames; returns how many went out. Sending stops at the first destination whose
     /// next hop cannot be resolved (that packet and the rest are lost on the wire).
-    pub fn send_batch(
+    fn send_frames(
         &self,
         slot: usize,
         src: SocketAddr,
-        msgs: &[super::mmsg::Outgoing<'_>],
+        msgs: &[Outgoing<'_>],
     ) -> io::Result<usize> {
-        let Some(fd) = self.fd(slot) else {
+        let Some(fd) = self.slot_fd(slot) else {
             return Ok(0);
         };
         let now = Instant::now();
@@ -701,7 +692,7 @@ impl PacketLink {
         } else {
             &[]
         };
-        send_frames_after(fd, prefix, &frames[..ready])
+        mmsg::send_frames(fd, prefix, &frames[..ready])
     }
 
     /// Writes the frame of `m` from `src` into `buf`, to the next hop's MAC; false
@@ -710,7 +701,7 @@ impl PacketLink {
         &self,
         buf: &mut Vec<u8>,
         src: SocketAddr,
-        m: &super::mmsg::Outgoing<'_>,
+        m: &Outgoing<'_>,
         now: Instant,
     ) -> bool {
         let mac = if self.loopback {
@@ -728,41 +719,80 @@ impl PacketLink {
     }
 }
 
-/// Sends whole frames with sendmmsg(2) on a bound packet socket; returns how many went.
-pub(super) fn send_frames(fd: RawFd, frames: &[Vec<u8>]) -> io::Result<usize> {
-    send_frames_after(fd, &[], frames)
-}
-
-/// Sends whole frames, each after `prefix` (a `virtio_net_hdr` on a socket with
-/// `PACKET_VNET_HDR`, else nothing); returns how many went.
-fn send_frames_after(fd: RawFd, prefix: &[u8], frames: &[Vec<u8>]) -> io::Result<usize> {
-    let per = if prefix.is_empty() { 1 } else { 2 };
-    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(per * frames.len());
-    for f in frames {
-        if !prefix.is_empty() {
-            iovs.push(libc::iovec {
-                iov_base: prefix.as_ptr() as *mut libc::c_void,
-                iov_len: prefix.len(),
-            });
-        }
-        iovs.push(libc::iovec {
-            iov_base: f.as_ptr() as *mut libc::c_void,
-            iov_len: f.len(),
-        });
+impl DatagramLink for PacketLink {
+    fn backend(&self) -> Backend {
+        Backend::Packet
     }
-    let mut hdrs: Vec<libc::mmsghdr> = iovs
-        .chunks_exact_mut(per)
-        .map(|iov| {
-            // SAFETY: mmsghdr is plain old data; all zeroes is valid.
-            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            h.msg_hdr.msg_iov = iov.as_mut_ptr();
-            h.msg_hdr.msg_iovlen = per;
-            h
+
+    fn caps(&self) -> Caps {
+        Caps {
+            writes_headers: true,
+        }
+    }
+
+    fn open_slot(&mut self, slot: usize, port: &BoundSocket) -> io::Result<()> {
+        self.serve(slot, port.local.ip())
+    }
+
+    fn close_slot(&mut self, slot: usize, _ip: IpAddr) -> Vec<BoundSocket> {
+        if let Some(s) = self.slots.get_mut(slot) {
+            *s = None;
+        }
+        Vec::new()
+    }
+
+    fn watch(&self, ports: &Ports) -> Vec<(usize, RawFd)> {
+        let served = |i: usize| datagram::port(ports, i).and(self.slot_fd(i));
+        (0..ports.len())
+            .filter_map(|i| served(i).map(|fd| (i, fd)))
+            .collect()
+    }
+
+    fn fd(&self, _ports: &Ports, slot: usize) -> Option<RawFd> {
+        self.slot_fd(slot)
+    }
+
+    fn recv_batch(
+        &self,
+        ports: &Ports,
+        sock: usize,
+        batch: &mut RecvBatch,
+    ) -> io::Result<(usize, SocketAddr)> {
+        let Some(s) = datagram::port(ports, sock) else {
+            return Ok((0, NOWHERE));
+        };
+        Ok((self.recv_frames(sock, s.local.ip(), batch)?, s.local))
+    }
+
+    fn send_batch(
+        &self,
+        ports: &Ports,
+        from: Sock,
+        msgs: &mut [Outgoing<'_>],
+    ) -> io::Result<usize> {
+        let Sock::Frames(slot, port) = from else {
+            return Ok(0);
+        };
+        datagram::port(ports, slot).map_or(Ok(0), |s| {
+            self.send_frames(slot, SocketAddr::new(s.local.ip(), port), msgs)
         })
-        .collect();
-    // SAFETY: the headers point at live frames for the call only; no names (the socket is
-    // bound to its interface and protocol).
-    super::mmsg::sent_or_error(unsafe { super::mmsg::send_headers(fd, &mut hdrs) })
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let p = self.frame_counters();
+        let (resolved, unresolved) = self.neighbour_counters();
+        [
+            ("packet_rx_icrc_errors", p.rx_icrc_errors),
+            ("packet_rx_malformed", p.rx_malformed),
+            ("packet_rx_queue_drops", p.rx_queue_drops),
+            ("packet_tx_no_neighbour", p.tx_no_neighbour),
+            ("packet_neigh_resolved", resolved),
+            ("packet_neigh_unresolved", unresolved),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
 }
 
 #[cfg(test)]

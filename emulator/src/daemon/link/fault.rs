@@ -60,7 +60,7 @@ impl Rule {
 
 /// The parts of a RoCE packet a filter looks at.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct PacketView {
+pub(crate) struct PacketView {
     pub dir: Direction,
     pub src: SocketAddr,
     pub dst: SocketAddr,
@@ -129,7 +129,7 @@ impl PacketView {
 
 /// What the rules decided for one packet.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Fate {
+pub(crate) struct Fate {
     pub drop: bool,
     pub duplicate: bool,
     pub corrupt: bool,
@@ -143,7 +143,7 @@ pub(super) struct Fate {
 
 /// A packet held back by delay or reorder.
 #[derive(Debug)]
-pub(super) struct Held {
+pub(crate) struct Held {
     pub until: Instant,
     pub dir: Direction,
     pub src: SocketAddr,
@@ -157,7 +157,7 @@ pub(super) struct Held {
 
 /// Counters of what the rules did (in `rdma-emu stat`).
 #[derive(Debug, Default, Clone, Copy)]
-pub(super) struct FaultCounters {
+pub(crate) struct FaultCounters {
     pub dropped: u64,
     pub duplicated: u64,
     pub corrupted: u64,
@@ -177,7 +177,7 @@ pub struct Faults {
     held: Vec<Held>,
     /// The port is down (`fault add DEV link down`): no packet passes either way.
     pub link_down: bool,
-    pub(super) counters: FaultCounters,
+    pub(crate) counters: FaultCounters,
 }
 
 impl Faults {
@@ -187,7 +187,7 @@ impl Faults {
     }
 
     /// Adds a rule with the id given; `seed` is used when the rule names none.
-    pub(super) fn add(&mut self, id: u32, rule: FaultRule, seed: u64) {
+    pub(crate) fn add(&mut self, id: u32, rule: FaultRule, seed: u64) {
         let seed = rule.seed.unwrap_or(seed);
         self.rules.push(Rule {
             id,
@@ -201,7 +201,7 @@ impl Faults {
     }
 
     /// Removes the rule `id` (every rule when `None`); the removed rules' descriptions.
-    pub(super) fn clear(&mut self, device: &str, id: Option<u32>) -> Vec<FaultInfo> {
+    pub(crate) fn clear(&mut self, device: &str, id: Option<u32>) -> Vec<FaultInfo> {
         let mut removed = Vec::new();
         self.rules.retain(|r| {
             let hit = id.is_none_or(|i| i == r.id);
@@ -214,13 +214,13 @@ impl Faults {
     }
 
     /// The rules as `fault list` shows them.
-    pub(super) fn list(&self, device: &str) -> Vec<FaultInfo> {
+    pub(crate) fn list(&self, device: &str) -> Vec<FaultInfo> {
         self.rules.iter().map(|r| info(device, r)).collect()
     }
 
     /// Decides the fate of one packet. `dest_of` gives a local QP's remote QPN (to match
     /// `--qp` on packets the QP sends).
-    pub(super) fn judge(
+    pub(crate) fn judge(
         &mut self,
         now: Instant,
         p: &PacketView,
@@ -299,7 +299,7 @@ impl Faults {
 
     /// Holds a packet back (delay, reorder); false when the queue is full (the packet
     /// then passes now).
-    pub(super) fn hold(
+    pub(crate) fn hold(
         &mut self,
         now: Instant,
         fate: &Fate,
@@ -325,7 +325,7 @@ impl Faults {
 
     /// A packet passed in direction `dir`: reordered packets waiting in that direction
     /// may follow it now.
-    pub(super) fn passed(&mut self, now: Instant, dir: Direction) {
+    pub(crate) fn passed(&mut self, now: Instant, dir: Direction) {
         for h in &mut self.held {
             if h.reorder && h.dir == dir {
                 h.until = h.until.min(now);
@@ -335,7 +335,7 @@ impl Faults {
     }
 
     /// Held packets whose time has come, in the order they were held.
-    pub(super) fn take_due(&mut self, now: Instant) -> Vec<Held> {
+    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<Held> {
         if self.held.iter().all(|h| h.until > now) {
             return Vec::new();
         }
@@ -352,7 +352,7 @@ impl Faults {
     }
 
     /// Counters for `rdma-emu stat`.
-    pub(super) fn counter_list(&self) -> [(&'static str, u64); 9] {
+    pub(crate) fn counter_list(&self) -> [(&'static str, u64); 9] {
         let c = &self.counters;
         [
             ("fault_dropped", c.dropped),
@@ -390,7 +390,7 @@ fn info(device: &str, r: &Rule) -> FaultInfo {
 }
 
 /// Flips one bit of the packet's ICRC (its last octet): the receiver must drop it.
-pub(super) fn corrupt(bytes: &mut [u8]) {
+pub(crate) fn corrupt(bytes: &mut [u8]) {
     if let Some(last) = bytes.last_mut() {
         *last ^= 0x01;
     }
@@ -402,7 +402,7 @@ pub const FAULTS_ENV: &str = "RDMA_EMU_FAULTS";
 
 /// A rule's seed when it names none: the daemon's seed and the rule's id, mixed, so the
 /// same rules added in the same order to a daemon with the same seed draw the same.
-pub(super) fn default_seed(daemon_seed: u64, id: u32) -> u64 {
+pub(crate) fn default_seed(daemon_seed: u64, id: u32) -> u64 {
     let mut r = Rule {
         id,
         rule: FaultRule {

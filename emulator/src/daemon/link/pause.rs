@@ -29,7 +29,7 @@ pub const DEFAULT_LINK_BPS: u64 = 10_000_000_000;
 
 /// The epoll slot index of a device's pause socket (just below the multicast sockets'
 /// range, far above any GID index).
-pub const PAUSE_SOCKET: usize = super::mcast::MCAST_BASE - 1;
+pub const PAUSE_SOCKET: usize = super::datagram::MCAST_BASE - 1;
 
 /// The Linux protocol number of MAC Control frames (`ETH_P_PAUSE`).
 const ETH_P_PAUSE: u16 = mac_control::ETHERTYPE;

@@ -11,7 +11,10 @@ use std::os::fd::RawFd;
 use emu_core::ECN_MASK;
 use wire::roce::{icrc, ICRC_LEN};
 
-use super::udp::ECN_ECT0;
+/// ECN-Capable Transport (0), the IP ECN codepoint RoCE v2 packets leave with (RFC 3168).
+pub const ECN_ECT0: u8 = 0b10;
+/// Congestion Experienced.
+pub const ECN_CE: u8 = 0b11;
 
 /// A socket address as the kernel takes it.
 fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -459,12 +462,13 @@ pub struct Sent {
 
 /// Hands `hdrs` to sendmmsg(2), again while the kernel takes fewer, until all went, a call
 /// sent none, or an error other than an interrupted call stopped it: returns how many went
-/// and that error.
+/// and that error. The one sendmmsg loop of the daemon: datagrams ([`send_batch`]) and
+/// whole frames ([`send_frames`]) both leave through it.
 ///
 /// # Safety
 /// Every header must point at names, iovecs, payloads and control data that stay valid
 /// and unchanged for the call.
-pub unsafe fn send_headers(fd: RawFd, hdrs: &mut [libc::mmsghdr]) -> (usize, Option<io::Error>) {
+unsafe fn send_headers(fd: RawFd, hdrs: &mut [libc::mmsghdr]) -> (usize, Option<io::Error>) {
     let mut sent = 0;
     while sent < hdrs.len() {
         // SAFETY: the caller promises live buffers behind every header.
@@ -491,11 +495,39 @@ pub unsafe fn send_headers(fd: RawFd, hdrs: &mut [libc::mmsghdr]) -> (usize, Opt
     (sent, None)
 }
 
-/// What [`send_headers`] did, as a count of headers sent, or its error when none went.
-pub fn sent_or_error((sent, e): (usize, Option<io::Error>)) -> io::Result<usize> {
-    match e {
-        Some(e) if sent == 0 => Err(e),
-        _ => Ok(sent),
+/// Sends whole frames with sendmmsg(2) on a socket bound to its interface and protocol
+/// (AF_PACKET: no destination names), each after `prefix` (a `virtio_net_hdr` on a socket
+/// with `PACKET_VNET_HDR`, else nothing); returns how many went, or the error when none did.
+pub fn send_frames(fd: RawFd, prefix: &[u8], frames: &[Vec<u8>]) -> io::Result<usize> {
+    let per = if prefix.is_empty() { 1 } else { 2 };
+    let mut iovs: Vec<libc::iovec> = Vec::with_capacity(per * frames.len());
+    for f in frames {
+        if !prefix.is_empty() {
+            iovs.push(libc::iovec {
+                iov_base: prefix.as_ptr() as *mut libc::c_void,
+                iov_len: prefix.len(),
+            });
+        }
+        iovs.push(libc::iovec {
+            iov_base: f.as_ptr() as *mut libc::c_void,
+            iov_len: f.len(),
+        });
+    }
+    let mut hdrs: Vec<libc::mmsghdr> = iovs
+        .chunks_exact_mut(per)
+        .map(|iov| {
+            // SAFETY: mmsghdr is plain old data; all zeroes is valid.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_iov = iov.as_mut_ptr();
+            h.msg_hdr.msg_iovlen = per;
+            h
+        })
+        .collect();
+    // SAFETY: the headers point at `iovs` (over `prefix` and `frames`), alive and
+    // unchanged until the call returns.
+    match unsafe { send_headers(fd, &mut hdrs) } {
+        (0, Some(e)) => Err(e),
+        (sent, _) => Ok(sent),
     }
 }
 

@@ -96,7 +96,7 @@ mod offload {
     fn a_run_of_equal_packets_leaves_as_one_gso_datagram_and_comes_back_split() {
         let a: IpAddr = "127.0.0.79".parse().unwrap();
         let b = UdpBackend::bind(&[a], 0, 1).unwrap();
-        if !(b.gso.get() && b.gro) {
+        if !(b.kernel().gso.get() && b.kernel().gro) {
             eprintln!("this kernel has no UDP GSO/GRO; nothing to check");
             return;
         }
@@ -114,17 +114,18 @@ mod offload {
             })
             .collect();
         assert_eq!(b.send_batch(Sock::Slot(0), &mut msgs).unwrap(), 7);
-        let c = b.offload.get();
+        let c = b.kernel().offload.get();
         assert_eq!((c.gso_datagrams, c.gso_packets), (1, 6));
         let got = receive(&b, 7);
         // Byte for byte as sent: the ICRC moved to each segment's IP ID is moved back.
         assert_eq!(got, payloads);
-        let c = b.offload.get();
+        let c = b.kernel().offload.get();
         assert_eq!((c.gro_datagrams, c.gro_packets), (1, 6));
     }
 
     #[test]
     fn congestion_experienced_counts_once_per_coalesced_datagram() {
+        use crate::daemon::link::mmsg::ECN_CE;
         let ce = Some((24 << 2) | ECN_CE);
         assert_eq!(mmsg::segment_tos(ce, 0), ce);
         assert_eq!(mmsg::segment_tos(ce, 1), Some((24 << 2) | ECN_ECT0));
@@ -192,7 +193,7 @@ mod senders {
             UdpSocket::bind(src).is_ok(),
             "the idle socket's port is still held"
         );
-        let counters: HashMap<String, u64> = b.offload_counters().into_iter().collect();
+        let counters: HashMap<String, u64> = b.counters().into_iter().collect();
         assert_eq!(counters["udp_tx_port_sockets"], 1);
         assert_eq!(counters["udp_tx_port_sockets_closed"], 1);
         // A packet from the closed port binds it again.

@@ -25,9 +25,11 @@
 pub mod bpf;
 pub mod xsk;
 
+use super::backend::Backend;
+use super::datagram::{BoundSocket, Caps, DatagramLink, Ports, Sock, NOWHERE};
 use super::mmsg::{Outgoing, RecvBatch};
-use super::netdev::{self, Netdev};
-use super::packet::{self, PacketCounters, PacketLink, Refused};
+use super::packet::{self, PacketLink, Refused};
+use crate::daemon::netdev::{self, Netdev};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -36,7 +38,7 @@ use std::time::Instant;
 use xsk::Xsk;
 
 /// Socket indices of the AF_XDP sockets in the engine's epoll tokens: this plus the
-/// queue (GID slots lie below, multicast sockets from `mcast::MCAST_BASE` above).
+/// queue (GID slots lie below, multicast sockets from `datagram::MCAST_BASE` above).
 pub const XSK_BASE: usize = 0x4000;
 /// The largest interface MTU whose frames fit a UMEM frame.
 pub const MAX_NETDEV_MTU: u32 = (xsk::MAX_RX_FRAME - 14) as u32;
@@ -219,25 +221,18 @@ impl XdpLink {
     }
 
     /// Starts redirecting RoCE v2 frames to `ip`.
-    pub fn add_addr(&self, ip: IpAddr) -> io::Result<()> {
+    fn add_addr(&self, ip: IpAddr) -> io::Result<()> {
         bpf::map_update(&self.addrs, &netdev::gid_of(ip), &1u32.to_ne_bytes())
             .map_err(|e| io::Error::new(e.kind(), format!("backend xdp on {}: {e}", self.netdev)))
     }
 
     /// Stops redirecting frames to `ip` (its address went away).
-    pub fn remove_addr(&self, ip: IpAddr) {
+    fn remove_addr(&self, ip: IpAddr) {
         let _ = bpf::map_delete(&self.addrs, &netdev::gid_of(ip));
     }
 
-    /// The sockets the engine watches, by queue.
-    pub fn fds(&self) -> impl Iterator<Item = (usize, RawFd)> + '_ {
-        self.sockets
-            .iter()
-            .enumerate()
-            .map(|(q, x)| (q, x.borrow().fd()))
-    }
-
-    pub fn counters(&self) -> (PacketCounters, XdpCounters) {
+    /// The counters of the sockets, summed.
+    fn xdp_counters(&self) -> XdpCounters {
         let mut c = XdpCounters {
             tx_ring_full: self.tx_ring_full.get(),
             ..XdpCounters::default()
@@ -253,19 +248,14 @@ impl XdpLink {
             c.xsk.rx_fill_ring_empty_descs += s.rx_fill_ring_empty_descs;
             c.xsk.tx_ring_empty_descs += s.tx_ring_empty_descs;
         }
-        (self.frames.counters(), c)
-    }
-
-    /// Next hops resolved by asking the kernel, and destinations it could not resolve.
-    pub fn neighbour_counters(&self) -> (u64, u64) {
-        self.frames.neighbour_counters()
+        c
     }
 
     /// Receives a batch of frames on queue `queue` and leaves in `batch`, at its front,
     /// the RoCE datagrams (BTH through ICRC) that verify, with their sources, TOS octets
     /// and local addresses (`local_of`: the served address a destination is, with its
     /// port and scope), as the UDP backend would; returns how many.
-    pub fn recv_batch(
+    fn recv_queue(
         &self,
         queue: usize,
         local_of: impl Fn(IpAddr) -> Option<SocketAddr>,
@@ -308,7 +298,7 @@ impl XdpLink {
     /// socket; returns how many went out. Sending stops at the first destination whose
     /// next hop cannot be resolved, or when the transmit ring is full (those packets and
     /// the rest are lost on the wire; the transport retransmits).
-    pub fn send_batch(&self, src: SocketAddr, msgs: &[Outgoing<'_>]) -> usize {
+    fn send_frames(&self, src: SocketAddr, msgs: &[Outgoing<'_>]) -> usize {
         let Some(x) = self.sockets.first() else {
             return 0;
         };
@@ -332,6 +322,100 @@ impl XdpLink {
                 .set(self.tx_ring_full.get() + (ready - sent) as u64);
         }
         sent
+    }
+}
+
+impl DatagramLink for XdpLink {
+    fn backend(&self) -> Backend {
+        Backend::Xdp
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            writes_headers: true,
+        }
+    }
+
+    fn open_slot(&mut self, _slot: usize, port: &BoundSocket) -> io::Result<()> {
+        self.add_addr(port.local.ip())
+    }
+
+    fn close_slot(&mut self, _slot: usize, ip: IpAddr) -> Vec<BoundSocket> {
+        self.remove_addr(ip);
+        Vec::new()
+    }
+
+    /// The AF_XDP sockets, from [`XSK_BASE`] on: they serve every address.
+    fn watch(&self, _ports: &Ports) -> Vec<(usize, RawFd)> {
+        self.sockets
+            .iter()
+            .enumerate()
+            .map(|(q, x)| (XSK_BASE + q, x.borrow().fd()))
+            .collect()
+    }
+
+    fn fd(&self, _ports: &Ports, _slot: usize) -> Option<RawFd> {
+        None
+    }
+
+    fn recv_batch(
+        &self,
+        ports: &Ports,
+        sock: usize,
+        batch: &mut RecvBatch,
+    ) -> io::Result<(usize, SocketAddr)> {
+        let Some(queue) = sock.checked_sub(XSK_BASE) else {
+            return Ok((0, NOWHERE));
+        };
+        let local_of = |ip: IpAddr| {
+            ports
+                .iter()
+                .flatten()
+                .find(|s| s.local.ip() == ip)
+                .map(|s| s.local)
+        };
+        Ok((self.recv_queue(queue, local_of, batch), NOWHERE))
+    }
+
+    fn send_batch(
+        &self,
+        ports: &Ports,
+        from: Sock,
+        msgs: &mut [Outgoing<'_>],
+    ) -> io::Result<usize> {
+        let Sock::Frames(slot, port) = from else {
+            return Ok(0);
+        };
+        let Some(Some(s)) = ports.get(slot) else {
+            return Ok(0);
+        };
+        Ok(self.send_frames(SocketAddr::new(s.local.ip(), port), msgs))
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        let p = self.frames.frame_counters();
+        let x = self.xdp_counters();
+        let (resolved, unresolved) = self.frames.neighbour_counters();
+        [
+            ("xdp_rx_icrc_errors", p.rx_icrc_errors),
+            ("xdp_rx_malformed", p.rx_malformed),
+            ("xdp_rx_bad_descs", x.bad_descs),
+            ("xdp_rx_dropped", x.xsk.rx_dropped),
+            ("xdp_rx_ring_full", x.xsk.rx_ring_full),
+            (
+                "xdp_rx_fill_ring_empty_descs",
+                x.xsk.rx_fill_ring_empty_descs,
+            ),
+            ("xdp_rx_invalid_descs", x.xsk.rx_invalid_descs),
+            ("xdp_tx_invalid_descs", x.xsk.tx_invalid_descs),
+            ("xdp_tx_ring_full", x.tx_ring_full),
+            ("xdp_tx_no_neighbour", p.tx_no_neighbour),
+            ("xdp_neigh_resolved", resolved),
+            ("xdp_neigh_unresolved", unresolved),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
     }
 }
 

@@ -1,0 +1,14 @@
+//! How a device reaches the network: the RoCE datagram links (kernel UDP, AF_PACKET,
+//! AF_XDP) and what wraps them (packet capture, fault injection), the backend names, and
+//! the pause frames a raw link hears. The iWARP stream side (kernel TCP, smoltcp) is
+//! `siw/net.rs`'s `StreamNet`.
+
+pub mod backend;
+pub mod capture;
+pub mod datagram;
+pub mod fault;
+pub mod mmsg;
+pub mod packet;
+pub mod pause;
+pub mod udp;
+pub mod xdp;
