@@ -17,6 +17,9 @@ use crate::qp::*;
 use crate::state;
 use crate::types::*;
 
+/// `IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT` (rdma-core v57's `verbs.h`).
+const FLUSH_ACCESS: u32 = (1 << 8) | (1 << 9);
+
 /// What the QP verbs touch: the QPs and objects, the limits and GIDs of the
 /// configuration, the next QPN to hand out and the multicast groups (a QP attached to one
 /// is not destroyed).
@@ -259,6 +262,12 @@ impl VerbParts<'_> {
     }
 
     fn check_values(&self, t: QpType, a: &QpAttr, mask: QpAttrMask) -> Result<(), Errno> {
+        if mask.contains(QpAttrMask::ACCESS_FLAGS) && a.qp_access_flags.0 & FLUSH_ACCESS != 0 {
+            // FLUSH is not implemented (docs/compatibility.md): a QP may not be granted it.
+            // EOPNOTSUPP, not EINVAL, so that programs probing for it (rdma-core's suite
+            // since v57 asks for FLUSH access on every RC QP) learn it is missing.
+            return Err(Errno::EOPNOTSUPP);
+        }
         let l = &self.cfg.limits;
         let bad = (mask.contains(QpAttrMask::PORT) && a.port_num != 1)
             || (mask.contains(QpAttrMask::PKEY_INDEX) && a.pkey_index != 0)

@@ -243,6 +243,29 @@ fn verbs_on_a_qp_in_the_wrong_state_fail_with_einval() {
         n.dev.modify_qp(now, a.qpn, &attr, QpAttrMask::STATE),
         Err(Errno::EINVAL)
     );
+    // FLUSH access is not implemented: EOPNOTSUPP, so a program probing for it can tell
+    // (rdma-core's suite since v57 asks for it on every RC QP); an unknown bit is EINVAL.
+    for (bits, errno) in [
+        (1 << 8, Errno::EOPNOTSUPP),
+        (1 << 9, Errno::EOPNOTSUPP),
+        (1 << 12, Errno::EINVAL),
+    ] {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            port_num: 1,
+            qp_access_flags: AccessFlags(AccessFlags::REMOTE_WRITE.0 | bits),
+            ..QpAttr::default()
+        };
+        let mask = QpAttrMask::STATE
+            | QpAttrMask::PKEY_INDEX
+            | QpAttrMask::PORT
+            | QpAttrMask::ACCESS_FLAGS;
+        assert_eq!(
+            n.dev.modify_qp(now, a.qpn, &attr, mask),
+            Err(errno),
+            "bits {bits:#x}"
+        );
+    }
     // RoCE needs a GRH.
     let bad_ah = AhAttr {
         is_global: false,
