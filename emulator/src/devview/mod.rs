@@ -5,10 +5,12 @@
 //! topology discovery read the same tree.
 //!
 //! `rdma-emu run` asks the daemon about its devices ([`query`]), generates the tree
-//! ([`tree`]) and shows it to the program alone in a private mount namespace ([`mount`]).
+//! ([`tree`]) and shows it to the program alone in a private mount namespace ([`mount`]),
+//! where iproute2's `rdma` answers from the daemon too ([`rdma_tool`]).
 //! The host's other processes see nothing change; the namespace dies with the program.
 
 pub mod mount;
+pub mod rdma_tool;
 pub mod tree;
 
 use crate::client::{CallError, Client};
@@ -116,5 +118,9 @@ pub fn enter(socket: &Path) -> Result<mount::Mode, String> {
         )
     })?;
     mount::install(&tree).map_err(|e| format!("cannot build the device view: {e}"))?;
+    // iproute2's `rdma` asks the kernel, which has no RDMA here: rdma-emu answers as it.
+    if let Err(e) = mount::stand_in_for("rdma") {
+        eprintln!("rdma-emu: `rdma` in the device view is the host's tool: {e}");
+    }
     Ok(mode)
 }

@@ -201,3 +201,19 @@ pub fn install(tree: &[(String, Node)]) -> io::Result<()> {
     dev.keep();
     Ok(())
 }
+
+/// Binds this executable over the program `name` found on `PATH` (iproute2's `rdma`), so
+/// that in the view running `name` runs rdma-emu under that name. `Ok(None)` when the
+/// host has no such program (nothing to stand in for).
+pub fn stand_in_for(name: &str) -> io::Result<Option<PathBuf>> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let Some(target) = std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+    else {
+        return Ok(None);
+    };
+    let me = std::env::current_exe()?;
+    mount(Some(&me), &target, None, libc::MS_BIND, None)?;
+    Ok(Some(target))
+}
