@@ -7,7 +7,7 @@
 //! and the data path both send through them.
 
 use super::device::ServedDevice;
-use super::link::fault::{self, PacketView};
+use super::link::fault::Passage;
 use super::link::mmsg::Outgoing;
 use super::memory::ProcMem;
 use super::nic::TxMeta;
@@ -42,31 +42,26 @@ pub fn transmit(
     let mut out_bufs = Vec::with_capacity(bufs.len());
     let mut out_meta = Vec::with_capacity(meta.len());
     for (buf, &m) in bufs.iter().zip(meta) {
-        let view = PacketView::new(Direction::Tx, m.src, m.dst, buf);
         let nic = &d.nic;
-        let fate = d
-            .faults
-            .judge(now, &view, &|q| nic.query_qp(q).ok().map(|a| a.dest_qp_num));
-        if fate.drop {
-            continue;
-        }
-        let mut bytes = buf.clone();
-        if fate.corrupt {
-            fault::corrupt(&mut bytes);
-        }
-        if fate.hold_until.is_some() || fate.reorder {
-            match d.faults.hold(now, &fate, &view, m.traffic_class, bytes) {
-                Ok(()) => continue,
-                Err(back) => bytes = back,
+        let dest_of = |q| nic.query_qp(q).ok().map(|a| a.dest_qp_num);
+        let passage = d.faults.pass(
+            now,
+            Direction::Tx,
+            m.src,
+            m.dst,
+            m.traffic_class,
+            buf,
+            &dest_of,
+        );
+        if let Passage::Through { bytes, copies, .. } = passage {
+            let bytes = bytes.into_owned();
+            for _ in 1..copies {
+                out_bufs.push(bytes.clone());
+                out_meta.push(m);
             }
-        }
-        d.faults.passed(now, Direction::Tx);
-        if fate.duplicate {
-            out_bufs.push(bytes.clone());
+            out_bufs.push(bytes);
             out_meta.push(m);
         }
-        out_bufs.push(bytes);
-        out_meta.push(m);
     }
     let delivered = transmit_now(d, &out_bufs, &out_meta, local, now, mem);
     release_held(d, local, now, mem) || delivered
@@ -112,33 +107,23 @@ pub fn receive(
         d.deliver(now, src, dst, payload, mem);
         return;
     }
-    let view = PacketView::new(Direction::Rx, src, dst, payload);
-    let fate = d.faults.judge(now, &view, &|_| None);
-    if fate.drop {
+    let Passage::Through {
+        bytes,
+        copies,
+        force,
+    } = d
+        .faults
+        .pass(now, Direction::Rx, src, dst, 0, payload, &|_| None)
+    else {
         return;
-    }
-    let mut owned = None;
-    if fate.corrupt {
-        let mut bytes = payload.to_vec();
-        fault::corrupt(&mut bytes);
-        owned = Some(bytes);
-    }
-    if fate.hold_until.is_some() || fate.reorder {
-        let bytes = owned.take().unwrap_or_else(|| payload.to_vec());
-        match d.faults.hold(now, &fate, &view, 0, bytes) {
-            Ok(()) => return,
-            Err(back) => owned = Some(back),
-        }
-    }
-    d.faults.passed(now, Direction::Rx);
-    let bytes = owned.as_deref().unwrap_or(payload);
-    for _ in 0..=u8::from(fate.duplicate) {
-        if let Some((qpn, response)) = fate.force {
+    };
+    for _ in 0..copies {
+        if let Some((qpn, response)) = force {
             d.nic.force_next_response(qpn, response);
         }
-        d.deliver(now, src, dst, bytes, mem);
+        d.deliver(now, src, dst, &bytes, mem);
         if d.nic.clear_forced_response() {
-            d.faults.counters.forced_unused += 1;
+            d.faults.forced_unused();
         }
     }
 }

@@ -10,6 +10,7 @@
 //! executing it, which keeps the responder's PSN state exact.
 
 use emu_core::ForcedResponse;
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use wire::client::fault::{Direction, FaultInfo, FaultKind, FaultRule, NakKind, PPM_ALL};
@@ -60,10 +61,10 @@ impl Rule {
 
 /// The parts of a RoCE packet a filter looks at.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct PacketView {
-    pub dir: Direction,
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
+struct PacketView {
+    dir: Direction,
+    src: SocketAddr,
+    dst: SocketAddr,
     /// BTH opcode, `None` for datagrams too short to carry a BTH.
     opcode: Option<u8>,
     /// The BTH destination QP.
@@ -73,7 +74,7 @@ pub(crate) struct PacketView {
 }
 
 impl PacketView {
-    pub fn new(dir: Direction, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) -> PacketView {
+    fn new(dir: Direction, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) -> PacketView {
         let (opcode, dest_qpn) = match bytes.get(..12) {
             Some(bth) => (
                 Some(bth[0]),
@@ -129,16 +130,32 @@ impl PacketView {
 
 /// What the rules decided for one packet.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Fate {
-    pub drop: bool,
-    pub duplicate: bool,
-    pub corrupt: bool,
+struct Fate {
+    drop: bool,
+    duplicate: bool,
+    corrupt: bool,
     /// Hold until then (delay).
-    pub hold_until: Option<Instant>,
+    hold_until: Option<Instant>,
     /// Let the next packet in the same direction pass first.
-    pub reorder: bool,
+    reorder: bool,
     /// The responder's answer instead of executing the request (QPN, response).
-    pub force: Option<(u32, ForcedResponse)>,
+    force: Option<(u32, ForcedResponse)>,
+}
+
+/// What one packet becomes on its way through the rules.
+#[derive(Debug)]
+pub(crate) enum Passage<'a> {
+    /// Dropped, or held back ([`Faults::take_due`] gives it back when its time comes).
+    Gone,
+    /// It goes on now: borrowed unless corrupted.
+    Through {
+        bytes: Cow<'a, [u8]>,
+        /// 1, or 2 when duplicated.
+        copies: u8,
+        /// The response the core's responder must give it (QPN, response), set right
+        /// before each copy is delivered: the rules cannot reach into the core.
+        force: Option<(u32, ForcedResponse)>,
+    },
 }
 
 /// A packet held back by delay or reorder.
@@ -218,9 +235,53 @@ impl Faults {
         self.rules.iter().map(|r| info(device, r)).collect()
     }
 
+    /// Takes one packet through the rules (the caller checked [`Faults::active`]): judges
+    /// it, corrupts, holds or drops it, and lets the reordered packets waiting in its
+    /// direction follow it. `traffic_class` is what a held sent packet leaves with later;
+    /// `dest_of` gives a local QP's remote QPN (to match `--qp` on sent packets: only the
+    /// core knows which QP a packet belongs to).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn pass<'a>(
+        &mut self,
+        now: Instant,
+        dir: Direction,
+        src: SocketAddr,
+        dst: SocketAddr,
+        traffic_class: u8,
+        bytes: &'a [u8],
+        dest_of: &dyn Fn(u32) -> Option<u32>,
+    ) -> Passage<'a> {
+        let view = PacketView::new(dir, src, dst, bytes);
+        let fate = self.judge(now, &view, dest_of);
+        if fate.drop {
+            return Passage::Gone;
+        }
+        let mut bytes = Cow::Borrowed(bytes);
+        if fate.corrupt {
+            corrupt(bytes.to_mut());
+        }
+        if fate.hold_until.is_some() || fate.reorder {
+            match self.hold(now, &fate, &view, traffic_class, bytes.into_owned()) {
+                Ok(()) => return Passage::Gone,
+                Err(back) => bytes = Cow::Owned(back),
+            }
+        }
+        self.passed(now, dir);
+        Passage::Through {
+            bytes,
+            copies: 1 + u8::from(fate.duplicate),
+            force: fate.force,
+        }
+    }
+
+    /// A forced response no request took (a duplicate or out-of-order PSN).
+    pub(crate) fn forced_unused(&mut self) {
+        self.counters.forced_unused += 1;
+    }
+
     /// Decides the fate of one packet. `dest_of` gives a local QP's remote QPN (to match
     /// `--qp` on packets the QP sends).
-    pub(crate) fn judge(
+    fn judge(
         &mut self,
         now: Instant,
         p: &PacketView,
@@ -299,7 +360,7 @@ impl Faults {
 
     /// Holds a packet back (delay, reorder); false when the queue is full (the packet
     /// then passes now).
-    pub(crate) fn hold(
+    fn hold(
         &mut self,
         now: Instant,
         fate: &Fate,
@@ -325,7 +386,7 @@ impl Faults {
 
     /// A packet passed in direction `dir`: reordered packets waiting in that direction
     /// may follow it now.
-    pub(crate) fn passed(&mut self, now: Instant, dir: Direction) {
+    fn passed(&mut self, now: Instant, dir: Direction) {
         for h in &mut self.held {
             if h.reorder && h.dir == dir {
                 h.until = h.until.min(now);
@@ -390,7 +451,7 @@ fn info(device: &str, r: &Rule) -> FaultInfo {
 }
 
 /// Flips one bit of the packet's ICRC (its last octet): the receiver must drop it.
-pub(crate) fn corrupt(bytes: &mut [u8]) {
+fn corrupt(bytes: &mut [u8]) {
     if let Some(last) = bytes.last_mut() {
         *last ^= 0x01;
     }
