@@ -147,17 +147,53 @@ impl Release {
     }
 }
 
+/// Whether the user opted out of PyPI downloads (`RDMA_EMU_NO_PYPI=1`), said once per
+/// caller with what is skipped.
+fn opted_out(what: &str) -> bool {
+    if std::env::var_os("RDMA_EMU_NO_PYPI").is_some_and(|v| !v.is_empty() && v != "0") {
+        eprintln!("SKIPPED: RDMA_EMU_NO_PYPI is set: {what} comes from PyPI");
+        return true;
+    }
+    false
+}
+
+fn release(number: u32) -> &'static Release {
+    RELEASES
+        .iter()
+        .find(|r| r.number == number)
+        .unwrap_or_else(|| panic!("rdma-core v{number} is not in RELEASES"))
+}
+
+/// The unpacked rdma-core tree of release `number` and its source distribution's
+/// tarball, or `None` with the reason said (a failure under CI) when they cannot be had.
+pub fn tree(number: u32) -> Option<(PathBuf, PathBuf)> {
+    if opted_out(&format!("rdma-core v{number}")) {
+        return None;
+    }
+    let r = release(number);
+    match r.tree() {
+        Ok(t) => {
+            let tarball = bin_dir()
+                .join("rdma-core-releases")
+                .join(format!("pyverbs-{number}.0.tar.gz"));
+            Some((t, tarball))
+        }
+        Err(e) => {
+            let _ = cannot_run(&format!(
+                "cannot fetch rdma-core v{number} from PyPI (RDMA_EMU_NO_PYPI=1 skips it): {e}"
+            ));
+            None
+        }
+    }
+}
+
 /// The include folder of release `number`, or `None` with the reason said (a failure
 /// under CI) when it cannot be had.
 pub fn headers(number: u32) -> Option<PathBuf> {
-    if std::env::var_os("RDMA_EMU_NO_PYPI").is_some_and(|v| !v.is_empty() && v != "0") {
-        eprintln!("SKIPPED: RDMA_EMU_NO_PYPI is set: rdma-core v{number}'s headers come from PyPI");
+    if opted_out(&format!("rdma-core v{number}'s headers")) {
         return None;
     }
-    let Some(r) = RELEASES.iter().find(|r| r.number == number) else {
-        panic!("rdma-core v{number} is not in RELEASES");
-    };
-    match r.include_dir() {
+    match release(number).include_dir() {
         Ok(p) => Some(p),
         Err(e) => {
             let _ = cannot_run(&format!(

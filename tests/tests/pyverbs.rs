@@ -1,11 +1,15 @@
 //! rdma-core's own test suite, from Debian's python3-pyverbs (the tests rdma-core and its
-//! drivers are checked with), unmodified under `rdma-emu run` on rxe0 and on siw0.
+//! drivers are checked with), unmodified under `rdma-emu run` on rxe0 and on siw0; and
+//! rdma-core v59's suite with pyverbs built from its PyPI source distribution, which
+//! binds v59's symbols (`IBVERBS_1.15`, `IBVERBS_PRIVATE_59`) and asks `rdma link show -j`
+//! for a device's interface, with the same verdicts.
 //!
 //! Every test must pass or skip. Each skip reason the suite prints must be one that
 //! docs/compatibility.md lists (section "rdma-core's pyverbs suite"), so a skip cannot
 //! hide a regression: a verb that starts failing with EOPNOTSUPP prints a new reason.
+use rdma_emu_tests::releases;
 use rdma_emu_tests::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -120,6 +124,7 @@ fn suite_copy(dir: &Path) -> bool {
     true
 }
 
+/// Debian's suite (v44) with Debian's pyverbs, on `dev`.
 fn run_suite(dev: &str) -> Option<Summary> {
     let _s = serial();
     if missing(&[PYTHON, "gunzip"]) {
@@ -136,14 +141,23 @@ fn run_suite(dev: &str) -> Option<Summary> {
     if !suite_copy(dir.path()) {
         return None;
     }
+    Some(run_script(
+        dev,
+        Path::new(PYTHON),
+        &dir.path().join("run_tests.py"),
+    ))
+}
+
+/// Runs `script` (a suite's `run_tests.py`) with `python` on `dev` under `rdma-emu run`.
+fn run_script(dev: &str, python: &Path, script: &Path) -> Summary {
     // In a namespace of its own where possible: the default devices bind the RoCE port
     // on loopback, which another daemon on this host may hold.
     let ns = loopback_ns(&format!("pyv{dev}"), false);
     let daemon = Daemon::start_with(ns.as_ref(), &[]);
-    let script = dir.path().join("run_tests.py");
+    let python = python.to_string_lossy();
     let script = script.to_string_lossy();
     let out = daemon
-        .program(ns.as_ref(), &[PYTHON, &script, "--dev", dev, "-v"])
+        .program(ns.as_ref(), &[&python, &script, "--dev", dev, "-v"])
         .wait(LIMIT);
     let text = format!("{}\n{}", out.stdout, out.stderr);
     let s = parse(&text);
@@ -156,7 +170,60 @@ fn run_suite(dev: &str) -> Option<Summary> {
         "{dev}: ran {}, failures {}, errors {}, skipped {}",
         s.ran, s.failures, s.errors, s.skipped
     );
-    Some(s)
+    s
+}
+
+/// pyverbs v59, built once from its PyPI source distribution into a virtual environment
+/// next to the build (Debian's python3, cmake, cython from PyPI), and v59's suite:
+/// (python, the suite's `run_tests.py`).
+fn v59() -> Option<(PathBuf, PathBuf)> {
+    if missing(&[PYTHON, "cmake", "gcc", "pkg-config"]) {
+        return None;
+    }
+    let (tree, tarball) = releases::tree(59)?;
+    let venv = bin_dir().join("pyverbs-v59-venv");
+    let python = venv.join("bin/python");
+    let built = |venv: &Path| {
+        std::fs::read_dir(venv.join("lib"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|py| py.path().join("site-packages/pyverbs/__init__.py").exists())
+    };
+    if !built(&venv) {
+        let run = |cmd: &mut Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            if out.status.success() {
+                return Ok(());
+            }
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(8).collect();
+            Err(format!("{cmd:?} failed: {}", tail.join(" / ")))
+        };
+        let pip = venv.join("bin/pip");
+        let made = run(Command::new(PYTHON).args(["-m", "venv"]).arg(&venv))
+            .and_then(|()| {
+                // pyverbs 59's .pyx files need Cython 3.0 (3.3 rejects mlx5dv_flow.pyx).
+                run(Command::new(&pip).args([
+                    "install",
+                    "-q",
+                    "cython>=3.0.12,<3.1",
+                    "scikit-build-core>=0.10",
+                    "setuptools_scm",
+                ]))
+            })
+            .and_then(|()| {
+                run(Command::new(&pip)
+                    .args(["install", "-q", "--no-build-isolation"])
+                    .arg(&tarball))
+            });
+        if let Err(e) = made {
+            let _ = std::fs::remove_dir_all(&venv);
+            let _ = cannot_run(&format!("cannot build pyverbs v59 from its sdist: {e}"));
+            return None;
+        }
+    }
+    Some((python, tree.join("tests/run_tests.py")))
 }
 
 /// Asserts every skip reason is documented and returns how many passed.
@@ -218,6 +285,30 @@ fn rdma_core_pyverbs_suite_passes_on_siw0() {
     assert_eq!(s.failures, 0, "{:#?}", s.problems);
     let passed = check("siw0", &s, &[IWARP_NEEDS_CM]);
     assert!(passed >= 20, "siw0: only {passed} tests passed");
+}
+
+#[test]
+fn rdma_core_v59_pyverbs_suite_passes_on_rxe0() {
+    let _s = serial();
+    let Some((python, script)) = v59() else {
+        return;
+    };
+    let s = run_script("rxe0", &python, &script);
+    assert_eq!(s.errors, 0, "{:#?}", s.problems);
+    let passed = check("rxe0", &s, &[]);
+    assert!(passed >= 80, "rxe0 (v59): only {passed} tests passed");
+}
+
+#[test]
+fn rdma_core_v59_pyverbs_suite_passes_on_siw0() {
+    let _s = serial();
+    let Some((python, script)) = v59() else {
+        return;
+    };
+    let s = run_script("siw0", &python, &script);
+    assert_eq!(s.failures, 0, "{:#?}", s.problems);
+    let passed = check("siw0", &s, &[IWARP_NEEDS_CM]);
+    assert!(passed >= 20, "siw0 (v59): only {passed} tests passed");
 }
 
 #[test]

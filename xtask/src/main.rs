@@ -130,6 +130,12 @@ pub const DEBIAN_PACKAGES: &[&str] = &[
     "binutils",
     "python3-venv",
     "curl",
+    // pyverbs v59 built from its PyPI sdist (tests/tests/pyverbs.rs).
+    "cmake",
+    "pkg-config",
+    "python3-dev",
+    "libnl-3-dev",
+    "libnl-route-3-dev",
 ];
 
 /// Installs the missing packages of `packages` with apt-get when running as root (CI, a
