@@ -213,9 +213,12 @@ fn v59() -> Option<(PathBuf, PathBuf)> {
                 ]))
             })
             .and_then(|()| {
+                // rdma-core is a few hundred C and Cython files: build on every core.
+                let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
                 run(Command::new(&pip)
                     .args(["install", "-q", "--no-build-isolation"])
-                    .arg(&tarball))
+                    .arg(&tarball)
+                    .env("CMAKE_BUILD_PARALLEL_LEVEL", cores.to_string()))
             });
         if let Err(e) = made {
             let _ = std::fs::remove_dir_all(&venv);
