@@ -2,10 +2,12 @@
 //! through the kernel's routing (`rdma_resolve_addr`) and route resolution
 //! (`rdma_resolve_route`), as the kernel's CMA does them on RoCE.
 
-use super::tables::{IdState, EPHEMERAL};
-use crate::daemon::engine::Engine;
+use super::tables::{CmId, CmTables, IdState, EPHEMERAL};
+use super::view::CmView;
+use crate::daemon::device::ServedDevice;
 use crate::daemon::netdev::canonical;
-use crate::daemon::objects::SessionId;
+use crate::daemon::objects::{Object, SessionId};
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use wire::client::cm::{event, CmPath};
@@ -72,114 +74,137 @@ fn is_local_address(ip: IpAddr, scope: u32) -> bool {
     UdpSocket::bind(with_scope(ip, 0, scope)).is_ok()
 }
 
-impl Engine {
-    /// The device serving `ip` (for IPv6 link-local, on interface `scope` if given) and
-    /// the device's interface index.
-    pub(super) fn cm_device_by_ip(&self, ip: IpAddr, scope: u32) -> Option<(usize, u32)> {
-        let ip = canonical(ip);
-        self.devices.iter().enumerate().find_map(|(i, d)| {
-            let d = d.as_ref()?;
-            let scoped_ok = !is_link_local(ip) || scope == 0 || d.netdev.index == scope;
-            (scoped_ok && d.gids.contains(ip)).then_some((i, d.netdev.index))
-        })
-    }
+/// The device serving `ip` (for IPv6 link-local, on interface `scope` if given) and the
+/// device's interface index.
+fn device_by_ip(devices: &[Option<ServedDevice>], ip: IpAddr, scope: u32) -> Option<(usize, u32)> {
+    let ip = canonical(ip);
+    devices.iter().enumerate().find_map(|(i, d)| {
+        let d = d.as_ref()?;
+        let scoped_ok = !is_link_local(ip) || scope == 0 || d.netdev.index == scope;
+        (scoped_ok && d.gids.contains(ip)).then_some((i, d.netdev.index))
+    })
+}
 
-    /// Whether a bind to `ip` leaves the id without a device although a device serves it:
-    /// `ip` is a loopback address and the daemon also serves a non-loopback interface.
-    /// The loopback names then stand for the host, not for its loopback devices (the
-    /// default `rxe0`/`siw0`): libfabric's verbs provider binds "localhost" and keeps only
-    /// the bound device's endpoints, and a device on `lo` has no MSG endpoints there, so
-    /// every MSG and RDM endpoint would vanish (-61), as on a kernel with rxe on `lo`
-    /// beside rxe on `eth0`. A daemon serving only loopback devices binds them as the
-    /// kernel does. Listeners and resolution still reach the loopback devices by address.
-    pub(super) fn cm_loopback_is_host(&self, ip: IpAddr) -> bool {
-        canonical(ip).is_loopback()
-            && self.devices.iter().flatten().any(|d| {
-                d.gids
-                    .addrs()
-                    .into_iter()
-                    .any(|a| !canonical(a).is_loopback())
-            })
-    }
-
-    /// A device with addresses of its own (a siw device on smoltcp, which the kernel's
-    /// routing does not know) on the interface that has `ip`, the source the kernel's
-    /// routing picked: that device's first address of `ip`'s family stands in for it, so
-    /// an unbound id reaches the device's peers from the device's address.
-    fn cm_device_beside(&self, ip: IpAddr) -> Option<(IpAddr, usize, u32)> {
-        self.devices.iter().enumerate().find_map(|(i, d)| {
-            let d = d.as_ref()?;
-            if d.spec.backend() != Ok(crate::daemon::link::backend::Backend::Smoltcp)
-                || !d.netdev.addrs.contains(&ip)
-            {
-                return None;
-            }
-            let own = d
-                .gids
+/// Whether a bind to `ip` leaves the id without a device although a device serves it:
+/// `ip` is a loopback address and the daemon also serves a non-loopback interface.
+/// The loopback names then stand for the host, not for its loopback devices (the
+/// default `rxe0`/`siw0`): libfabric's verbs provider binds "localhost" and keeps only
+/// the bound device's endpoints, and a device on `lo` has no MSG endpoints there, so
+/// every MSG and RDM endpoint would vanish (-61), as on a kernel with rxe on `lo`
+/// beside rxe on `eth0`. A daemon serving only loopback devices binds them as the
+/// kernel does. Listeners and resolution still reach the loopback devices by address.
+fn loopback_is_host(devices: &[Option<ServedDevice>], ip: IpAddr) -> bool {
+    canonical(ip).is_loopback()
+        && devices.iter().flatten().any(|d| {
+            d.gids
                 .addrs()
                 .into_iter()
-                .find(|a| a.is_ipv4() == ip.is_ipv4())?;
-            Some((own, i, d.netdev.index))
+                .any(|a| !canonical(a).is_loopback())
         })
+}
+
+/// A device with addresses of its own (a siw device on smoltcp, which the kernel's
+/// routing does not know) on the interface that has `ip`, the source the kernel's
+/// routing picked: that device's first address of `ip`'s family stands in for it, so
+/// an unbound id reaches the device's peers from the device's address.
+fn device_beside(devices: &[Option<ServedDevice>], ip: IpAddr) -> Option<(IpAddr, usize, u32)> {
+    devices.iter().enumerate().find_map(|(i, d)| {
+        let d = d.as_ref()?;
+        if d.spec.backend() != Ok(crate::daemon::link::backend::Backend::Smoltcp)
+            || !d.netdev.addrs.contains(&ip)
+        {
+            return None;
+        }
+        let own = d
+            .gids
+            .addrs()
+            .into_iter()
+            .find(|a| a.is_ipv4() == ip.is_ipv4())?;
+        Some((own, i, d.netdev.index))
+    })
+}
+
+/// The kernel CMA's `cma_check_port`: may `h` hold `addr` in `(ps, port)`?
+/// EADDRINUSE for the same address, EADDRNOTAVAIL when either side is a wildcard.
+pub(super) fn check_port(
+    tables: &CmTables,
+    h: Handle,
+    ps: u32,
+    addr: SocketAddr,
+    reuseaddr: bool,
+    afonly: bool,
+) -> Result<(), i32> {
+    let Some(owners) = tables.ports.get(&(ps, addr.port())) else {
+        return Ok(());
+    };
+    for &o in owners {
+        let Some(cur) = tables.ids.get(&o).filter(|_| o != h) else {
+            continue;
+        };
+        if reuseaddr && cur.reuseaddr {
+            continue;
+        }
+        let Some(cur_addr) = cur.src else {
+            continue;
+        };
+        if afonly && cur.afonly && addr.is_ipv4() != cur_addr.is_ipv4() {
+            continue;
+        }
+        if addr.ip().is_unspecified() || cur_addr.ip().is_unspecified() {
+            return Err(libc::EADDRNOTAVAIL);
+        }
+        if canonical(addr.ip()) == canonical(cur_addr.ip()) {
+            return Err(libc::EADDRINUSE);
+        }
+    }
+    Ok(())
+}
+
+/// What binding and resolving an id touch, lent by the engine: the CM tables, the
+/// objects (to check the id's handle) and the devices (read-only: their addresses).
+pub(super) struct Addressing<'a> {
+    pub(super) tables: &'a mut CmTables,
+    pub(super) objects: &'a BTreeMap<Handle, Object>,
+    pub(super) devices: &'a [Option<ServedDevice>],
+}
+
+impl Addressing<'_> {
+    /// The same parts, read-only, for the handle checks.
+    fn view(&self) -> CmView<'_> {
+        CmView {
+            tables: self.tables,
+            objects: self.objects,
+            devices: self.devices,
+        }
     }
 
-    /// The kernel CMA's `cma_check_port`: may `h` hold `addr` in `(ps, port)`?
-    /// EADDRINUSE for the same address, EADDRNOTAVAIL when either side is a wildcard.
-    pub(super) fn cm_check_port(
-        &self,
-        h: Handle,
-        ps: u32,
-        addr: SocketAddr,
-        reuseaddr: bool,
-        afonly: bool,
-    ) -> Result<(), i32> {
-        let Some(owners) = self.cm.ports.get(&(ps, addr.port())) else {
-            return Ok(());
-        };
-        for &o in owners {
-            let Some(cur) = self.cm.ids.get(&o).filter(|_| o != h) else {
-                continue;
-            };
-            if reuseaddr && cur.reuseaddr {
-                continue;
-            }
-            let Some(cur_addr) = cur.src else {
-                continue;
-            };
-            if afonly && cur.afonly && addr.is_ipv4() != cur_addr.is_ipv4() {
-                continue;
-            }
-            if addr.ip().is_unspecified() || cur_addr.ip().is_unspecified() {
-                return Err(libc::EADDRNOTAVAIL);
-            }
-            if canonical(addr.ip()) == canonical(cur_addr.ip()) {
-                return Err(libc::EADDRINUSE);
-            }
-        }
-        Ok(())
+    /// A CM id of the session, to change (errnos as [`CmView::id`]).
+    fn id_mut(&mut self, session: SessionId, h: Handle) -> Result<&mut CmId, i32> {
+        self.view().id(session, h)?;
+        self.tables.ids.get_mut(&h).ok_or(libc::ENOENT)
     }
 
     /// `rdma_bind_addr` (also the implicit binds of resolve and listen): a specific
     /// address must be served by a device (EADDRNOTAVAIL: not an address of this host;
     /// ENODEV: one no device serves), except a loopback address, which binds without a
     /// device when no device serves it or when it names the host
-    /// ([`Engine::cm_loopback_is_host`]); port 0 takes a free ephemeral port of the port
-    /// space.
-    pub(super) fn cm_bind(
+    /// ([`loopback_is_host`]); port 0 takes a free ephemeral port of the port space, a
+    /// port below 1024 needs a `privileged` session (EACCES).
+    pub(super) fn bind(
         &mut self,
         session: SessionId,
         h: Handle,
         addr: SocketAddr,
+        privileged: bool,
     ) -> Result<(), i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.view().id(session, h)?;
         let (ps, reuseaddr, afonly) = (id.ps, id.reuseaddr, id.afonly);
         let ip = canonical(addr.ip());
         let (dev, addr) = if ip.is_unspecified() {
             (None, addr)
         } else {
-            let serving = self
-                .cm_device_by_ip(ip, scope_of(addr))
-                .filter(|_| !self.cm_loopback_is_host(ip));
+            let serving = device_by_ip(self.devices, ip, scope_of(addr))
+                .filter(|_| !loopback_is_host(self.devices, ip));
             match serving {
                 Some((d, ifindex)) => (Some(d), with_scope(ip, addr.port(), ifindex)),
                 // A loopback address no device serves, or one naming the host, binds
@@ -192,22 +217,18 @@ impl Engine {
             }
         };
         let port = if addr.port() == 0 {
-            self.cm_ephemeral_port(ps).ok_or(libc::EADDRNOTAVAIL)?
+            ephemeral_port(self.tables, ps).ok_or(libc::EADDRNOTAVAIL)?
         } else {
-            let privileged = self
-                .sessions
-                .get(&session)
-                .is_some_and(|s| s.uid == 0 || s.uid == crate::daemon::sys::euid());
             if addr.port() < PRIVILEGED_BELOW && !privileged {
                 return Err(libc::EACCES);
             }
-            self.cm_check_port(h, ps, addr, reuseaddr, afonly)?;
+            check_port(self.tables, h, ps, addr, reuseaddr, afonly)?;
             addr.port()
         };
         let mut addr = addr;
         addr.set_port(port);
-        self.cm.ports.entry((ps, port)).or_default().push(h);
-        let id = self.cm_id_mut(session, h)?;
+        self.tables.ports.entry((ps, port)).or_default().push(h);
+        let id = self.id_mut(session, h)?;
         id.src = Some(addr);
         id.dev = dev;
         id.state = IdState::AddrBound;
@@ -215,52 +236,19 @@ impl Engine {
         Ok(())
     }
 
-    /// A port of the ephemeral range no id of port space `ps` holds.
-    fn cm_ephemeral_port(&mut self, ps: u32) -> Option<u16> {
-        let (lo, hi) = (*EPHEMERAL.start(), *EPHEMERAL.end());
-        let n = hi - lo + 1;
-        for _ in 0..n {
-            let p = self.cm.next_port;
-            self.cm.next_port = if p >= hi { lo } else { p + 1 };
-            if !(lo..=hi).contains(&p) {
-                continue;
-            }
-            if self.cm.ports.get(&(ps, p)).is_none_or(Vec::is_empty) {
-                return Some(p);
-            }
-        }
-        None
-    }
-
-    /// Drops an id from its port's owners.
-    pub(super) fn cm_unbind(&mut self, h: Handle) {
-        let Some(id) = self.cm.ids.get(&h) else {
-            return;
-        };
-        let Some(src) = id.src else {
-            return;
-        };
-        let key = (id.ps, src.port());
-        if let Some(owners) = self.cm.ports.get_mut(&key) {
-            owners.retain(|o| *o != h);
-            if owners.is_empty() {
-                self.cm.ports.remove(&key);
-            }
-        }
-    }
-
     /// `rdma_resolve_addr`: binds if needed, picks the source address by routing when
     /// the id is unbound or bound to a wildcard, finds the device serving it, and queues
     /// ADDR_RESOLVED or ADDR_ERROR (with -ENETUNREACH, -EHOSTUNREACH, -EADDRNOTAVAIL or
-    /// -ENODEV).
-    pub(super) fn cm_resolve_addr(
+    /// -ENODEV). `privileged` as for [`Addressing::bind`].
+    pub(super) fn resolve_addr(
         &mut self,
         session: SessionId,
         h: Handle,
         src: Option<SocketAddr>,
         dst: SocketAddr,
+        privileged: bool,
     ) -> Result<(), i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.view().id(session, h)?;
         if !matches!(
             id.state,
             IdState::Idle | IdState::AddrBound | IdState::AddrResolved
@@ -272,9 +260,9 @@ impl Engine {
                 SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
                 SocketAddr::V6(_) => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
             };
-            self.cm_bind(session, h, src.unwrap_or(any))?;
+            self.bind(session, h, src.unwrap_or(any), privileged)?;
         }
-        let id = self.cm_id(session, h)?;
+        let id = self.view().id(session, h)?;
         let bound = id.src.ok_or(libc::EINVAL)?;
         if bound.is_ipv4() != dst.is_ipv4() {
             return Err(libc::EINVAL);
@@ -298,8 +286,7 @@ impl Engine {
         // (`rdma_set_src_addr_rcu` on an IFF_LOOPBACK route): the destination is also the
         // source. Routing would pick lo's primary address (127.0.0.1 for 127.0.0.2),
         // which may belong to another device.
-        let local_dst = self
-            .cm_device_by_ip(dst.ip(), scope_of(dst))
+        let local_dst = device_by_ip(self.devices, dst.ip(), scope_of(dst))
             .map(|_| (canonical(dst.ip()), scope_of(dst)));
         let source = if bound.ip().is_unspecified() {
             local_dst
@@ -309,18 +296,18 @@ impl Engine {
             Ok((canonical(bound.ip()), scope_of(bound)))
         };
         let found = source.and_then(|(ip, scope)| {
-            self.cm_device_by_ip(ip, scope)
+            device_by_ip(self.devices, ip, scope)
                 .map(|(d, ifindex)| (ip, d, ifindex))
                 .or_else(|| {
                     bound
                         .ip()
                         .is_unspecified()
-                        .then(|| self.cm_device_beside(ip))
+                        .then(|| device_beside(self.devices, ip))
                         .flatten()
                 })
                 .ok_or(libc::ENODEV)
         });
-        let id = self.cm_id_mut(session, h)?;
+        let id = self.id_mut(session, h)?;
         match found {
             Ok((ip, dev, ifindex)) => {
                 id.src = Some(with_scope(ip, bound.port(), ifindex));
@@ -329,39 +316,36 @@ impl Engine {
                 id.path = None;
                 id.state = IdState::AddrResolved;
                 tracing::debug!(id = h.0, src = ?id.src, %dst, "cm address resolved");
-                self.cm.simple_event(h, event::ADDR_RESOLVED, 0);
+                self.tables.simple_event(h, event::ADDR_RESOLVED, 0);
             }
             Err(e) => {
                 id.state = IdState::AddrBound;
                 tracing::debug!(id = h.0, %dst, errno = e, "cm address not resolved");
-                self.cm.simple_event(h, event::ADDR_ERROR, -e);
+                self.tables.simple_event(h, event::ADDR_ERROR, -e);
             }
         }
         Ok(())
     }
 
-    /// `rdma_resolve_route` on RoCE: the path is the CMA's (flow label hashed from the
-    /// ports, hop limit 64, the device's MTU, packet lifetime 16); ROUTE_RESOLVED, or
-    /// ROUTE_ERROR -ENODEV when the device went away.
-    pub(super) fn cm_resolve_route(&mut self, session: SessionId, h: Handle) -> Result<(), i32> {
-        let id = self.cm_id(session, h)?;
+    /// `rdma_resolve_route` on RoCE (an id on a siw device resolves in `iwarp.rs`): the
+    /// path is the CMA's (flow label hashed from the ports, hop limit 64, the device's
+    /// MTU, packet lifetime 16); ROUTE_RESOLVED, or ROUTE_ERROR -ENODEV when the device
+    /// went away.
+    pub(super) fn resolve_route(&mut self, session: SessionId, h: Handle) -> Result<(), i32> {
+        let id = self.view().id(session, h)?;
         if id.state != IdState::AddrResolved {
             return Err(libc::EINVAL);
         }
-        if self.cm_siw_dev(session, h)?.is_some() {
-            return self.cm_siw_resolve_route(session, h);
-        }
-        let id = self.cm_id(session, h)?;
         let (Some(src), Some(dst)) = (id.src, id.dst) else {
             return Err(libc::EINVAL);
         };
-        let tos = self.cm_tos(id);
+        let tos = self.view().tos(id);
         let mtu = id
             .dev
             .and_then(|d| self.devices.get(d))
             .and_then(Option::as_ref)
             .map(|d| d.cm.config().active_mtu as u32);
-        let id = self.cm_id_mut(session, h)?;
+        let id = self.id_mut(session, h)?;
         match mtu {
             Some(mtu) => {
                 let route = emu_core::cm::Route::tcp(src.ip(), dst.ip(), src.port(), dst.port());
@@ -375,10 +359,46 @@ impl Engine {
                     packet_life_time: IBOE_PACKET_LIFETIME,
                 });
                 id.state = IdState::RouteResolved;
-                self.cm.simple_event(h, event::ROUTE_RESOLVED, 0);
+                self.tables.simple_event(h, event::ROUTE_RESOLVED, 0);
             }
-            None => self.cm.simple_event(h, event::ROUTE_ERROR, -libc::ENODEV),
+            None => self
+                .tables
+                .simple_event(h, event::ROUTE_ERROR, -libc::ENODEV),
         }
         Ok(())
+    }
+}
+
+/// A port of the ephemeral range no id of port space `ps` holds.
+fn ephemeral_port(tables: &mut CmTables, ps: u32) -> Option<u16> {
+    let (lo, hi) = (*EPHEMERAL.start(), *EPHEMERAL.end());
+    let n = hi - lo + 1;
+    for _ in 0..n {
+        let p = tables.next_port;
+        tables.next_port = if p >= hi { lo } else { p + 1 };
+        if !(lo..=hi).contains(&p) {
+            continue;
+        }
+        if tables.ports.get(&(ps, p)).is_none_or(Vec::is_empty) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Drops an id from its port's owners.
+pub(super) fn unbind(tables: &mut CmTables, h: Handle) {
+    let Some(id) = tables.ids.get(&h) else {
+        return;
+    };
+    let Some(src) = id.src else {
+        return;
+    };
+    let key = (id.ps, src.port());
+    if let Some(owners) = tables.ports.get_mut(&key) {
+        owners.retain(|o| *o != h);
+        if owners.is_empty() {
+            tables.ports.remove(&key);
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The verbs of an id: options, listening, connecting, accepting, and
 //! `rdma_init_qp_attr`.
 
+use super::addr::check_port;
 use super::rerequest::ReRequest;
 use super::tables::{option, port_space, IdState, MAX_BACKLOG};
 use crate::daemon::engine::Engine;
@@ -74,18 +75,20 @@ impl Engine {
         h: Handle,
         backlog: i32,
     ) -> Result<(), i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         if id.state == IdState::Idle {
-            self.cm_bind(session, h, SocketAddr::from(([0, 0, 0, 0], 0)))?;
+            // Port 0: an ephemeral port, which needs no privilege.
+            self.cm_addressing()
+                .bind(session, h, SocketAddr::from(([0, 0, 0, 0], 0)), false)?;
         }
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         if id.state != IdState::AddrBound {
             return Err(libc::EINVAL);
         }
         let src = id.src.ok_or(libc::EINVAL)?;
         if id.reuseaddr {
             // A listener needs its port to itself after all.
-            self.cm_check_port(h, id.ps, src, false, id.afonly)?;
+            check_port(&self.cm, h, id.ps, src, false, id.afonly)?;
         }
         let sid = core_cm::ServiceId::rdma_ip(port_space(id.ps), src.port());
         let backlog = match usize::try_from(backlog) {
@@ -100,7 +103,7 @@ impl Engine {
                 Vec::new()
             }
             Some(d) => vec![d],
-            // A loopback address bound without a device (`cm_bind`): every device serving
+            // A loopback address bound without a device (`Addressing::bind`): every device serving
             // it listens, each as if the id were bound to it.
             None if !src.ip().is_unspecified() => {
                 for d in self.cm_devices_serving(src.ip(), true) {
@@ -174,7 +177,7 @@ impl Engine {
         if let Some(dev) = self.cm_siw_dev(session, h)? {
             return self.cm_siw_connect(session, h, dev, p);
         }
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         if id.state != IdState::RouteResolved || id.conn.is_some() {
             return Err(libc::EINVAL);
         }
@@ -188,7 +191,7 @@ impl Engine {
             src_port: src.port(),
             dst_port: dst.port(),
             hop_limit: 64,
-            traffic_class: self.cm_tos(id),
+            traffic_class: self.cm_view().tos(id),
             flow_label: None,
         };
         let qp_type = id.qp_type;
@@ -242,8 +245,8 @@ impl Engine {
         if self.cm_siw_dev(session, h)?.is_some() {
             return self.cm_siw_accept(now, session, h, p);
         }
-        let (dev, conn) = self.cm_conn(session, h)?;
-        let id = self.cm_id(session, h)?;
+        let (dev, conn) = self.cm_view().conn(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         if id.state != IdState::Passive {
             return Err(libc::EINVAL);
         }
@@ -294,7 +297,7 @@ impl Engine {
         if self.cm_siw_dev(session, h)?.is_some() {
             return self.cm_siw_init_qp_attr(session, h, qp_state);
         }
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         let (qp_type, conn, dev, ack_timeout) = (id.qp_type, id.conn, id.dev, id.ack_timeout);
         let connected = match (dev, conn) {
             (Some(d), Some(c)) => self

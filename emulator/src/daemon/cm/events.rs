@@ -2,6 +2,7 @@
 //! (`docs/cm.md`, table "Events"), connect requests on listeners, and the end of ids,
 //! sessions and devices.
 
+use super::addr::unbind;
 use super::tables::{CmId, IdState};
 use crate::daemon::device_io::transmit;
 use crate::daemon::engine::Engine;
@@ -111,7 +112,7 @@ impl Engine {
             return;
         };
         let (peer_ip, sgid_index, path) = {
-            let info = self.cm_info(h);
+            let info = self.cm_view().info(h);
             let peer = self
                 .cm
                 .ids
@@ -434,7 +435,7 @@ impl Engine {
         if let Some(l) = self.cm.ids.get_mut(&lh) {
             l.pending += 1;
         }
-        let info = self.cm_info(nh);
+        let info = self.cm_view().info(nh);
         let param = match peer {
             Some(p) => CmEventParam::Conn(conn_param(&p, private_data)),
             None => CmEventParam::Ud {
@@ -518,7 +519,7 @@ impl Engine {
                 }
             }
         }
-        self.cm_unbind(h);
+        unbind(&mut self.cm, h);
         self.cm.ids.remove(&h);
         self.forget(h);
         tracing::debug!(id = h.0, "cm id destroyed");

@@ -64,7 +64,7 @@ impl Engine {
 
     /// The siw device of an iWARP id of `session` (`None`: the id is not bound to one).
     pub(super) fn cm_siw_dev(&self, session: SessionId, h: Handle) -> Result<Option<usize>, i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         Ok(id.dev.filter(|&d| self.cm_dev_is_siw(d)))
     }
 
@@ -78,7 +78,7 @@ impl Engine {
 
     /// The device and TCP connection of an iWARP id (EINVAL: none).
     fn cm_siw_conn(&self, session: SessionId, h: Handle) -> Result<(usize, ConnId), i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         match (id.dev, id.siw_conn) {
             (Some(d), Some(c)) if self.cm_dev_is_siw(d) => Ok((d, c)),
             _ => Err(libc::EINVAL),
@@ -176,7 +176,7 @@ impl Engine {
         dev: usize,
         p: CmConnParam,
     ) -> Result<(), i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         if id.state != IdState::RouteResolved || id.siw_conn.is_some() {
             return Err(libc::EINVAL);
         }
@@ -206,7 +206,7 @@ impl Engine {
         p: CmConnParam,
     ) -> Result<(), i32> {
         let (dev, conn) = self.cm_siw_conn(session, h)?;
-        if self.cm_id(session, h)?.state != IdState::Passive {
+        if self.cm_view().id(session, h)?.state != IdState::Passive {
             return Err(libc::EINVAL);
         }
         let qpn = p.qp_num & 0xff_ffff;
@@ -239,7 +239,7 @@ impl Engine {
     /// `rdma_disconnect` on an iWARP id (`iw_cm_disconnect`): the stream closes; a
     /// connection that already ended is no error, an id that never had one is EINVAL.
     pub(super) fn cm_siw_disconnect(&mut self, session: SessionId, h: Handle) -> Result<(), i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         let had_conn = matches!(id.state, IdState::Connect | IdState::Passive);
         match self.cm_siw_conn(session, h) {
             Ok((dev, conn)) => match self.siw_nic(dev)?.disconnect(conn) {
@@ -261,7 +261,7 @@ impl Engine {
         h: Handle,
         state: u32,
     ) -> Result<(wire::client::QpAttr, u32), i32> {
-        let id = self.cm_id(session, h)?;
+        let id = self.cm_view().id(session, h)?;
         // The CMA creates the iw_cm id at listen, connect and for a connect request.
         let has_iw = matches!(
             id.state,
@@ -577,7 +577,7 @@ impl Engine {
         if let Some(l) = self.cm.ids.get_mut(&lh) {
             l.pending += 1;
         }
-        let info = self.cm_info(nh);
+        let info = self.cm_view().info(nh);
         tracing::debug!(listener = lh.0, id = nh.0, conn = conn.0, %peer, "cm iwarp connect request");
         // The initiator's IRD is what we may issue, its ORD what we must serve.
         self.cm.push_event(CmEventRecord {

@@ -13,8 +13,8 @@
 //! `ucma_cleanup_mc_events`). Joining one group twice on an id is allowed, as in the
 //! kernel (each join reports its own event).
 
-use super::tables::IdState;
-use crate::daemon::engine::Engine;
+use super::tables::{EventChannel, IdState};
+use super::view::CmView;
 use crate::daemon::objects::SessionId;
 use emu_core::cm::RDMA_UDP_QKEY;
 use emu_core::QpType;
@@ -48,98 +48,84 @@ fn is_multicast(group: IpAddr) -> bool {
     crate::daemon::netdev::canonical(group).is_multicast()
 }
 
-impl Engine {
-    /// `rdma_join_multicast`: EINVAL for an unknown join state, an id without a device
-    /// (`ucma_get_ctx_dev`), an id past ADDR_BOUND/ADDR_RESOLVED or not UD
-    /// (`rdma_join_multicast`), or a group that is no multicast address; ENOSYS on an
-    /// iWARP device (no multicast there); ENODEV when the device went away. Then
-    /// MULTICAST_JOIN follows.
-    pub(super) fn cm_join_multicast(
-        &mut self,
-        session: SessionId,
-        h: Handle,
-        group: SocketAddr,
-        join_flags: u32,
-    ) -> Result<(), i32> {
-        if !matches!(
-            join_flags,
-            join_flag::FULLMEMBER | join_flag::SENDONLY_FULLMEMBER
-        ) {
-            return Err(libc::EINVAL);
-        }
-        let id = self.cm_id(session, h)?;
-        let dev = id.dev.ok_or(libc::EINVAL)?;
-        if !matches!(id.state, IdState::AddrBound | IdState::AddrResolved)
-            || id.qp_type != QpType::Ud
-        {
-            return Err(libc::EINVAL);
-        }
-        let d = self
-            .devices
-            .get(dev)
-            .and_then(Option::as_ref)
-            .ok_or(libc::ENODEV)?;
-        if crate::daemon::siw::is_siw(d) {
-            return Err(libc::ENOSYS);
-        }
-        if !is_multicast(group.ip()) {
-            return Err(libc::EINVAL);
-        }
-        let mgid = mgid_of(group.ip());
-        let sgid_index = self.cm_info(h).sgid_index;
-        tracing::debug!(id = h.0, group = %group.ip(), join_flags, "cm multicast join");
-        self.cm.push_event(CmEventRecord {
-            id: h,
-            listen_id: None,
-            event: event::MULTICAST_JOIN,
-            status: 0,
-            new_id: None,
-            param: CmEventParam::Ud {
-                private_data: Vec::new(),
-                ah_attr: AhAttr {
-                    grh: GlobalRoute {
-                        dgid: mgid,
-                        flow_label: 0,
-                        sgid_index,
-                        hop_limit: MCAST_HOP_LIMIT,
-                        traffic_class: 0,
-                    },
-                    is_global: 1,
-                    port_num: 1,
-                    ..AhAttr::default()
+/// `rdma_join_multicast`: EINVAL for an unknown join state, an id without a device
+/// (`ucma_get_ctx_dev`), an id past ADDR_BOUND/ADDR_RESOLVED or not UD
+/// (`rdma_join_multicast`), or a group that is no multicast address; ENOSYS on an iWARP
+/// device (no multicast there); ENODEV when the device went away. Else the
+/// MULTICAST_JOIN event to queue for the id.
+pub(super) fn join(
+    cm: CmView<'_>,
+    session: SessionId,
+    h: Handle,
+    group: SocketAddr,
+    join_flags: u32,
+) -> Result<CmEventRecord, i32> {
+    if !matches!(
+        join_flags,
+        join_flag::FULLMEMBER | join_flag::SENDONLY_FULLMEMBER
+    ) {
+        return Err(libc::EINVAL);
+    }
+    let id = cm.id(session, h)?;
+    let dev = id.dev.ok_or(libc::EINVAL)?;
+    if !matches!(id.state, IdState::AddrBound | IdState::AddrResolved) || id.qp_type != QpType::Ud {
+        return Err(libc::EINVAL);
+    }
+    let d = cm
+        .devices
+        .get(dev)
+        .and_then(Option::as_ref)
+        .ok_or(libc::ENODEV)?;
+    if crate::daemon::siw::is_siw(d) {
+        return Err(libc::ENOSYS);
+    }
+    if !is_multicast(group.ip()) {
+        return Err(libc::EINVAL);
+    }
+    let mgid = mgid_of(group.ip());
+    let sgid_index = cm.info(h).sgid_index;
+    tracing::debug!(id = h.0, group = %group.ip(), join_flags, "cm multicast join");
+    Ok(CmEventRecord {
+        id: h,
+        listen_id: None,
+        event: event::MULTICAST_JOIN,
+        status: 0,
+        new_id: None,
+        param: CmEventParam::Ud {
+            private_data: Vec::new(),
+            ah_attr: AhAttr {
+                grh: GlobalRoute {
+                    dgid: mgid,
+                    flow_label: 0,
+                    sgid_index,
+                    hop_limit: MCAST_HOP_LIMIT,
+                    traffic_class: 0,
                 },
-                qp_num: MULTICAST_QPN,
-                qkey: RDMA_UDP_QKEY.0,
+                is_global: 1,
+                port_num: 1,
+                ..AhAttr::default()
             },
-        });
-        Ok(())
-    }
+            qp_num: MULTICAST_QPN,
+            qkey: RDMA_UDP_QKEY.0,
+        },
+    })
+}
 
-    /// `rdma_leave_multicast`: the shim has detached the QP already; a MULTICAST_JOIN of
-    /// the group still queued for the id goes away (the oldest one, as the ucma drops
-    /// the events of the membership it frees).
-    pub(super) fn cm_leave_multicast(
-        &mut self,
-        session: SessionId,
-        h: Handle,
-        group: SocketAddr,
-    ) -> Result<(), i32> {
-        let channel = self.cm_id(session, h)?.channel;
-        let mgid = mgid_of(group.ip());
-        if let Some(ch) = self.cm.channels.get_mut(&channel) {
-            let mut dropped = false;
-            ch.remove_where(|e| {
-                let this = !dropped
-                    && e.id == h
-                    && e.event == event::MULTICAST_JOIN
-                    && matches!(&e.param, CmEventParam::Ud { ah_attr, .. } if ah_attr.grh.dgid == mgid);
-                dropped |= this;
-                this
-            });
-        }
-        tracing::debug!(id = h.0, group = %group.ip(), "cm multicast leave");
-        Ok(())
-    }
+/// `rdma_leave_multicast` of id `h` on `group`, whose events queue on `channel`: the shim
+/// has detached the QP already; a MULTICAST_JOIN of the group still queued for the id
+/// goes away (the oldest one, as the ucma drops the events of the membership it frees).
+pub(super) fn leave(channel: &mut EventChannel, h: Handle, group: SocketAddr) {
+    let mgid = mgid_of(group.ip());
+    let mut dropped = false;
+    channel.remove_where(|e| {
+        let this = !dropped
+            && e.id == h
+            && e.event == event::MULTICAST_JOIN
+            && matches!(&e.param, CmEventParam::Ud { ah_attr, .. } if ah_attr.grh.dgid == mgid);
+        dropped |= this;
+        this
+    });
+    tracing::debug!(id = h.0, group = %group.ip(), "cm multicast leave");
 }
 
 #[cfg(test)]

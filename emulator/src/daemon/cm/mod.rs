@@ -31,71 +31,56 @@ mod iwarp;
 mod mcast;
 mod rerequest;
 mod tables;
+mod view;
 
 use super::answer::{ok, Answer};
 use super::engine::Engine;
 use super::objects::{Kind, SessionId};
-use emu_core::cm::{self as core_cm, reason, ConnId};
+use emu_core::cm::{self as core_cm, reason};
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::time::Instant;
-use wire::client::cm::{event, CmIdInfo, CmIdSummary, CmReply, CmRequest};
+use wire::client::cm::{event, CmIdSummary, CmReply, CmRequest};
 use wire::client::proto::Handle;
 use wire::client::verbs::event_type;
 use wire::client::ReplyBody;
 
 pub(super) use gsi::stage_gsi_transmits;
 
+use addr::Addressing;
 pub(super) use tables::CmTables;
 use tables::{id_qp_type, CmId, EventChannel, IdState};
+use view::CmView;
 
 impl Engine {
-    /// A CM id of the session (ENOENT: none; EINVAL: another kind of object).
-    fn cm_id(&self, session: SessionId, h: Handle) -> Result<&CmId, i32> {
-        match self.cm.ids.get(&h) {
-            Some(id) if id.session == session => Ok(id),
-            _ => {
-                self.lookup(session, h)?;
-                Err(libc::EINVAL)
-            }
+    /// The CM's state and what it names, lent read-only ([`CmView`]).
+    fn cm_view(&self) -> CmView<'_> {
+        CmView {
+            tables: &self.cm,
+            objects: &self.objects,
+            devices: &self.devices,
         }
     }
 
-    /// The traffic class of an id's route: its `RDMA_OPTION_ID_TOS`, else its device's
-    /// `default_tos` (as mlx5's `default_roce_tos`), else 0.
-    fn cm_tos(&self, id: &CmId) -> u8 {
-        id.tos.unwrap_or_else(|| {
-            id.dev
-                .and_then(|d| self.devices.get(d))
-                .and_then(Option::as_ref)
-                .map_or(0, |d| d.spec.default_tos())
-        })
+    /// What binding and resolving ids touch ([`Addressing`]).
+    fn cm_addressing(&mut self) -> Addressing<'_> {
+        Addressing {
+            tables: &mut self.cm,
+            objects: &self.objects,
+            devices: &self.devices,
+        }
+    }
+
+    /// Whether the session may bind a port below 1024: its user is root or the daemon's.
+    fn cm_privileged(&self, session: SessionId) -> bool {
+        self.sessions
+            .get(&session)
+            .is_some_and(|s| s.uid == 0 || s.uid == super::sys::euid())
     }
 
     fn cm_id_mut(&mut self, session: SessionId, h: Handle) -> Result<&mut CmId, i32> {
-        self.cm_id(session, h)?;
+        self.cm_view().id(session, h)?;
         self.cm.ids.get_mut(&h).ok_or(libc::ENOENT)
-    }
-
-    fn cm_channel(&self, session: SessionId, h: Handle) -> Result<&EventChannel, i32> {
-        match self.cm.channels.get(&h) {
-            Some(ch) if ch.session == session => Ok(ch),
-            _ => {
-                self.lookup(session, h)?;
-                Err(libc::EINVAL)
-            }
-        }
-    }
-
-    /// The device and connection of an id that has one (EINVAL otherwise, as the CMA
-    /// answers a verb on an id without an IB CM id).
-    fn cm_conn(&self, session: SessionId, h: Handle) -> Result<(usize, ConnId), i32> {
-        let id = self.cm_id(session, h)?;
-        match (id.dev, id.conn) {
-            (Some(d), Some(c)) if self.devices.get(d).is_some_and(Option::is_some) => Ok((d, c)),
-            _ => Err(libc::EINVAL),
-        }
     }
 
     /// Runs `f` on the agent of device `dev`.
@@ -142,7 +127,7 @@ impl Engine {
                 cm(CmReply::Channel { handle })
             }
             C::DestroyChannel { channel } => {
-                if self.cm_channel(session, channel)?.users > 0 {
+                if self.cm_view().channel(session, channel)?.users > 0 {
                     return Err(libc::EBUSY);
                 }
                 self.cm.channels.remove(&channel);
@@ -154,7 +139,7 @@ impl Engine {
                 ps,
                 qp_type,
             } => {
-                self.cm_channel(session, channel)?;
+                self.cm_view().channel(session, channel)?;
                 let qp_type = id_qp_type(ps, qp_type)?;
                 let handle = self.insert(session, None, Kind::CmId)?;
                 self.cm
@@ -167,13 +152,13 @@ impl Engine {
                 cm(CmReply::Id { handle })
             }
             C::DestroyId { id } => {
-                self.cm_id(session, id)?;
+                self.cm_view().id(session, id)?;
                 self.cm_destroy_id(now, id);
                 ok(ReplyBody::Ok)
             }
             C::MigrateId { id, channel } => {
-                let old = self.cm_id(session, id)?.channel;
-                self.cm_channel(session, channel)?;
+                let old = self.cm_view().id(session, id)?.channel;
+                self.cm_view().channel(session, channel)?;
                 if old != channel {
                     let moved = match self.cm.channels.get_mut(&old) {
                         Some(ch) => {
@@ -193,11 +178,12 @@ impl Engine {
                 ok(ReplyBody::Ok)
             }
             C::BindAddr { id, addr } => {
-                if self.cm_id(session, id)?.state != IdState::Idle {
+                if self.cm_view().id(session, id)?.state != IdState::Idle {
                     return Err(libc::EINVAL);
                 }
-                self.cm_bind(session, id, addr)?;
-                cm(CmReply::Info(self.cm_info(id)))
+                let privileged = self.cm_privileged(session);
+                self.cm_addressing().bind(session, id, addr, privileged)?;
+                cm(CmReply::Info(self.cm_view().info(id)))
             }
             C::ResolveAddr {
                 id,
@@ -205,11 +191,20 @@ impl Engine {
                 dst,
                 timeout_ms: _,
             } => {
-                self.cm_resolve_addr(session, id, src, dst)?;
+                let privileged = self.cm_privileged(session);
+                self.cm_addressing()
+                    .resolve_addr(session, id, src, dst, privileged)?;
                 ok(ReplyBody::Ok)
             }
             C::ResolveRoute { id, timeout_ms: _ } => {
-                self.cm_resolve_route(session, id)?;
+                if self.cm_view().id(session, id)?.state != IdState::AddrResolved {
+                    return Err(libc::EINVAL);
+                }
+                if self.cm_siw_dev(session, id)?.is_some() {
+                    self.cm_siw_resolve_route(session, id)?;
+                } else {
+                    self.cm_addressing().resolve_route(session, id)?;
+                }
                 ok(ReplyBody::Ok)
             }
             C::Listen { id, backlog } => {
@@ -229,7 +224,7 @@ impl Engine {
                     self.cm_siw_reject(now, session, id, &private_data)?;
                     return ok(ReplyBody::Ok);
                 }
-                let (dev, conn) = self.cm_conn(session, id)?;
+                let (dev, conn) = self.cm_view().conn(session, id)?;
                 self.with_agent(dev, |a| {
                     a.reject(now, conn, reason::CONSUMER_DEFINED, &private_data)
                 })?;
@@ -242,7 +237,7 @@ impl Engine {
                 if self.cm_siw_dev(session, id)?.is_some() {
                     return ok(ReplyBody::Ok);
                 }
-                let (dev, conn) = self.cm_conn(session, id)?;
+                let (dev, conn) = self.cm_view().conn(session, id)?;
                 self.with_agent(dev, |a| a.establish(now, conn))?;
                 ok(ReplyBody::Ok)
             }
@@ -251,7 +246,7 @@ impl Engine {
                 if self.cm_siw_dev(session, id)?.is_some() {
                     return ok(ReplyBody::Ok);
                 }
-                let (dev, conn) = self.cm_conn(session, id)?;
+                let (dev, conn) = self.cm_view().conn(session, id)?;
                 if event != event_type::COMM_EST {
                     return Err(libc::EINVAL);
                 }
@@ -269,7 +264,7 @@ impl Engine {
                     self.cm_siw_disconnect(session, id)?;
                     return ok(ReplyBody::Ok);
                 }
-                let (dev, conn) = self.cm_conn(session, id)?;
+                let (dev, conn) = self.cm_view().conn(session, id)?;
                 self.with_agent(dev, |a| a.disconnect(now, conn, &[]))?;
                 ok(ReplyBody::Ok)
             }
@@ -278,11 +273,11 @@ impl Engine {
                 cm(CmReply::QpAttr { attr, mask })
             }
             C::Query { id } => {
-                self.cm_id(session, id)?;
-                cm(CmReply::Info(self.cm_info(id)))
+                self.cm_view().id(session, id)?;
+                cm(CmReply::Info(self.cm_view().info(id)))
             }
             C::GetEvent { channel } => {
-                self.cm_channel(session, channel)?;
+                self.cm_view().channel(session, channel)?;
                 let ev = self
                     .cm
                     .channels
@@ -303,11 +298,15 @@ impl Engine {
                 addr,
                 join_flags,
             } => {
-                self.cm_join_multicast(session, id, addr, join_flags)?;
+                let joined = mcast::join(self.cm_view(), session, id, addr, join_flags)?;
+                self.cm.push_event(joined);
                 ok(ReplyBody::Ok)
             }
             C::LeaveMulticast { id, addr } => {
-                self.cm_leave_multicast(session, id, addr)?;
+                let channel = self.cm_view().id(session, id)?.channel;
+                if let Some(ch) = self.cm.channels.get_mut(&channel) {
+                    mcast::leave(ch, id, addr);
+                }
                 ok(ReplyBody::Ok)
             }
             C::SetOption {
@@ -334,7 +333,7 @@ impl Engine {
             .iter()
             .filter(|(_, id)| caller_uid == Some(0) || uid_of(id.session) == caller_uid)
             .map(|(&h, id)| {
-                let info = self.cm_info(h);
+                let info = self.cm_view().info(h);
                 CmIdSummary {
                     id: h,
                     pid: self.sessions.get(&id.session).map_or(0, |s| s.pid),
@@ -359,41 +358,6 @@ impl Engine {
             .collect();
         out.sort_by_key(|s| s.id);
         out
-    }
-
-    /// What the shim shows of an id (`rdma_cm_id` fields).
-    pub(super) fn cm_info(&self, h: Handle) -> CmIdInfo {
-        let Some(id) = self.cm.ids.get(&h) else {
-            return CmIdInfo::default();
-        };
-        let d = id
-            .dev
-            .and_then(|i| self.devices.get(i))
-            .and_then(Option::as_ref);
-        let gid = |a: Option<SocketAddr>| {
-            a.map(|a| super::netdev::gid_of(super::netdev::canonical(a.ip())))
-                .unwrap_or_default()
-        };
-        let sgid_index = match (d, id.src) {
-            (Some(d), Some(src)) => d
-                .gids
-                .index_of(super::netdev::canonical(src.ip()))
-                .unwrap_or(0) as u8,
-            _ => 0,
-        };
-        CmIdInfo {
-            device: d.map(|d| d.name().to_string()),
-            node_guid: d.map_or(0, |d| d.node_guid),
-            port_num: u8::from(d.is_some()),
-            src: id.src,
-            dst: id.dst,
-            sgid: gid(id.src),
-            dgid: gid(id.dst),
-            pkey: 0xffff,
-            sgid_index,
-            num_paths: i32::from(id.path.is_some()),
-            path: id.path.clone(),
-        }
     }
 
     /// Forgets the connection of an id once the agent has dropped it (rejected,
