@@ -10,6 +10,7 @@
 //! (iproute2 `rdma/link.c`, `rdma/dev.c`). Other objects (`res`, `stat`, `system`, link
 //! add/delete) are not emulated: they exit 1 saying so.
 
+use super::query::query;
 use super::tree::ViewDevice;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -308,7 +309,7 @@ pub fn main(args: &[String]) -> ExitCode {
         }
     };
     let socket = wire::client::socket_path();
-    let devices = match super::query(&socket) {
+    let devices = match query(&socket) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("rdma (rdma-emu's device view): {e}");
