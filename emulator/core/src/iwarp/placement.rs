@@ -2,8 +2,9 @@
 //! scatter list of a receive WR (RFC 5041 §3.4, checked as LOCAL_WRITE through the STag
 //! table), and the Terminate cause (RFC 5040 §7, RFC 5041 §7) of each way placement, a
 //! source STag or the parse of a segment can fail, with the WR status a Terminate from the
-//! peer gives the requester. Pure functions over the STag table and memory; the
-//! connection's receive path (`rx.rs`) calls them.
+//! peer gives the requester, and the Terminate message that quotes the offending
+//! segment. Pure functions over the STag table and memory; the receive side (`rx.rs`)
+//! and the connection (`conn.rs`) call them.
 
 use wire::iwarp::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use wire::iwarp::rdmap::READ_REQUEST_LEN;
