@@ -1,20 +1,27 @@
-//! The connection object: its state, the verbs (`post_send`, `post_recv`, `close`,
-//! `terminate`), the stream input and the pollers. MPA negotiation is `mpa.rs`'s, the
-//! transmit and receive paths `tx.rs`'s and `rx.rs`'s.
+//! The connection: the phase (MPA setup, full operation, closed), the input deframer and
+//! the timers, composed with the parts that own the rest: the output [`Stream`]
+//! (`mpa.rs`), the [`SendQueue`] and the owed responses [`Irq`] (`tx.rs`), the
+//! [`RecvSide`] (`rx.rs`) and the [`Outbox`] of completions and events. The verbs, the
+//! stream input and the pollers route to the part concerned, passing it the other parts
+//! it touches; what a part decides (a Terminate to send, an MPA verdict) is applied
+//! here, because it changes the phase and flushes every part.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use wire::iwarp::deframer::{Deframed, Deframer};
-use wire::iwarp::fpdu::{self, FpduConfig};
-use wire::iwarp::mpa::{IrdOrd, MpaFrameKind, MpaRepr, MpaRevision};
+use wire::iwarp::fpdu::FpduConfig;
+use wire::iwarp::mpa::MpaFrameKind;
+use wire::iwarp::rdmap::RdmapMessage;
 use wire::iwarp::{Error as WireError, TerminateError};
 
 use super::config::{
-    Completion, IwarpConfig, IwarpCounters, IwarpEvent, MpaOffer, Negotiated, Role, RtrKind,
+    Completion, IwarpConfig, IwarpCounters, IwarpEvent, MpaOffer, Negotiated, Role,
 };
-use super::ext::EXT_FLAG;
-use super::mpa::{mulpdu, ENHANCED_FLAG};
+use super::mpa::{self, ReplyVerdict, Stream};
+use super::outbox::Outbox;
+use super::placement::{terminate_repr, Offender};
+use super::rx::{Cite, RecvSide, Stop};
+use super::tx::{Irq, SendQueue, TX_BUDGET};
 
 /// How long a partial FPDU may wait for its next octet before the stream is declared
 /// lost ([`Connection::set_rx_stall_timeout`]). Longer than TCP's first five
@@ -26,12 +33,12 @@ pub const RX_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// receive WRs from a queue in host memory (a ring) after the application posted them.
 pub const RECV_WAIT: Duration = Duration::from_secs(1);
 use super::Stags;
-use crate::attr::{RecvWr, SendWr, WorkCompletion};
+use crate::attr::{RecvWr, SendWr};
 use crate::memory::Memory;
-use crate::types::{Errno, WcOpcode, WcStatus, WrOpcode};
+use crate::types::Errno;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
+enum Phase {
     AwaitRequest,
     RequestPending,
     AwaitReply,
@@ -39,102 +46,34 @@ pub(super) enum Phase {
     Closed,
 }
 
-/// A send WR in the queue.
-#[derive(Debug)]
-pub(super) struct SqEntry {
-    pub wr: SendWr,
-    pub seq: u64,
-    /// Message length (gather list or inline data).
-    pub total: u64,
-    /// Octets handed to the stream.
-    pub sent: u64,
-    pub started: bool,
-    pub msn: u32,
-    /// Set when the WR is finished.
-    pub status: Option<WcStatus>,
-    pub byte_len: u32,
-}
-
-/// An outstanding Read Request or Atomic Request (ORD credit).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct OrqEntry {
-    /// The SQ entry's sequence number; `None` for the internal RTR read.
-    pub seq: Option<u64>,
-    pub sink_stag: u32,
-    pub sink_to: u64,
-    pub size: u64,
-    /// `Some(id)` for an atomic.
-    pub atomic: Option<u32>,
-}
-
-/// A response the data source owes (IRD credit).
-#[derive(Debug, Clone, Copy)]
-pub(super) enum IrqEntry {
-    Read {
-        sink_stag: u32,
-        sink_to: u64,
-        space: crate::types::AddrSpace,
-        host: u64,
-        size: u64,
-        sent: u64,
-    },
-    Atomic {
-        req_id: u32,
-        original: u64,
-    },
-}
-
-/// The receive WR being filled by an untagged message on queue 0.
-#[derive(Debug)]
-pub(super) struct RxSend {
-    pub wr: RecvWr,
-    pub len: u64,
-}
-
 /// The iWARP transport engine of one RC QP over one byte stream.
 #[derive(Debug)]
 pub struct Connection {
-    pub(super) cfg: IwarpConfig,
-    pub(super) role: Role,
-    pub(super) phase: Phase,
-    pub(super) deframer: Option<Deframer>,
-    pub(super) tx_cfg: FpduConfig,
-    pub(super) tx_pos: u64,
-    pub(super) out: Vec<u8>,
-    pub(super) deadline: Option<Instant>,
-    pub(super) offer: Option<MpaOffer>,
-    pub(super) neg: Option<Negotiated>,
-    pub(super) ext: bool,
-    pub(super) ird: u16,
-    pub(super) ord: u16,
-    pub(super) mulpdu: usize,
-    /// May send FPDUs carrying work (responder: after the first FPDU / RTR arrived).
-    pub(super) tx_ready: bool,
-    pub(super) expect_rtr: Option<RtrKind>,
-    pub(super) got_first: bool,
-    pub(super) sq: VecDeque<SqEntry>,
-    pub(super) sq_head_seq: u64,
-    pub(super) sq_cur: usize,
-    pub(super) tx_msn: [u32; 4],
-    pub(super) orq: VecDeque<OrqEntry>,
-    pub(super) next_req_id: u32,
-    pub(super) rq: VecDeque<RecvWr>,
-    pub(super) rx_msn: [u32; 4],
-    pub(super) rx_send: Option<RxSend>,
-    pub(super) cur_write_len: u64,
-    pub(super) last_write_len: u64,
-    pub(super) irq: VecDeque<IrqEntry>,
-    pub(super) completions: VecDeque<Completion>,
-    pub(super) events: VecDeque<IwarpEvent>,
-    pub(super) close_wanted: bool,
-    pub(super) counters: IwarpCounters,
+    cfg: IwarpConfig,
+    role: Role,
+    phase: Phase,
+    /// Input framing; taken out while a call parses from it.
+    deframer: Option<Deframer>,
+    /// The MPA negotiation's deadline.
+    deadline: Option<Instant>,
+    /// The peer's Request (responder, until accepted or rejected).
+    offer: Option<MpaOffer>,
+    neg: Option<Negotiated>,
+    stream: Stream,
+    send: SendQueue,
+    irq: Irq,
+    recv: RecvSide,
+    outbox: Outbox,
+    close_wanted: bool,
+    /// Counters but `tx_fpdus`, which the stream counts.
+    counters: IwarpCounters,
     /// A ULPDU (the first segment of an untagged queue 0 message) that found no receive
     /// WR, and until when it may wait for one; input stops meanwhile.
-    pub(super) held: Option<(Vec<u8>, Instant)>,
-    pub(super) recv_wait: Duration,
+    held: Option<(Vec<u8>, Instant)>,
+    recv_wait: Duration,
     /// When the deframer holds part of an FPDU: when its stream stalls.
-    pub(super) rx_stall: Option<Instant>,
-    pub(super) rx_stall_timeout: Option<Duration>,
+    rx_stall: Option<Instant>,
+    rx_stall_timeout: Option<Duration>,
 }
 
 impl Connection {
@@ -143,7 +82,6 @@ impl Connection {
             Role::Initiator => Deframer::expecting_reply(),
             Role::Responder => Deframer::expecting_request(),
         };
-        let mulpdu = mulpdu(cfg.mss, false);
         Connection {
             role,
             phase: match role {
@@ -151,33 +89,14 @@ impl Connection {
                 Role::Responder => Phase::AwaitRequest,
             },
             deframer: Some(deframer),
-            tx_cfg: FpduConfig::default(),
-            tx_pos: 0,
-            out: Vec::new(),
             deadline: Some(now + cfg.mpa_timeout),
             offer: None,
             neg: None,
-            ext: false,
-            ird: cfg.ird,
-            ord: cfg.ord,
-            mulpdu,
-            tx_ready: false,
-            expect_rtr: None,
-            got_first: false,
-            sq: VecDeque::new(),
-            sq_head_seq: 0,
-            sq_cur: 0,
-            tx_msn: [1; 4],
-            orq: VecDeque::new(),
-            next_req_id: 1,
-            rq: VecDeque::new(),
-            rx_msn: [1; 4],
-            rx_send: None,
-            cur_write_len: 0,
-            last_write_len: 0,
-            irq: VecDeque::new(),
-            completions: VecDeque::new(),
-            events: VecDeque::new(),
+            stream: Stream::new(cfg.mss),
+            send: SendQueue::new(&cfg),
+            irq: Irq::new(&cfg),
+            recv: RecvSide::new(&cfg, role),
+            outbox: Outbox::new(&cfg),
             close_wanted: false,
             counters: IwarpCounters::default(),
             held: None,
@@ -194,33 +113,7 @@ impl Connection {
     /// If the private data (with the IRD/ORD word) exceeds 512 octets.
     pub fn initiator(now: Instant, cfg: IwarpConfig) -> Connection {
         let mut c = Connection::new(now, cfg, Role::Initiator);
-        let rev = if c.cfg.revision >= 2 {
-            MpaRevision::V2(IrdOrd {
-                ird: c.cfg.ird,
-                ord: c.cfg.ord,
-                peer_to_peer: c.cfg.peer_to_peer,
-                rtr_send: c.cfg.peer_to_peer && c.cfg.rtr.send,
-                rtr_write: c.cfg.peer_to_peer && c.cfg.rtr.write,
-                rtr_read: c.cfg.peer_to_peer && c.cfg.rtr.read,
-            })
-        } else {
-            MpaRevision::V1
-        };
-        let pd = c.cfg.private_data.clone();
-        c.emit_mpa(MpaRepr {
-            kind: MpaFrameKind::Request,
-            markers: c.cfg.markers,
-            crc: c.cfg.crc,
-            reject: false,
-            reserved_flags: if c.cfg.extensions { EXT_FLAG } else { 0 }
-                | if c.cfg.revision >= 2 {
-                    ENHANCED_FLAG
-                } else {
-                    0
-                },
-            revision: rev,
-            private_data: &pd,
-        });
+        c.stream.emit_mpa(&mpa::request(&c.cfg));
         c
     }
 
@@ -251,9 +144,11 @@ impl Connection {
 
     /// Counters.
     pub fn counters(&self) -> IwarpCounters {
-        self.counters
+        IwarpCounters {
+            tx_fpdus: self.stream.fpdus(),
+            ..self.counters
+        }
     }
-
     /// How long a partial FPDU may wait for its next octet in full operation before the
     /// connection sends a Terminate (LLP: TCP connection lost) and closes; `None` waits
     /// forever. Default [`RX_STALL_TIMEOUT`].
@@ -278,7 +173,7 @@ impl Connection {
     /// The driver should close the TCP stream: the connection is over and every byte
     /// it had to send was taken by `poll_stream_transmit`.
     pub fn wants_close(&self) -> bool {
-        self.close_wanted && self.out.is_empty()
+        self.close_wanted && self.stream.is_empty()
     }
 
     /// Bytes the stream delivered, in order, chunked any way. Call with an empty slice
@@ -300,7 +195,7 @@ impl Connection {
             self.rx_stall = None;
         }
         if let Some((u, until)) = self.held.take() {
-            if self.rq.is_empty() {
+            if !self.recv.has_recv() {
                 self.held = Some((u, until));
             } else {
                 // A receive WR arrived: the stream's clock restarts with it.
@@ -316,17 +211,7 @@ impl Connection {
             match d.pop() {
                 None => break,
                 Some(Ok(Deframed::Mpa(repr))) => {
-                    let offer = MpaOffer {
-                        revision: repr.revision.number(),
-                        crc: repr.crc,
-                        markers: repr.markers,
-                        ird_ord: match repr.revision {
-                            MpaRevision::V2(w) => Some(w),
-                            MpaRevision::V1 => None,
-                        },
-                        reserved_flags: repr.reserved_flags,
-                        private_data: repr.private_data.to_vec(),
-                    };
+                    let offer = mpa::offer_of(&repr);
                     let reject = repr.reject;
                     match repr.kind {
                         MpaFrameKind::Request => self.on_request(offer),
@@ -342,7 +227,11 @@ impl Connection {
                     }
                 }
                 Some(Ok(Deframed::Fpdu { ulpdu, .. })) => {
-                    if self.needs_recv(ulpdu) && self.rq.is_empty() && !self.recv_wait.is_zero() {
+                    if self.phase == Phase::Rts
+                        && self.recv.needs_recv(ulpdu)
+                        && !self.recv.has_recv()
+                        && !self.recv_wait.is_zero()
+                    {
                         self.held = Some((ulpdu.to_vec(), now + self.recv_wait));
                         break;
                     }
@@ -389,15 +278,12 @@ impl Connection {
             return;
         }
         let was_rts = self.phase == Phase::Rts;
-        self.phase = Phase::Closed;
-        self.deadline = None;
-        self.close_wanted = true;
-        self.flush_all();
+        self.enter_closed();
         if !was_rts {
-            self.events
-                .push_back(IwarpEvent::MpaFailed(WireError::Truncated));
+            self.outbox
+                .event(IwarpEvent::MpaFailed(WireError::Truncated));
         }
-        self.events.push_back(IwarpEvent::Closed);
+        self.outbox.event(IwarpEvent::Closed);
     }
 
     /// The next deadline, if any: the MPA negotiation timeout, the wait of a Send for a
@@ -421,7 +307,7 @@ impl Connection {
         if self.held.as_ref().is_some_and(|h| now >= h.1) {
             if let Some((u, _)) = self.held.take() {
                 tracing::debug!(qpn = self.cfg.qpn.0, "iwarp: no receive WR for a Send");
-                let off = super::placement::Offender {
+                let off = Offender {
                     ulpdu: &u,
                     rdmap: false,
                 };
@@ -442,82 +328,35 @@ impl Connection {
         if self.deadline.is_some_and(|d| now >= d) {
             self.deadline = None;
             if matches!(self.phase, Phase::AwaitReply | Phase::AwaitRequest) {
-                self.phase = Phase::Closed;
-                self.close_wanted = true;
-                self.flush_all();
-                self.events.push_back(IwarpEvent::MpaTimeout);
-                self.events.push_back(IwarpEvent::Closed);
+                self.enter_closed();
+                self.outbox.event(IwarpEvent::MpaTimeout);
+                self.outbox.event(IwarpEvent::Closed);
             }
         }
     }
 
     /// The next completion.
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.completions.pop_front()
+        self.outbox.poll_completion()
     }
 
     /// The next event.
     pub fn poll_event(&mut self) -> Option<IwarpEvent> {
-        self.events.pop_front()
+        self.outbox.poll_event()
     }
 
     /// `ibv_post_send` on this QP. Errors: ENOMEM (queue full), EINVAL (bad opcode, inline
     /// data too long). On a closed connection the WR completes with WR_FLUSH_ERR.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), Errno> {
-        if matches!(wr.opcode, WrOpcode::BindMw) {
-            return Err(Errno::EINVAL);
-        }
-        if self.sq.len() >= self.cfg.max_send_wr as usize {
-            return Err(Errno::ENOMEM);
-        }
-        let total = match &wr.inline_data {
-            Some(d) => {
-                if d.len() > self.cfg.max_inline_data as usize {
-                    return Err(Errno::EINVAL);
-                }
-                d.len() as u64
-            }
-            None => wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
-        };
-        if wr.send_flags.contains(crate::types::SendFlags::INLINE)
-            && total > u64::from(self.cfg.max_inline_data)
-        {
-            return Err(Errno::EINVAL);
-        }
-        if total > u64::from(u32::MAX >> 1) {
-            return Err(Errno::EINVAL);
-        }
-        let seq = self.sq_head_seq + self.sq.len() as u64;
-        let mut e = SqEntry {
-            wr,
-            seq,
-            total,
-            sent: 0,
-            started: false,
-            msn: 0,
-            status: None,
-            byte_len: 0,
-        };
-        if self.phase == Phase::Closed {
-            e.status = Some(WcStatus::WrFlushErr);
-        }
-        self.sq.push_back(e);
-        self.retire();
-        Ok(())
+        self.send
+            .post(wr, self.phase == Phase::Closed, &mut self.outbox)
     }
 
     /// `ibv_post_recv` on this QP. Errors: ENOMEM (queue full). On a closed connection
     /// the WR completes with WR_FLUSH_ERR.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), Errno> {
-        if self.rq.len() >= self.cfg.max_recv_wr as usize {
-            return Err(Errno::ENOMEM);
-        }
-        if self.phase == Phase::Closed {
-            self.push_recv_wc(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
-            return Ok(());
-        }
-        self.rq.push_back(wr);
-        Ok(())
+        self.recv
+            .post(wr, self.phase == Phase::Closed, &mut self.outbox)
     }
 
     /// Closes the connection (`rdma_disconnect`: iWARP has no disconnect message, the
@@ -526,11 +365,8 @@ impl Connection {
         if self.phase == Phase::Closed {
             return;
         }
-        self.phase = Phase::Closed;
-        self.deadline = None;
-        self.close_wanted = true;
-        self.flush_all();
-        self.events.push_back(IwarpEvent::Closed);
+        self.enter_closed();
+        self.outbox.event(IwarpEvent::Closed);
     }
 
     /// Sends a Terminate with `error` (after what is already queued) and closes.
@@ -538,82 +374,236 @@ impl Connection {
         self.send_terminate(error, None);
     }
 
-    /// Moves completed send WRs to the completion queue, in order.
-    pub(super) fn retire(&mut self) {
-        while let Some(e) = self.sq.front() {
-            let Some(status) = e.status else {
-                break;
-            };
-            let e = self.sq.pop_front().expect("front exists");
-            self.sq_head_seq += 1;
-            self.sq_cur = self.sq_cur.saturating_sub(1);
-            let signaled =
-                self.cfg.sq_sig_all || e.wr.send_flags.contains(crate::types::SendFlags::SIGNALED);
-            if signaled || status != WcStatus::Success {
-                self.completions.push_back(Completion {
-                    cq: self.cfg.send_cq,
-                    wc: WorkCompletion {
-                        wr_id: e.wr.wr_id,
-                        status,
-                        opcode: e.wr.opcode.wc_opcode(),
-                        byte_len: e.byte_len,
-                        qp_num: self.cfg.qpn,
-                        ..WorkCompletion::default()
-                    },
-                    solicited: false,
-                });
+    /// Bytes for TCP to send, appended to `buf`; returns how many. Reads the data of
+    /// send WRs and Read Responses from memory as it segments them. Call until it
+    /// returns 0.
+    pub fn poll_stream_transmit<K: Stags + ?Sized, M: Memory + ?Sized>(
+        &mut self,
+        buf: &mut Vec<u8>,
+        keys: &mut K,
+        mem: &mut M,
+    ) -> usize {
+        let start = buf.len();
+        self.stream.drain_into(buf);
+        while buf.len() - start < TX_BUDGET && self.tx_segment(keys, mem) {
+            self.stream.drain_into(buf);
+        }
+        self.stream.drain_into(buf);
+        buf.len() - start
+    }
+
+    /// Generates one FPDU (or finishes one WR); false when nothing can be sent now.
+    fn tx_segment<K: Stags + ?Sized, M: Memory + ?Sized>(
+        &mut self,
+        keys: &mut K,
+        mem: &mut M,
+    ) -> bool {
+        if self.phase != Phase::Rts {
+            return false;
+        }
+        let r = self.send.segment(
+            &mut self.irq,
+            &mut self.stream,
+            &mut self.outbox,
+            &self.cfg,
+            keys,
+            mem,
+        );
+        match r {
+            Ok(progress) => progress,
+            Err(error) => {
+                self.send_terminate(error, None);
+                true
             }
         }
     }
 
-    pub(super) fn push_recv_wc(
+    /// One FPDU's ULPDU (a DDP segment) in full operation, to the receive side.
+    fn on_ulpdu<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
-        wr_id: crate::types::WrId,
-        status: WcStatus,
-        opcode: WcOpcode,
-        byte_len: u32,
+        u: &[u8],
+        keys: &mut K,
+        mem: &mut M,
     ) {
-        self.completions.push_back(Completion {
-            cq: self.cfg.recv_cq,
-            wc: WorkCompletion {
-                wr_id,
-                status,
-                opcode,
-                byte_len,
-                qp_num: self.cfg.qpn,
-                ..WorkCompletion::default()
-            },
-            solicited: false,
-        });
+        if self.phase != Phase::Rts {
+            return;
+        }
+        let r = self.recv.on_ulpdu(
+            u,
+            &mut self.send,
+            &mut self.irq,
+            &mut self.outbox,
+            &self.cfg,
+            keys,
+            mem,
+        );
+        match r {
+            Ok(()) => {}
+            Err(Stop::Terminate(error, cite)) => {
+                let offender = match cite {
+                    Cite::Nothing => None,
+                    Cite::Ddp => Some(Offender {
+                        ulpdu: u,
+                        rdmap: false,
+                    }),
+                    Cite::Rdmap => Some(Offender {
+                        ulpdu: u,
+                        rdmap: true,
+                    }),
+                };
+                self.send_terminate(error, offender);
+            }
+            Err(Stop::Terminated(error)) => {
+                tracing::debug!(qpn = self.cfg.qpn.0, ?error, "iwarp: Terminate received");
+                self.counters.terminates_rcvd += 1;
+                self.outbox.event(IwarpEvent::Terminated {
+                    error,
+                    local: false,
+                });
+                self.enter_error();
+            }
+        }
     }
 
-    /// Completes every outstanding WR with WR_FLUSH_ERR (the QP is in error).
-    pub(super) fn flush_all(&mut self) {
+    /// Responder: accepts the MPA Request with `private_data` in the Reply.
+    ///
+    /// Errors: EINVAL when no Request is pending or the private data is too long.
+    pub fn accept(&mut self, private_data: &[u8]) -> Result<(), Errno> {
+        let (Phase::RequestPending, Some(offer)) = (self.phase, &self.offer) else {
+            return Err(Errno::EINVAL);
+        };
+        let (reply, neg) = mpa::accept(&self.cfg, offer, private_data)?;
+        self.stream.emit_mpa(&reply);
+        // RFC 5044 §7.1.3 / RFC 6581 §4: the responder sends nothing until the first
+        // FPDU (in peer-to-peer mode, the RTR) arrived.
+        self.enter_full_operation(neg);
+        Ok(())
+    }
+
+    /// Responder: rejects the MPA Request (R bit) with `private_data`; the connection
+    /// is then over.
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), Errno> {
+        let (Phase::RequestPending, Some(offer)) = (self.phase, &self.offer) else {
+            return Err(Errno::EINVAL);
+        };
+        let reply = mpa::reject(&self.cfg, offer, private_data)?;
+        self.stream.emit_mpa(&reply);
+        self.enter_closed();
+        self.outbox.event(IwarpEvent::Closed);
+        Ok(())
+    }
+
+    fn on_request(&mut self, offer: MpaOffer) {
+        if self.role != Role::Responder || self.phase != Phase::AwaitRequest {
+            return;
+        }
+        self.offer = Some(offer.clone());
+        self.phase = Phase::RequestPending;
+        self.deadline = None;
+        self.outbox.event(IwarpEvent::ConnectRequest(offer));
+    }
+
+    fn on_reply(&mut self, reply: MpaOffer, reject: bool) {
+        if self.phase != Phase::AwaitReply {
+            return;
+        }
+        if reject {
+            self.enter_closed();
+            self.outbox.event(IwarpEvent::Rejected {
+                private_data: reply.private_data,
+            });
+            self.outbox.event(IwarpEvent::Closed);
+            return;
+        }
+        match mpa::read_reply(&self.cfg, reply) {
+            ReplyVerdict::Failed(e) => self.mpa_failed(e),
+            ReplyVerdict::Established(neg, fault) => {
+                let rtr = neg.rtr;
+                self.enter_full_operation(neg);
+                if let Some(error) = fault {
+                    self.send_terminate(error, None);
+                    return;
+                }
+                self.send.ready = true;
+                if let Some(kind) = rtr {
+                    self.send.emit_rtr(kind, &mut self.stream);
+                }
+            }
+        }
+    }
+
+    /// Switches every part to the parameters `neg` settled.
+    fn enter_full_operation(&mut self, neg: Negotiated) {
+        self.stream.full_operation(&neg, self.cfg.mss);
+        if let Some(d) = self.deframer.as_mut() {
+            d.set_config(FpduConfig {
+                crc: neg.crc,
+                markers: neg.markers_rx,
+            });
+        }
+        self.send.full_operation(&neg);
+        self.irq.full_operation(&neg);
+        self.recv.full_operation(&neg);
+        self.phase = Phase::Rts;
+        self.deadline = None;
+        tracing::debug!(
+            qpn = self.cfg.qpn.0,
+            revision = neg.revision,
+            crc = neg.crc,
+            markers_tx = neg.markers_tx,
+            markers_rx = neg.markers_rx,
+            ird = neg.ird,
+            ord = neg.ord,
+            rtr = ?neg.rtr,
+            extensions = neg.extensions,
+            "iwarp: full operation"
+        );
+        self.neg = Some(neg.clone());
+        self.outbox.event(IwarpEvent::Established(neg));
+    }
+
+    fn mpa_failed(&mut self, e: WireError) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.enter_closed();
+        self.outbox.event(IwarpEvent::MpaFailed(e));
+        self.outbox.event(IwarpEvent::Closed);
+    }
+
+    /// Sends a Terminate (RFC 5040 §5.5 / §7) and puts the QP in error.
+    fn send_terminate(&mut self, error: TerminateError, offender: Option<Offender<'_>>) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        tracing::debug!(qpn = self.cfg.qpn.0, ?error, "iwarp: sending Terminate");
+        if self.phase == Phase::Rts {
+            self.stream.emit_msg(&RdmapMessage::Terminate {
+                msn: self.send.take_msn(2),
+                terminate: terminate_repr(error, offender),
+            });
+            self.counters.terminates_sent += 1;
+        }
+        self.outbox
+            .event(IwarpEvent::Terminated { error, local: true });
+        self.enter_error();
+    }
+
+    fn enter_error(&mut self) {
+        self.enter_closed();
+        self.outbox.event(IwarpEvent::Closed);
+    }
+
+    /// The connection is over: the driver is to close the stream once drained, and every
+    /// outstanding WR completes with WR_FLUSH_ERR.
+    fn enter_closed(&mut self) {
+        self.phase = Phase::Closed;
+        self.deadline = None;
+        self.close_wanted = true;
         self.held = None;
         self.rx_stall = None;
-        for e in self.sq.iter_mut() {
-            if e.status.is_none() {
-                e.status = Some(WcStatus::WrFlushErr);
-            }
-        }
-        self.orq.clear();
+        self.send.flush(&mut self.outbox);
         self.irq.clear();
-        self.retire();
-        if let Some(r) = self.rx_send.take() {
-            self.push_recv_wc(r.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
-        }
-        while let Some(r) = self.rq.pop_front() {
-            self.push_recv_wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
-        }
-    }
-
-    /// Appends one FPDU carrying `ulpdu` to the transmit buffer.
-    pub(super) fn emit_fpdu(&mut self, ulpdu: &[u8]) {
-        let n = fpdu::wire_len(ulpdu.len(), self.tx_cfg, self.tx_pos);
-        let at = self.out.len();
-        self.out.resize(at + n, 0);
-        fpdu::emit(ulpdu, self.tx_cfg, self.tx_pos, &mut self.out[at..]);
-        self.tx_pos += n as u64;
-        self.counters.tx_fpdus += 1;
+        self.recv.flush(&mut self.outbox);
     }
 }

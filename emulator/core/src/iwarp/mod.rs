@@ -27,6 +27,7 @@ mod config;
 mod conn;
 pub mod ext;
 mod mpa;
+mod outbox;
 mod placement;
 mod rx;
 mod stags;

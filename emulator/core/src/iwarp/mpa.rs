@@ -1,22 +1,24 @@
-//! MPA connection setup (RFC 5044 §7, with the RFC 6581 enhancements): the Request and
-//! Reply a [`Connection`] emits, the responder's accept and reject, the initiator's reading
-//! of the Reply, the negotiated parameters that switch the stream to full operation, and
-//! the MULPDU the negotiated framing allows (RFC 5044 §4.1). Before full operation a
-//! connection exchanges nothing else; afterwards this file is not entered again.
+//! MPA (RFC 5044, with the RFC 6581 enhancements): the output byte stream ([`Stream`]:
+//! MPA frames during setup, FPDUs framed as negotiated afterwards, the MULPDU of
+//! RFC 5044 §4.1) and the setup decisions as pure functions of the configuration and the
+//! peer's frame: the Request, the responder's accept and reject, the initiator's reading
+//! of the Reply. The connection applies what they decide; before full operation it
+//! exchanges nothing else.
 
-use wire::iwarp::fpdu::FpduConfig;
+use wire::iwarp::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use wire::iwarp::fpdu::{self, FpduConfig};
 use wire::iwarp::mpa::{IrdOrd, MpaFrameKind, MpaRepr, MpaRevision, MAX_PRIVATE_DATA};
+use wire::iwarp::rdmap::RdmapMessage;
 use wire::iwarp::{Error as WireError, TerminateError};
 
-use super::config::{IwarpEvent, MpaOffer, Negotiated, Role, RtrKind, RtrOffer};
-use super::conn::{Connection, Phase};
-use super::ext::EXT_FLAG;
+use super::config::{IwarpConfig, MpaOffer, Negotiated, RtrKind, RtrOffer};
+use super::ext::{ExtMessage, EXT_FLAG};
 use crate::types::Errno;
 
 /// The reserved MPA flag bit Linux siw and Chelsio set in revision 2 frames
 /// (`MPA_RR_FLAG_ENHANCED`): siw ignores the IRD/ORD word without it and refuses a
 /// revision 2 Reply that lacks it.
-pub(super) const ENHANCED_FLAG: u8 = 0x10;
+const ENHANCED_FLAG: u8 = 0x10;
 /// The largest IRD a responder offers to match the initiator's ORD (rxe's and this
 /// device's `max_qp_rd_atom`).
 const MAX_IRD: u16 = 128;
@@ -35,233 +37,275 @@ pub fn mulpdu(emss: u32, markers: bool) -> usize {
     (emss.saturating_sub(overhead) as usize).clamp(64, 65532)
 }
 
-impl Connection {
-    pub(super) fn emit_mpa(&mut self, repr: MpaRepr<'_>) {
+/// The bytes for TCP to send, framed as the connection's phase requires: MPA frames
+/// during setup, then FPDUs with the negotiated CRC and markers (markers depend on the
+/// stream position, so the stream counts every octet it framed).
+#[derive(Debug)]
+pub(super) struct Stream {
+    framing: FpduConfig,
+    /// Octets framed since full operation began (the marker position).
+    pos: u64,
+    out: Vec<u8>,
+    mulpdu: usize,
+    fpdus: u64,
+}
+
+impl Stream {
+    pub(super) fn new(mss: u32) -> Stream {
+        Stream {
+            framing: FpduConfig::default(),
+            pos: 0,
+            out: Vec::new(),
+            mulpdu: mulpdu(mss, false),
+            fpdus: 0,
+        }
+    }
+
+    /// Switches to FPDU framing as `neg` decided.
+    pub(super) fn full_operation(&mut self, neg: &Negotiated, mss: u32) {
+        self.framing = FpduConfig {
+            crc: neg.crc,
+            markers: neg.markers_tx,
+        };
+        self.mulpdu = mulpdu(mss, neg.markers_tx);
+    }
+
+    pub(super) fn emit_mpa(&mut self, repr: &MpaRepr<'_>) {
         let at = self.out.len();
         self.out.resize(at + repr.buffer_len(), 0);
         repr.emit(&mut self.out[at..]);
     }
 
-    /// Responder: accepts the MPA Request with `private_data` in the Reply.
-    ///
-    /// Errors: EINVAL when no Request is pending or the private data is too long.
-    pub fn accept(&mut self, private_data: &[u8]) -> Result<(), Errno> {
-        let offer = match (&self.phase, &self.offer) {
-            (Phase::RequestPending, Some(o)) => o.clone(),
-            _ => return Err(Errno::EINVAL),
-        };
-        let use_v2 = offer.ird_ord.is_some() && self.cfg.revision >= 2;
-        if private_data.len() + if use_v2 { 4 } else { 0 } > MAX_PRIVATE_DATA {
-            return Err(Errno::EINVAL);
-        }
-        // RFC 5044 §7.1: CRCs if either side asks; markers toward whoever asked.
-        let crc = self.cfg.crc || offer.crc;
-        let ext = self.cfg.extensions && offer.reserved_flags & EXT_FLAG != 0;
-        let mut rtr = None;
-        let rev = match offer.ird_ord {
-            Some(w) if use_v2 => {
-                // RFC 6581 §5: answer with our IRD and an ORD the initiator's IRD allows.
-                // Like siw: our IRD covers the initiator's ORD (siw's initiator
-                // terminates with "insufficient IRD" otherwise).
-                self.ord = self.cfg.ord.min(w.ird);
-                self.ird = self.cfg.ird.max(w.ord.min(MAX_IRD));
-                if w.peer_to_peer && self.cfg.peer_to_peer {
-                    rtr = RtrOffer {
-                        send: w.rtr_send,
-                        write: w.rtr_write,
-                        read: w.rtr_read,
-                    }
-                    .pick(self.cfg.rtr);
-                }
-                MpaRevision::V2(IrdOrd {
-                    ird: self.ird,
-                    ord: self.ord,
-                    peer_to_peer: rtr.is_some(),
-                    rtr_send: rtr == Some(RtrKind::Send),
-                    rtr_write: rtr == Some(RtrKind::Write),
-                    rtr_read: rtr == Some(RtrKind::Read),
-                })
-            }
-            _ => MpaRevision::V1,
-        };
-        self.emit_mpa(MpaRepr {
-            kind: MpaFrameKind::Reply,
-            markers: self.cfg.markers,
-            crc,
-            reject: false,
-            reserved_flags: if ext { EXT_FLAG } else { 0 } | if use_v2 { ENHANCED_FLAG } else { 0 },
-            revision: rev,
-            private_data,
-        });
-        let neg = Negotiated {
-            revision: rev.number(),
-            crc,
-            markers_tx: offer.markers,
-            markers_rx: self.cfg.markers,
-            ird: self.ird,
-            ord: self.ord,
-            rtr,
-            extensions: ext,
-            private_data: offer.private_data.clone(),
-        };
-        self.enter_full_operation(neg);
-        // RFC 5044 §7.1.3 / RFC 6581 §4: the responder sends nothing until the first
-        // FPDU (in peer-to-peer mode, the RTR) arrived.
-        self.tx_ready = false;
-        self.expect_rtr = rtr;
-        Ok(())
+    /// Appends one FPDU carrying `ulpdu`.
+    pub(super) fn emit_fpdu(&mut self, ulpdu: &[u8]) {
+        let n = fpdu::wire_len(ulpdu.len(), self.framing, self.pos);
+        let at = self.out.len();
+        self.out.resize(at + n, 0);
+        fpdu::emit(ulpdu, self.framing, self.pos, &mut self.out[at..]);
+        self.pos += n as u64;
+        self.fpdus += 1;
     }
 
-    /// Responder: rejects the MPA Request (R bit) with `private_data`; the connection
-    /// is then over.
-    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), Errno> {
-        let offer = match (&self.phase, &self.offer) {
-            (Phase::RequestPending, Some(o)) => o.clone(),
-            _ => return Err(Errno::EINVAL),
-        };
-        let v2 = offer.ird_ord.is_some() && self.cfg.revision >= 2;
-        if private_data.len() + if v2 { 4 } else { 0 } > MAX_PRIVATE_DATA {
-            return Err(Errno::EINVAL);
-        }
-        let rev = if v2 {
-            MpaRevision::V2(IrdOrd::default())
+    pub(super) fn emit_msg(&mut self, msg: &RdmapMessage<'_>) {
+        let mut u = vec![0u8; msg.buffer_len()];
+        msg.emit(&mut u);
+        self.emit_fpdu(&u);
+    }
+
+    pub(super) fn emit_ext(&mut self, msg: &ExtMessage<'_>) {
+        let mut u = Vec::new();
+        msg.emit(&mut u);
+        self.emit_fpdu(&u);
+    }
+
+    /// The most payload one DDP segment may carry (the MULPDU less its DDP header).
+    pub(super) fn max_payload(&self, tagged: bool) -> usize {
+        let h = if tagged {
+            TAGGED_HEADER_LEN
         } else {
-            MpaRevision::V1
+            UNTAGGED_HEADER_LEN
         };
-        self.emit_mpa(MpaRepr {
-            kind: MpaFrameKind::Reply,
-            markers: false,
-            crc: false,
-            reject: true,
-            reserved_flags: if v2 { ENHANCED_FLAG } else { 0 },
-            revision: rev,
-            private_data,
-        });
-        self.phase = Phase::Closed;
-        self.deadline = None;
-        self.close_wanted = true;
-        self.flush_all();
-        self.events.push_back(IwarpEvent::Closed);
-        Ok(())
+        self.mulpdu - h
     }
 
-    fn enter_full_operation(&mut self, neg: Negotiated) {
-        self.tx_cfg = FpduConfig {
-            crc: neg.crc,
-            markers: neg.markers_tx,
-        };
-        if let Some(d) = self.deframer.as_mut() {
-            d.set_config(FpduConfig {
-                crc: neg.crc,
-                markers: neg.markers_rx,
-            });
-        }
-        self.mulpdu = super::mulpdu(self.cfg.mss, neg.markers_tx);
-        self.ext = neg.extensions;
-        self.phase = Phase::Rts;
-        self.deadline = None;
-        tracing::debug!(
-            qpn = self.cfg.qpn.0,
-            revision = neg.revision,
-            crc = neg.crc,
-            markers_tx = neg.markers_tx,
-            markers_rx = neg.markers_rx,
-            ird = neg.ird,
-            ord = neg.ord,
-            rtr = ?neg.rtr,
-            extensions = neg.extensions,
-            "iwarp: full operation"
-        );
-        self.neg = Some(neg.clone());
-        self.events.push_back(IwarpEvent::Established(neg));
+    /// Moves the framed bytes to the end of `buf`.
+    pub(super) fn drain_into(&mut self, buf: &mut Vec<u8>) {
+        buf.append(&mut self.out);
     }
 
-    pub(super) fn on_request(&mut self, offer: MpaOffer) {
-        if self.role != Role::Responder || self.phase != Phase::AwaitRequest {
-            return;
-        }
-        self.offer = Some(offer.clone());
-        self.phase = Phase::RequestPending;
-        self.deadline = None;
-        self.events.push_back(IwarpEvent::ConnectRequest(offer));
+    pub(super) fn is_empty(&self) -> bool {
+        self.out.is_empty()
     }
 
-    pub(super) fn on_reply(&mut self, reply: MpaOffer, reject: bool) {
-        if self.phase != Phase::AwaitReply {
-            return;
-        }
-        if reject {
-            self.phase = Phase::Closed;
-            self.deadline = None;
-            self.close_wanted = true;
-            self.flush_all();
-            self.events.push_back(IwarpEvent::Rejected {
-                private_data: reply.private_data,
-            });
-            self.events.push_back(IwarpEvent::Closed);
-            return;
-        }
-        if reply.revision == 2 && self.cfg.revision < 2 {
-            self.mpa_failed(WireError::BadMpaRevision(2));
-            return;
-        }
-        let crc = self.cfg.crc || reply.crc;
-        let ext = self.cfg.extensions && reply.reserved_flags & EXT_FLAG != 0;
-        let mut rtr = None;
-        let mut no_match = false;
-        let mut insufficient_ird = false;
-        if let Some(w) = reply.ird_ord {
-            // RFC 6581 §5: our ORD may not exceed the responder's IRD.
-            self.ord = self.cfg.ord.min(w.ird);
-            self.ird = self.cfg.ird;
-            // RFC 6581 §5 / siw: the responder's ORD must fit our IRD.
-            insufficient_ird = w.ord > self.ird;
-            if self.cfg.peer_to_peer && w.peer_to_peer {
-                let picked = RtrOffer {
+    /// FPDUs framed so far.
+    pub(super) fn fpdus(&self) -> u64 {
+        self.fpdus
+    }
+}
+
+/// The peer's Request or Reply as the connection keeps it.
+pub(super) fn offer_of(repr: &MpaRepr<'_>) -> MpaOffer {
+    MpaOffer {
+        revision: repr.revision.number(),
+        crc: repr.crc,
+        markers: repr.markers,
+        ird_ord: match repr.revision {
+            MpaRevision::V2(w) => Some(w),
+            MpaRevision::V1 => None,
+        },
+        reserved_flags: repr.reserved_flags,
+        private_data: repr.private_data.to_vec(),
+    }
+}
+
+/// The initiator's MPA Request.
+pub(super) fn request(cfg: &IwarpConfig) -> MpaRepr<'_> {
+    let rev = if cfg.revision >= 2 {
+        MpaRevision::V2(IrdOrd {
+            ird: cfg.ird,
+            ord: cfg.ord,
+            peer_to_peer: cfg.peer_to_peer,
+            rtr_send: cfg.peer_to_peer && cfg.rtr.send,
+            rtr_write: cfg.peer_to_peer && cfg.rtr.write,
+            rtr_read: cfg.peer_to_peer && cfg.rtr.read,
+        })
+    } else {
+        MpaRevision::V1
+    };
+    MpaRepr {
+        kind: MpaFrameKind::Request,
+        markers: cfg.markers,
+        crc: cfg.crc,
+        reject: false,
+        reserved_flags: if cfg.extensions { EXT_FLAG } else { 0 }
+            | if cfg.revision >= 2 { ENHANCED_FLAG } else { 0 },
+        revision: rev,
+        private_data: &cfg.private_data,
+    }
+}
+
+/// Responder: the Reply that accepts `offer` with `private_data`, and what it settles.
+///
+/// Errors: EINVAL when the private data is too long.
+pub(super) fn accept<'a>(
+    cfg: &IwarpConfig,
+    offer: &MpaOffer,
+    private_data: &'a [u8],
+) -> Result<(MpaRepr<'a>, Negotiated), Errno> {
+    let use_v2 = offer.ird_ord.is_some() && cfg.revision >= 2;
+    if private_data.len() + if use_v2 { 4 } else { 0 } > MAX_PRIVATE_DATA {
+        return Err(Errno::EINVAL);
+    }
+    // RFC 5044 §7.1: CRCs if either side asks; markers toward whoever asked.
+    let crc = cfg.crc || offer.crc;
+    let ext = cfg.extensions && offer.reserved_flags & EXT_FLAG != 0;
+    let (mut ird, mut ord) = (cfg.ird, cfg.ord);
+    let mut rtr = None;
+    let rev = match offer.ird_ord {
+        Some(w) if use_v2 => {
+            // RFC 6581 §5: answer with our IRD and an ORD the initiator's IRD allows.
+            // Like siw: our IRD covers the initiator's ORD (siw's initiator
+            // terminates with "insufficient IRD" otherwise).
+            ord = cfg.ord.min(w.ird);
+            ird = cfg.ird.max(w.ord.min(MAX_IRD));
+            if w.peer_to_peer && cfg.peer_to_peer {
+                rtr = RtrOffer {
                     send: w.rtr_send,
                     write: w.rtr_write,
                     read: w.rtr_read,
-                };
-                rtr = picked.pick(self.cfg.rtr);
-                no_match = rtr.is_none();
+                }
+                .pick(cfg.rtr);
+            }
+            MpaRevision::V2(IrdOrd {
+                ird,
+                ord,
+                peer_to_peer: rtr.is_some(),
+                rtr_send: rtr == Some(RtrKind::Send),
+                rtr_write: rtr == Some(RtrKind::Write),
+                rtr_read: rtr == Some(RtrKind::Read),
+            })
+        }
+        _ => MpaRevision::V1,
+    };
+    let reply = MpaRepr {
+        kind: MpaFrameKind::Reply,
+        markers: cfg.markers,
+        crc,
+        reject: false,
+        reserved_flags: if ext { EXT_FLAG } else { 0 } | if use_v2 { ENHANCED_FLAG } else { 0 },
+        revision: rev,
+        private_data,
+    };
+    let neg = Negotiated {
+        revision: rev.number(),
+        crc,
+        markers_tx: offer.markers,
+        markers_rx: cfg.markers,
+        ird,
+        ord,
+        rtr,
+        extensions: ext,
+        private_data: offer.private_data.clone(),
+    };
+    Ok((reply, neg))
+}
+
+/// Responder: the Reply (R bit) that rejects `offer` with `private_data`.
+///
+/// Errors: EINVAL when the private data is too long.
+pub(super) fn reject<'a>(
+    cfg: &IwarpConfig,
+    offer: &MpaOffer,
+    private_data: &'a [u8],
+) -> Result<MpaRepr<'a>, Errno> {
+    let v2 = offer.ird_ord.is_some() && cfg.revision >= 2;
+    if private_data.len() + if v2 { 4 } else { 0 } > MAX_PRIVATE_DATA {
+        return Err(Errno::EINVAL);
+    }
+    Ok(MpaRepr {
+        kind: MpaFrameKind::Reply,
+        markers: false,
+        crc: false,
+        reject: true,
+        reserved_flags: if v2 { ENHANCED_FLAG } else { 0 },
+        revision: if v2 {
+            MpaRevision::V2(IrdOrd::default())
+        } else {
+            MpaRevision::V1
+        },
+        private_data,
+    })
+}
+
+/// What the initiator makes of a Reply that did not reject it.
+pub(super) enum ReplyVerdict {
+    /// The Reply is not one this side can take.
+    Failed(WireError),
+    /// Full operation as `Negotiated` says; if a Terminate is given, it is sent at once
+    /// (the parameters are known, but the connection cannot work with them).
+    Established(Negotiated, Option<TerminateError>),
+}
+
+/// Initiator: reads the responder's accepting Reply.
+pub(super) fn read_reply(cfg: &IwarpConfig, reply: MpaOffer) -> ReplyVerdict {
+    if reply.revision == 2 && cfg.revision < 2 {
+        return ReplyVerdict::Failed(WireError::BadMpaRevision(2));
+    }
+    let crc = cfg.crc || reply.crc;
+    let ext = cfg.extensions && reply.reserved_flags & EXT_FLAG != 0;
+    let (ird, mut ord) = (cfg.ird, cfg.ord);
+    let mut rtr = None;
+    let mut fault = None;
+    if let Some(w) = reply.ird_ord {
+        // RFC 6581 §5: our ORD may not exceed the responder's IRD.
+        ord = cfg.ord.min(w.ird);
+        // RFC 6581 §5 / siw: the responder's ORD must fit our IRD.
+        if w.ord > ird {
+            fault = Some(TerminateError::MpaInsufficientIrd);
+        }
+        if cfg.peer_to_peer && w.peer_to_peer {
+            let picked = RtrOffer {
+                send: w.rtr_send,
+                write: w.rtr_write,
+                read: w.rtr_read,
+            };
+            rtr = picked.pick(cfg.rtr);
+            if rtr.is_none() && fault.is_none() {
+                // RFC 6581 §7: no RTR option both support.
+                fault = Some(TerminateError::MpaNoMatchingRtr);
             }
         }
-        let neg = Negotiated {
-            revision: reply.revision,
-            crc,
-            markers_tx: reply.markers,
-            markers_rx: self.cfg.markers,
-            ird: self.ird,
-            ord: self.ord,
-            rtr,
-            extensions: ext,
-            private_data: reply.private_data,
-        };
-        self.enter_full_operation(neg);
-        if insufficient_ird {
-            self.send_terminate(TerminateError::MpaInsufficientIrd, None);
-            return;
-        }
-        if no_match {
-            // RFC 6581 §7: no RTR option both support.
-            self.send_terminate(TerminateError::MpaNoMatchingRtr, None);
-            return;
-        }
-        self.tx_ready = true;
-        if let Some(kind) = rtr {
-            self.emit_rtr(kind);
-        }
     }
-
-    pub(super) fn mpa_failed(&mut self, e: WireError) {
-        if self.phase == Phase::Closed {
-            return;
-        }
-        self.phase = Phase::Closed;
-        self.deadline = None;
-        self.close_wanted = true;
-        self.flush_all();
-        self.events.push_back(IwarpEvent::MpaFailed(e));
-        self.events.push_back(IwarpEvent::Closed);
-    }
+    let neg = Negotiated {
+        revision: reply.revision,
+        crc,
+        markers_tx: reply.markers,
+        markers_rx: cfg.markers,
+        ird,
+        ord,
+        rtr,
+        extensions: ext,
+        private_data: reply.private_data,
+    };
+    ReplyVerdict::Established(neg, fault)
 }

@@ -2,10 +2,13 @@
 //! scatter list of a receive WR (RFC 5041 §3.4, checked as LOCAL_WRITE through the STag
 //! table), and the Terminate cause (RFC 5040 §7, RFC 5041 §7) of each way placement, a
 //! source STag or the parse of a segment can fail, with the WR status a Terminate from the
-//! peer gives the requester. Pure functions over the STag table and memory; the
-//! connection's receive path (`rx.rs`) calls them.
+//! peer gives the requester, and the Terminate message that quotes the offending
+//! segment. Pure functions over the STag table and memory; the receive side (`rx.rs`)
+//! and the connection (`conn.rs`) call them.
 
-use wire::iwarp::{Error as WireError, TerminateError};
+use wire::iwarp::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use wire::iwarp::rdmap::READ_REQUEST_LEN;
+use wire::iwarp::{Error as WireError, TerminateError, TerminateRepr};
 
 use super::stags::{StagError, Stags};
 use crate::attr::Sge;
@@ -17,6 +20,33 @@ use crate::types::{AccessFlags, WcStatus};
 pub(super) struct Offender<'a> {
     pub ulpdu: &'a [u8],
     pub rdmap: bool,
+}
+
+/// The Terminate for `error` (RFC 5040 §7), quoting the DDP header of the offending
+/// segment and, for a Read Request, its RDMAP header.
+pub(super) fn terminate_repr(
+    error: TerminateError,
+    offender: Option<Offender<'_>>,
+) -> TerminateRepr<'_> {
+    let ddp = offender.and_then(|o| {
+        let tagged = o.ulpdu.first().is_some_and(|c| c & 0x80 != 0);
+        let hl = if tagged {
+            TAGGED_HEADER_LEN
+        } else {
+            UNTAGGED_HEADER_LEN
+        };
+        o.ulpdu.get(..hl).map(|h| (o.ulpdu.len() as u16, h))
+    });
+    let rdmap_header = offender.filter(|o| o.rdmap).and_then(|o| {
+        o.ulpdu
+            .get(UNTAGGED_HEADER_LEN..UNTAGGED_HEADER_LEN + READ_REQUEST_LEN)
+    });
+    TerminateRepr {
+        error,
+        segment_length_valid: ddp.is_some(),
+        ddp,
+        rdmap_header,
+    }
 }
 
 /// RFC 5041 §7.2 / RFC 5040 §7: errors of the data sink's tagged placement.

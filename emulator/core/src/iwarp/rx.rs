@@ -1,133 +1,127 @@
 //! The receive side: DDP and RDMAP processing of each FPDU (RFC 5040 §5-§7,
-//! RFC 5041 §5-§7), and the Terminates it sends. Placement into receive buffers and the
-//! Terminate cause of each failure are `placement.rs`'s.
+//! RFC 5041 §5-§7). [`RecvSide`] owns the receive queue, the MSNs of the queues the peer
+//! sends on, the message being reassembled and the RTR expected; its handler takes the
+//! send side, the owed responses and the outbox it touches, and returns the Terminate it
+//! decided on ([`Stop`]) for the connection to send. Placement into receive buffers and
+//! the Terminate cause of each failure are `placement.rs`'s.
 
-use wire::iwarp::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use wire::iwarp::rdmap::{RdmapMessage, ReadRequest, READ_REQUEST_LEN};
-use wire::iwarp::{Stag, TerminateError, TerminateRepr};
+use std::collections::VecDeque;
 
-use super::config::{IwarpEvent, Role, RtrKind};
-use super::conn::{Connection, IrqEntry, OrqEntry, Phase, RxSend};
+use wire::iwarp::ddp::UNTAGGED_HEADER_LEN;
+use wire::iwarp::rdmap::{RdmapMessage, ReadRequest};
+use wire::iwarp::{Stag, TerminateError};
+
+use super::config::{IwarpConfig, Negotiated, Role, RtrKind};
 use super::ext::{AtomicOp, ExtError, ExtMessage};
+use super::outbox::Outbox;
 use super::placement::{
-    parse_error, remote_status, scatter, source_error, tagged_error, Offender, ScatterError,
+    parse_error, remote_status, scatter, source_error, tagged_error, ScatterError,
 };
+use super::tx::{Irq, IrqEntry, SendQueue};
 use super::Stags;
+use crate::attr::RecvWr;
 use crate::memory::Memory;
-use crate::types::{AccessFlags, WcFlags, WcOpcode, WcStatus};
+use crate::types::{AccessFlags, WcFlags, WcOpcode, WcStatus, WrId};
 
-impl Connection {
-    /// Sends a Terminate (RFC 5040 §5.5 / §7) and puts the QP in error.
-    pub(super) fn send_terminate(&mut self, error: TerminateError, offender: Option<Offender<'_>>) {
-        if self.phase == Phase::Closed {
-            return;
+/// Which part of the offending segment a Terminate quotes (RFC 5040 §7: the DDP header,
+/// and the RDMAP header of a Read Request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cite {
+    Nothing,
+    Ddp,
+    Rdmap,
+}
+
+/// Why the receive side stopped the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// This side sends a Terminate with `error`, quoting the segment as told.
+    Terminate(TerminateError, Cite),
+    /// The peer sent a Terminate.
+    Terminated(TerminateError),
+}
+
+/// The receive WR being filled by an untagged message on queue 0.
+#[derive(Debug)]
+struct RxSend {
+    wr: RecvWr,
+    len: u64,
+}
+
+/// The data sink's state: receive WRs, reassembly of the message in progress, the MSNs
+/// expected on each untagged queue, and the RFC 6581 RTR the responder waits for.
+#[derive(Debug)]
+pub(super) struct RecvSide {
+    rq: VecDeque<RecvWr>,
+    msns: [u32; 4],
+    rx_send: Option<RxSend>,
+    /// Octets of the tagged Write in progress, and of the last finished one (the length
+    /// an Immediate Data message reports).
+    cur_write_len: u64,
+    last_write_len: u64,
+    got_first: bool,
+    expect_rtr: Option<RtrKind>,
+    responder: bool,
+    ext: bool,
+    max_wr: u32,
+}
+
+impl RecvSide {
+    pub(super) fn new(cfg: &IwarpConfig, role: Role) -> RecvSide {
+        RecvSide {
+            rq: VecDeque::new(),
+            msns: [1; 4],
+            rx_send: None,
+            cur_write_len: 0,
+            last_write_len: 0,
+            got_first: false,
+            expect_rtr: None,
+            responder: role == Role::Responder,
+            ext: false,
+            max_wr: cfg.max_recv_wr,
         }
-        tracing::debug!(qpn = self.cfg.qpn.0, ?error, "iwarp: sending Terminate");
-        if self.phase == Phase::Rts {
-            let ddp_hdr = offender.and_then(|o| {
-                let tagged = o.ulpdu.first().is_some_and(|c| c & 0x80 != 0);
-                let hl = if tagged {
-                    TAGGED_HEADER_LEN
-                } else {
-                    UNTAGGED_HEADER_LEN
-                };
-                o.ulpdu.get(..hl).map(|h| (o.ulpdu.len() as u16, h))
-            });
-            let rdmap_hdr = offender.filter(|o| o.rdmap).and_then(|o| {
-                o.ulpdu
-                    .get(UNTAGGED_HEADER_LEN..UNTAGGED_HEADER_LEN + READ_REQUEST_LEN)
-            });
-            let term = TerminateRepr {
-                error,
-                segment_length_valid: ddp_hdr.is_some(),
-                ddp: ddp_hdr,
-                rdmap_header: rdmap_hdr,
-            };
-            let msg = RdmapMessage::Terminate {
-                msn: self.tx_msn[2],
-                terminate: term,
-            };
-            self.tx_msn[2] = self.tx_msn[2].wrapping_add(1);
-            let mut u = vec![0u8; msg.buffer_len()];
-            msg.emit(&mut u);
-            self.emit_fpdu(&u);
-            self.counters.terminates_sent += 1;
-        }
-        self.events
-            .push_back(IwarpEvent::Terminated { error, local: true });
-        self.enter_error();
     }
 
-    fn enter_error(&mut self) {
-        self.phase = Phase::Closed;
-        self.deadline = None;
-        self.close_wanted = true;
-        self.flush_all();
-        self.events.push_back(IwarpEvent::Closed);
-    }
-
-    fn on_remote_terminate(&mut self, error: TerminateError) {
-        tracing::debug!(qpn = self.cfg.qpn.0, ?error, "iwarp: Terminate received");
-        self.counters.terminates_rcvd += 1;
-        // The WR waiting for a response gets the remote error; the rest are flushed.
-        if let Some(seq) = self.orq.front().and_then(|o| o.seq) {
-            if let Some(e) = self.sq.get_mut((seq - self.sq_head_seq) as usize) {
-                e.status = Some(remote_status(error));
-            }
+    /// Full operation as `neg` decided; the responder then waits for the RTR, if any.
+    pub(super) fn full_operation(&mut self, neg: &Negotiated) {
+        self.ext = neg.extensions;
+        if self.responder {
+            self.expect_rtr = neg.rtr;
         }
-        self.events.push_back(IwarpEvent::Terminated {
-            error,
-            local: false,
-        });
-        self.enter_error();
     }
 
-    /// Emits the RFC 6581 RTR message of `kind` (initiator, first FPDU).
-    pub(super) fn emit_rtr(&mut self, kind: RtrKind) {
-        let msg = match kind {
-            RtrKind::Write => RdmapMessage::Write {
-                last: true,
-                stag: Stag(0),
-                offset: 0,
-                payload: &[],
-            },
-            RtrKind::Send => {
-                let msn = self.tx_msn[0];
-                self.tx_msn[0] = msn.wrapping_add(1);
-                RdmapMessage::Send {
-                    last: true,
-                    solicited: false,
-                    invalidate: None,
-                    msn,
-                    mo: 0,
-                    payload: &[],
-                }
-            }
-            RtrKind::Read => {
-                let msn = self.tx_msn[1];
-                self.tx_msn[1] = msn.wrapping_add(1);
-                self.orq.push_back(OrqEntry {
-                    seq: None,
-                    sink_stag: 0,
-                    sink_to: 0,
-                    size: 0,
-                    atomic: None,
-                });
-                RdmapMessage::ReadRequest {
-                    msn,
-                    request: ReadRequest {
-                        sink_stag: Stag(0),
-                        sink_offset: 0,
-                        size: 0,
-                        src_stag: Stag(0),
-                        src_offset: 0,
-                    },
-                }
-            }
-        };
-        let mut u = vec![0u8; msg.buffer_len()];
-        msg.emit(&mut u);
-        self.emit_fpdu(&u);
+    /// Queues `wr` (`ibv_post_recv`); on a closed connection it completes with
+    /// WR_FLUSH_ERR. Errors: ENOMEM (queue full).
+    pub(super) fn post(
+        &mut self,
+        wr: RecvWr,
+        closed: bool,
+        out: &mut Outbox,
+    ) -> Result<(), crate::types::Errno> {
+        if self.rq.len() >= self.max_wr as usize {
+            return Err(crate::types::Errno::ENOMEM);
+        }
+        if closed {
+            out.recv_wc(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        } else {
+            self.rq.push_back(wr);
+        }
+        Ok(())
+    }
+
+    /// Whether a receive WR is queued.
+    pub(super) fn has_recv(&self) -> bool {
+        !self.rq.is_empty()
+    }
+
+    /// Completes every receive WR with WR_FLUSH_ERR (the QP is in error).
+    pub(super) fn flush(&mut self, out: &mut Outbox) {
+        if let Some(r) = self.rx_send.take() {
+            out.recv_wc(r.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        }
+        while let Some(r) = self.rq.pop_front() {
+            out.recv_wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+        }
     }
 
     /// Whether ULPDU `u` starts a well-formed message on untagged queue 0 (a Send of any
@@ -135,7 +129,7 @@ impl Connection {
     /// §5.3: the MSN names the next message; not the RFC 6581 zero-length Send RTR).
     pub(super) fn needs_recv(&self, u: &[u8]) -> bool {
         use super::ext::{OP_IMMEDIATE, OP_IMMEDIATE_SE, OP_SEND_IMM, OP_SEND_SE_IMM};
-        if self.phase != Phase::Rts || self.rx_send.is_some() || u.len() < UNTAGGED_HEADER_LEN {
+        if self.rx_send.is_some() || u.len() < UNTAGGED_HEADER_LEN {
             return false;
         }
         let be32 = |r: std::ops::Range<usize>| {
@@ -153,58 +147,51 @@ impl Connection {
             OP_IMMEDIATE | OP_IMMEDIATE_SE | OP_SEND_IMM | OP_SEND_SE_IMM => self.ext,
             _ => false,
         };
-        let rtr = self.role == Role::Responder
-            && !self.got_first
-            && self.expect_rtr == Some(RtrKind::Send);
-        takes_recv && !rtr && be32(6..10) == Some(0) && be32(10..14) == Some(self.rx_msn[0])
+        let rtr = self.responder && !self.got_first && self.expect_rtr == Some(RtrKind::Send);
+        takes_recv && !rtr && be32(6..10) == Some(0) && be32(10..14) == Some(self.msns[0])
     }
 
     /// One FPDU's ULPDU (a DDP segment) in full operation.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_ulpdu<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
         u: &[u8],
+        send: &mut SendQueue,
+        irq: &mut Irq,
+        out: &mut Outbox,
+        cfg: &IwarpConfig,
         keys: &mut K,
         mem: &mut M,
-    ) {
-        if self.phase != Phase::Rts {
-            return;
-        }
+    ) -> Result<(), Stop> {
         let first = !self.got_first;
         self.got_first = true;
-        let off = Offender {
-            ulpdu: u,
-            rdmap: false,
-        };
+        let cite = Cite::Ddp;
         let opcode = u.get(1).map_or(0, |c| c & 0x0f);
         if opcode >= 8 && u.len() > 1 && u[1] >> 6 == 1 && u[0] & 0x03 == 1 {
             if !self.ext {
-                self.send_terminate(TerminateError::RdmapUnexpectedOpcode, Some(off));
-                return;
+                return Err(Stop::Terminate(TerminateError::RdmapUnexpectedOpcode, cite));
             }
             if first && self.expect_rtr.is_some() {
-                self.send_terminate(TerminateError::MpaNoMatchingRtr, Some(off));
-                return;
+                return Err(Stop::Terminate(TerminateError::MpaNoMatchingRtr, cite));
             }
-            if first && self.role == Role::Responder {
-                self.tx_ready = true;
+            if first && self.responder {
+                send.ready = true;
             }
-            match ExtMessage::parse(u) {
-                Ok(m) => self.on_ext(m, off, keys, mem),
+            return match ExtMessage::parse(u) {
+                Ok(m) => self.on_ext(m, cite, send, irq, out, cfg, keys, mem),
                 Err(ExtError::BadQueue) => {
-                    self.send_terminate(TerminateError::DdpUntaggedInvalidQn, Some(off))
+                    Err(Stop::Terminate(TerminateError::DdpUntaggedInvalidQn, cite))
                 }
-                Err(_) => self.send_terminate(TerminateError::RdmapUnexpectedOpcode, Some(off)),
-            }
-            return;
+                Err(_) => Err(Stop::Terminate(TerminateError::RdmapUnexpectedOpcode, cite)),
+            };
         }
         let msg = match RdmapMessage::parse(u) {
             Ok(m) => m,
             Err(e) => {
-                self.send_terminate(parse_error(e, u), Some(off));
-                return;
+                return Err(Stop::Terminate(parse_error(e, u), cite));
             }
         };
-        if first && self.role == Role::Responder {
+        if first && self.responder {
             if let Some(kind) = self.expect_rtr.take() {
                 let ok = match (kind, &msg) {
                     (RtrKind::Write, RdmapMessage::Write { payload, last, .. }) => {
@@ -217,25 +204,23 @@ impl Connection {
                     _ => false,
                 };
                 if !ok {
-                    self.send_terminate(TerminateError::MpaNoMatchingRtr, Some(off));
-                    return;
+                    return Err(Stop::Terminate(TerminateError::MpaNoMatchingRtr, cite));
                 }
-                self.tx_ready = true;
+                send.ready = true;
                 match msg {
                     RdmapMessage::Send { msn, .. } => {
-                        if msn != self.rx_msn[0] {
-                            self.send_terminate(TerminateError::DdpUntaggedMsnRange, Some(off));
-                            return;
+                        if msn != self.msns[0] {
+                            return Err(Stop::Terminate(TerminateError::DdpUntaggedMsnRange, cite));
                         }
-                        self.rx_msn[0] = msn.wrapping_add(1);
-                        return;
+                        self.msns[0] = msn.wrapping_add(1);
+                        return Ok(());
                     }
-                    RdmapMessage::Write { .. } => return,
+                    RdmapMessage::Write { .. } => return Ok(()),
                     // The zero-length Read is answered like any other Read.
                     _ => {}
                 }
             }
-            self.tx_ready = true;
+            send.ready = true;
         }
         match msg {
             RdmapMessage::Write {
@@ -243,13 +228,37 @@ impl Connection {
                 stag,
                 offset,
                 payload,
-            } => self.on_tagged_write(last, stag, offset, payload, off, keys, mem),
+            } => self.on_tagged_write(
+                TaggedSeg {
+                    last,
+                    stag,
+                    offset,
+                    payload,
+                },
+                cite,
+                cfg,
+                keys,
+                mem,
+            ),
             RdmapMessage::ReadResponse {
                 last,
                 stag,
                 offset,
                 payload,
-            } => self.on_read_response(last, stag, offset, payload, off, keys, mem),
+            } => on_read_response(
+                TaggedSeg {
+                    last,
+                    stag,
+                    offset,
+                    payload,
+                },
+                cite,
+                send,
+                out,
+                cfg,
+                keys,
+                mem,
+            ),
             RdmapMessage::Send {
                 last,
                 solicited,
@@ -267,37 +276,46 @@ impl Connection {
                     mo,
                     payload,
                 },
-                off,
+                cite,
+                out,
+                cfg,
                 keys,
                 mem,
             ),
             RdmapMessage::ReadRequest { msn, request } => {
-                self.on_read_request(msn, request, off, keys)
+                self.on_read_request(msn, request, irq, cfg, keys)
             }
-            RdmapMessage::Terminate { terminate, .. } => self.on_remote_terminate(terminate.error),
+            RdmapMessage::Terminate { terminate, .. } => {
+                // The WR waiting for a response gets the remote error; the rest are
+                // flushed with the connection.
+                send.fail_oldest_request(remote_status(terminate.error));
+                Err(Stop::Terminated(terminate.error))
+            }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn on_tagged_write<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
-        last: bool,
-        stag: Stag,
-        offset: u64,
-        payload: &[u8],
-        off: Offender<'_>,
+        seg: TaggedSeg<'_>,
+        cite: Cite,
+        cfg: &IwarpConfig,
         keys: &mut K,
         mem: &mut M,
-    ) {
+    ) -> Result<(), Stop> {
+        let TaggedSeg {
+            last,
+            stag,
+            offset,
+            payload,
+        } = seg;
         if !payload.is_empty() {
             if offset.checked_add(payload.len() as u64).is_none() {
-                self.send_terminate(TerminateError::DdpTaggedToWrap, Some(off));
-                return;
+                return Err(Stop::Terminate(TerminateError::DdpTaggedToWrap, cite));
             }
             let r = keys.resolve(
                 stag.0,
-                self.cfg.pd,
-                self.cfg.qpn.0,
+                cfg.pd,
+                cfg.qpn.0,
                 offset,
                 payload.len() as u64,
                 AccessFlags::REMOTE_WRITE,
@@ -306,13 +324,11 @@ impl Connection {
             match r {
                 Ok((space, host)) => {
                     if mem.write(space, host, payload).is_err() {
-                        self.send_terminate(TerminateError::DdpCatastrophic, Some(off));
-                        return;
+                        return Err(Stop::Terminate(TerminateError::DdpCatastrophic, cite));
                     }
                 }
                 Err(e) => {
-                    self.send_terminate(tagged_error(e), Some(off));
-                    return;
+                    return Err(Stop::Terminate(tagged_error(e), cite));
                 }
             }
         }
@@ -320,107 +336,45 @@ impl Connection {
         if last {
             self.last_write_len = std::mem::take(&mut self.cur_write_len);
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn on_read_response<K: Stags + ?Sized, M: Memory + ?Sized>(
-        &mut self,
-        last: bool,
-        stag: Stag,
-        offset: u64,
-        payload: &[u8],
-        off: Offender<'_>,
-        keys: &mut K,
-        mem: &mut M,
-    ) {
-        // RFC 5040 §5.2: a Read Response nobody asked for.
-        let Some(o) = self.orq.front().copied().filter(|o| o.atomic.is_none()) else {
-            self.send_terminate(TerminateError::RdmapUnexpectedOpcode, Some(off));
-            return;
-        };
-        if stag.0 != o.sink_stag {
-            self.send_terminate(TerminateError::DdpTaggedInvalidStag, Some(off));
-            return;
-        }
-        let rel = offset.wrapping_sub(o.sink_to);
-        let end = rel.checked_add(payload.len() as u64);
-        if offset < o.sink_to || end.is_none_or(|e| e > o.size) {
-            self.send_terminate(TerminateError::DdpTaggedBaseBounds, Some(off));
-            return;
-        }
-        if let Some(seq) = o.seq {
-            let idx = (seq - self.sq_head_seq) as usize;
-            let Some(e) = self.sq.get(idx) else {
-                self.send_terminate(TerminateError::RdmapCatastrophicStream, Some(off));
-                return;
-            };
-            if scatter(
-                keys,
-                mem,
-                self.cfg.pd,
-                self.cfg.qpn.0,
-                &e.wr.sg_list,
-                rel,
-                payload,
-            )
-            .is_err()
-            {
-                if let Some(e) = self.sq.get_mut(idx) {
-                    e.status = Some(WcStatus::LocProtErr);
-                }
-                self.send_terminate(TerminateError::RdmapCatastrophic, None);
-                return;
-            }
-        }
-        if last {
-            self.orq.pop_front();
-            if let Some(seq) = o.seq {
-                if let Some(e) = self.sq.get_mut((seq - self.sq_head_seq) as usize) {
-                    e.status = Some(WcStatus::Success);
-                    e.byte_len = o.size as u32;
-                }
-                self.retire();
-            }
-        }
+        Ok(())
     }
 
     fn on_send<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
         s: SendSeg<'_>,
-        off: Offender<'_>,
+        cite: Cite,
+        out: &mut Outbox,
+        cfg: &IwarpConfig,
         keys: &mut K,
         mem: &mut M,
-    ) {
+    ) -> Result<(), Stop> {
         // RFC 5041 §5.3 / §7.2: the MSN must name the message in progress (TCP keeps
         // order, so exactly the expected one).
-        if s.msn != self.rx_msn[0] {
-            self.send_terminate(TerminateError::DdpUntaggedMsnRange, Some(off));
-            return;
+        if s.msn != self.msns[0] {
+            return Err(Stop::Terminate(TerminateError::DdpUntaggedMsnRange, cite));
         }
         if self.rx_send.is_none() {
             let Some(wr) = self.rq.pop_front() else {
-                self.send_terminate(TerminateError::DdpUntaggedNoBuffer, Some(off));
-                return;
+                return Err(Stop::Terminate(TerminateError::DdpUntaggedNoBuffer, cite));
             };
             self.rx_send = Some(RxSend { wr, len: 0 });
         }
         let Some(rx) = self.rx_send.as_mut() else {
-            return;
+            return Ok(());
         };
         let cap: u64 = rx.wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
         let end = u64::from(s.mo) + s.payload.len() as u64;
         if end > cap {
             let id = rx.wr.wr_id;
             self.rx_send = None;
-            self.push_recv_wc(id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
-            self.send_terminate(TerminateError::DdpUntaggedTooLong, Some(off));
-            return;
+            out.recv_wc(id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
+            return Err(Stop::Terminate(TerminateError::DdpUntaggedTooLong, cite));
         }
         if scatter(
             keys,
             mem,
-            self.cfg.pd,
-            self.cfg.qpn.0,
+            cfg.pd,
+            cfg.qpn.0,
             &rx.wr.sg_list,
             u64::from(s.mo),
             s.payload,
@@ -429,26 +383,27 @@ impl Connection {
         {
             let id = rx.wr.wr_id;
             self.rx_send = None;
-            self.push_recv_wc(id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
-            self.send_terminate(TerminateError::DdpCatastrophic, Some(off));
-            return;
+            out.recv_wc(id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
+            return Err(Stop::Terminate(TerminateError::DdpCatastrophic, cite));
         }
         rx.len = rx.len.max(end);
         if !s.last {
-            return;
+            return Ok(());
         }
         let Some(rx) = self.rx_send.take() else {
-            return;
+            return Ok(());
         };
-        self.rx_msn[0] = s.msn.wrapping_add(1);
+        self.msns[0] = s.msn.wrapping_add(1);
         let mut flags = WcFlags::EMPTY;
         let mut imm_data = 0;
         if let Some(stag) = s.invalidate {
             // RFC 5040 §5.3: invalidate once the whole message is placed.
-            if keys.invalidate(stag.0, self.cfg.pd).is_err() {
-                self.push_recv_wc(rx.wr.wr_id, WcStatus::RemInvReqErr, WcOpcode::Recv, 0);
-                self.send_terminate(TerminateError::RdmapProtectionCannotInvalidate, Some(off));
-                return;
+            if keys.invalidate(stag.0, cfg.pd).is_err() {
+                out.recv_wc(rx.wr.wr_id, WcStatus::RemInvReqErr, WcOpcode::Recv, 0);
+                return Err(Stop::Terminate(
+                    TerminateError::RdmapProtectionCannotInvalidate,
+                    cite,
+                ));
             }
             flags |= WcFlags::WITH_INV;
             imm_data = stag.0;
@@ -457,60 +412,43 @@ impl Connection {
             flags |= WcFlags::WITH_IMM;
             imm_data = imm;
         }
-        self.push_recv(
+        push_recv(
+            out,
             rx.wr.wr_id,
             WcOpcode::Recv,
             rx.len,
-            flags,
-            imm_data,
+            (flags, imm_data),
             s.solicited,
         );
-    }
-
-    fn push_recv(
-        &mut self,
-        wr_id: crate::types::WrId,
-        opcode: WcOpcode,
-        len: u64,
-        flags: WcFlags,
-        imm_data: u32,
-        solicited: bool,
-    ) {
-        self.push_recv_wc(wr_id, WcStatus::Success, opcode, len as u32);
-        if let Some(c) = self.completions.back_mut() {
-            c.wc.wc_flags = flags;
-            c.wc.imm_data = imm_data;
-            c.solicited = solicited;
-        }
+        Ok(())
     }
 
     fn on_read_request<K: Stags + ?Sized>(
         &mut self,
         msn: u32,
         req: ReadRequest,
-        off: Offender<'_>,
+        irq: &mut Irq,
+        cfg: &IwarpConfig,
         keys: &mut K,
-    ) {
-        let off = Offender { rdmap: true, ..off };
+    ) -> Result<(), Stop> {
+        let cite = Cite::Rdmap;
         // RFC 5040 §6.4 / RFC 5041 §7.2: more Read Requests than IRD, or an MSN
         // that is not the next, is outside the queue's MSN range.
-        if msn != self.rx_msn[1] || self.irq.len() >= usize::from(self.ird.max(1)) {
-            self.send_terminate(TerminateError::DdpUntaggedMsnRange, Some(off));
-            return;
+        if msn != self.msns[1] || !irq.has_room() {
+            return Err(Stop::Terminate(TerminateError::DdpUntaggedMsnRange, cite));
         }
-        self.rx_msn[1] = msn.wrapping_add(1);
+        self.msns[1] = msn.wrapping_add(1);
         let size = u64::from(req.size);
         let (space, host) = if size == 0 {
             (crate::types::AddrSpace(0), 0)
         } else {
             if req.src_offset.checked_add(size).is_none() {
-                self.send_terminate(TerminateError::RdmapToWrap, Some(off));
-                return;
+                return Err(Stop::Terminate(TerminateError::RdmapToWrap, cite));
             }
             match keys.resolve(
                 req.src_stag.0,
-                self.cfg.pd,
-                self.cfg.qpn.0,
+                cfg.pd,
+                cfg.qpn.0,
                 req.src_offset,
                 size,
                 AccessFlags::REMOTE_READ,
@@ -518,12 +456,11 @@ impl Connection {
             ) {
                 Ok(r) => r,
                 Err(e) => {
-                    self.send_terminate(source_error(e), Some(off));
-                    return;
+                    return Err(Stop::Terminate(source_error(e), cite));
                 }
             }
         };
-        self.irq.push_back(IrqEntry::Read {
+        irq.push(IrqEntry::Read {
             sink_stag: req.sink_stag.0,
             sink_to: req.sink_offset,
             space,
@@ -531,15 +468,21 @@ impl Connection {
             size,
             sent: 0,
         });
+        Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn on_ext<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
         m: ExtMessage<'_>,
-        off: Offender<'_>,
+        cite: Cite,
+        send: &mut SendQueue,
+        irq: &mut Irq,
+        out: &mut Outbox,
+        cfg: &IwarpConfig,
         keys: &mut K,
         mem: &mut M,
-    ) {
+    ) -> Result<(), Stop> {
         match m {
             ExtMessage::SendImm {
                 last,
@@ -558,7 +501,9 @@ impl Connection {
                     mo,
                     payload,
                 },
-                off,
+                cite,
+                out,
+                cfg,
                 keys,
                 mem,
             ),
@@ -567,24 +512,23 @@ impl Connection {
                 msn,
                 imm,
             } => {
-                if msn != self.rx_msn[0] || self.rx_send.is_some() {
-                    self.send_terminate(TerminateError::DdpUntaggedMsnRange, Some(off));
-                    return;
+                if msn != self.msns[0] || self.rx_send.is_some() {
+                    return Err(Stop::Terminate(TerminateError::DdpUntaggedMsnRange, cite));
                 }
                 let Some(wr) = self.rq.pop_front() else {
-                    self.send_terminate(TerminateError::DdpUntaggedNoBuffer, Some(off));
-                    return;
+                    return Err(Stop::Terminate(TerminateError::DdpUntaggedNoBuffer, cite));
                 };
-                self.rx_msn[0] = msn.wrapping_add(1);
+                self.msns[0] = msn.wrapping_add(1);
                 let len = self.last_write_len;
-                self.push_recv(
+                push_recv(
+                    out,
                     wr.wr_id,
                     WcOpcode::RecvRdmaWithImm,
                     len,
-                    WcFlags::WITH_IMM,
-                    imm,
+                    (WcFlags::WITH_IMM, imm),
                     solicited,
                 );
+                Ok(())
             }
             ExtMessage::AtomicRequest {
                 msn,
@@ -595,20 +539,18 @@ impl Connection {
                 data,
                 compare,
             } => {
-                if msn != self.rx_msn[1] || self.irq.len() >= usize::from(self.ird.max(1)) {
-                    self.send_terminate(TerminateError::DdpUntaggedMsnRange, Some(off));
-                    return;
+                if msn != self.msns[1] || !irq.has_room() {
+                    return Err(Stop::Terminate(TerminateError::DdpUntaggedMsnRange, cite));
                 }
-                self.rx_msn[1] = msn.wrapping_add(1);
+                self.msns[1] = msn.wrapping_add(1);
                 // RFC 7306 §5: the target is 8 octets, 8-aligned.
                 if to % 8 != 0 {
-                    self.send_terminate(TerminateError::RdmapBaseBounds, Some(off));
-                    return;
+                    return Err(Stop::Terminate(TerminateError::RdmapBaseBounds, cite));
                 }
                 let (space, host) = match keys.resolve(
                     stag,
-                    self.cfg.pd,
-                    self.cfg.qpn.0,
+                    cfg.pd,
+                    cfg.qpn.0,
                     to,
                     8,
                     AccessFlags::REMOTE_ATOMIC,
@@ -616,14 +558,12 @@ impl Connection {
                 ) {
                     Ok(r) => r,
                     Err(e) => {
-                        self.send_terminate(source_error(e), Some(off));
-                        return;
+                        return Err(Stop::Terminate(source_error(e), cite));
                     }
                 };
                 let mut b = [0u8; 8];
                 if mem.read(space, host, &mut b).is_err() {
-                    self.send_terminate(TerminateError::RdmapCatastrophic, Some(off));
-                    return;
+                    return Err(Stop::Terminate(TerminateError::RdmapCatastrophic, cite));
                 }
                 let original = u64::from_le_bytes(b);
                 let new = match op {
@@ -637,37 +577,32 @@ impl Connection {
                     }
                 };
                 if new != original && mem.write(space, host, &new.to_le_bytes()).is_err() {
-                    self.send_terminate(TerminateError::RdmapCatastrophic, Some(off));
-                    return;
+                    return Err(Stop::Terminate(TerminateError::RdmapCatastrophic, cite));
                 }
-                self.irq.push_back(IrqEntry::Atomic { req_id, original });
+                irq.push(IrqEntry::Atomic { req_id, original });
+                Ok(())
             }
             ExtMessage::AtomicResponse {
                 msn,
                 req_id,
                 original,
             } => {
-                let ok = msn == self.rx_msn[3]
-                    && self.orq.front().is_some_and(|o| o.atomic == Some(req_id));
+                let ok = msn == self.msns[3]
+                    && send.orq_front().is_some_and(|o| o.atomic == Some(req_id));
                 if !ok {
-                    self.send_terminate(TerminateError::RdmapUnexpectedOpcode, Some(off));
-                    return;
+                    return Err(Stop::Terminate(TerminateError::RdmapUnexpectedOpcode, cite));
                 }
-                self.rx_msn[3] = msn.wrapping_add(1);
-                let Some(o) = self.orq.pop_front() else {
-                    return;
+                self.msns[3] = msn.wrapping_add(1);
+                let Some(seq) = send.orq_pop().and_then(|o| o.seq) else {
+                    return Ok(());
                 };
-                let Some(seq) = o.seq else {
-                    return;
-                };
-                let idx = (seq - self.sq_head_seq) as usize;
-                let res = match self.sq.get(idx) {
-                    Some(e) => scatter(
+                let res = match send.wr(seq) {
+                    Some(wr) => scatter(
                         keys,
                         mem,
-                        self.cfg.pd,
-                        self.cfg.qpn.0,
-                        &e.wr.sg_list,
+                        cfg.pd,
+                        cfg.qpn.0,
+                        &wr.sg_list,
                         0,
                         &original.to_le_bytes(),
                     ),
@@ -677,27 +612,104 @@ impl Connection {
                     Ok(()) => WcStatus::Success,
                     Err(_) => WcStatus::LocProtErr,
                 };
-                if let Some(e) = self.sq.get_mut(idx) {
-                    e.status = Some(status);
-                    e.byte_len = 8;
-                }
+                send.finish(seq, status, Some(8));
                 if status != WcStatus::Success {
-                    self.send_terminate(TerminateError::RdmapCatastrophic, None);
-                    return;
+                    return Err(Stop::Terminate(
+                        TerminateError::RdmapCatastrophic,
+                        Cite::Nothing,
+                    ));
                 }
-                self.retire();
+                send.retire(out);
+                Ok(())
             }
         }
     }
 }
 
+/// A Read Response segment: completes the oldest outstanding Read of the send side.
+#[allow(clippy::too_many_arguments)]
+fn on_read_response<K: Stags + ?Sized, M: Memory + ?Sized>(
+    seg: TaggedSeg<'_>,
+    cite: Cite,
+    send: &mut SendQueue,
+    out: &mut Outbox,
+    cfg: &IwarpConfig,
+    keys: &mut K,
+    mem: &mut M,
+) -> Result<(), Stop> {
+    let TaggedSeg {
+        last,
+        stag,
+        offset,
+        payload,
+    } = seg;
+    // RFC 5040 §5.2: a Read Response nobody asked for.
+    let Some(o) = send.orq_front().filter(|o| o.atomic.is_none()) else {
+        return Err(Stop::Terminate(TerminateError::RdmapUnexpectedOpcode, cite));
+    };
+    if stag.0 != o.sink_stag {
+        return Err(Stop::Terminate(TerminateError::DdpTaggedInvalidStag, cite));
+    }
+    let rel = offset.wrapping_sub(o.sink_to);
+    let end = rel.checked_add(payload.len() as u64);
+    if offset < o.sink_to || end.is_none_or(|e| e > o.size) {
+        return Err(Stop::Terminate(TerminateError::DdpTaggedBaseBounds, cite));
+    }
+    if let Some(seq) = o.seq {
+        let Some(wr) = send.wr(seq) else {
+            return Err(Stop::Terminate(
+                TerminateError::RdmapCatastrophicStream,
+                cite,
+            ));
+        };
+        if scatter(keys, mem, cfg.pd, cfg.qpn.0, &wr.sg_list, rel, payload).is_err() {
+            send.finish(seq, WcStatus::LocProtErr, None);
+            return Err(Stop::Terminate(
+                TerminateError::RdmapCatastrophic,
+                Cite::Nothing,
+            ));
+        }
+    }
+    if last {
+        send.orq_pop();
+        if let Some(seq) = o.seq {
+            send.finish(seq, WcStatus::Success, Some(o.size as u32));
+            send.retire(out);
+        }
+    }
+    Ok(())
+}
+
+/// A successful receive completion with its flags.
+fn push_recv(
+    out: &mut Outbox,
+    wr_id: WrId,
+    opcode: WcOpcode,
+    len: u64,
+    (flags, imm_data): (WcFlags, u32),
+    solicited: bool,
+) {
+    let c = out.recv_wc(wr_id, WcStatus::Success, opcode, len as u32);
+    c.wc.wc_flags = flags;
+    c.wc.imm_data = imm_data;
+    c.solicited = solicited;
+}
+
+/// One segment of a tagged message (RDMA Write, Read Response).
+struct TaggedSeg<'a> {
+    last: bool,
+    stag: Stag,
+    offset: u64,
+    payload: &'a [u8],
+}
+
 /// One segment of an untagged queue 0 message.
-pub(super) struct SendSeg<'a> {
-    pub last: bool,
-    pub solicited: bool,
-    pub invalidate: Option<Stag>,
-    pub imm: Option<u32>,
-    pub msn: u32,
-    pub mo: u32,
-    pub payload: &'a [u8],
+struct SendSeg<'a> {
+    last: bool,
+    solicited: bool,
+    invalidate: Option<Stag>,
+    imm: Option<u32>,
+    msn: u32,
+    mo: u32,
+    payload: &'a [u8],
 }

@@ -1,19 +1,162 @@
-//! The transmit side: segmentation of send WRs and owed responses into FPDUs
-//! (RFC 5040 §5, RFC 5041 §5: segments no larger than the MULPDU).
+//! The transmit side: the send queue with its MSNs and outstanding requests
+//! ([`SendQueue`]), the responses owed to the peer ([`Irq`]), and their segmentation into
+//! FPDUs (RFC 5040 §5, RFC 5041 §5: segments no larger than the MULPDU). The receive
+//! side completes what the peer answered through [`SendQueue`]'s methods.
 
-use wire::iwarp::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use std::collections::VecDeque;
+
 use wire::iwarp::rdmap::{RdmapMessage, ReadRequest};
 use wire::iwarp::{Stag, TerminateError};
 
-use super::conn::{Connection, IrqEntry, OrqEntry, Phase};
+use super::config::{IwarpConfig, Negotiated, RtrKind};
 use super::ext::{AtomicOp, ExtMessage};
+use super::mpa::Stream;
+use super::outbox::Outbox;
 use super::Stags;
-use crate::attr::SendWr;
+use crate::attr::{SendWr, WorkCompletion};
 use crate::memory::Memory;
-use crate::types::{AccessFlags, SendFlags, WcStatus, WrOpcode};
+use crate::types::{AccessFlags, Errno, SendFlags, WcStatus, WrOpcode};
+
+/// A send WR in the queue.
+#[derive(Debug)]
+struct SqEntry {
+    wr: SendWr,
+    seq: u64,
+    /// Message length (gather list or inline data).
+    total: u64,
+    /// Octets handed to the stream.
+    sent: u64,
+    started: bool,
+    msn: u32,
+    /// Set when the WR is finished.
+    status: Option<WcStatus>,
+    byte_len: u32,
+}
+
+/// An outstanding Read Request or Atomic Request (ORD credit).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OrqEntry {
+    /// The SQ entry's sequence number; `None` for the internal RTR read.
+    pub seq: Option<u64>,
+    pub sink_stag: u32,
+    pub sink_to: u64,
+    pub size: u64,
+    /// `Some(id)` for an atomic.
+    pub atomic: Option<u32>,
+}
+
+/// A response the data source owes (IRD credit).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum IrqEntry {
+    Read {
+        sink_stag: u32,
+        sink_to: u64,
+        space: crate::types::AddrSpace,
+        host: u64,
+        size: u64,
+        sent: u64,
+    },
+    Atomic {
+        req_id: u32,
+        original: u64,
+    },
+}
+
+/// The Read and Atomic Responses this side owes, at most IRD of them (RFC 5040 §6.4):
+/// the receive side admits requests, the transmit side answers them in order.
+#[derive(Debug)]
+pub(super) struct Irq {
+    entries: VecDeque<IrqEntry>,
+    ird: u16,
+}
+
+impl Irq {
+    pub(super) fn new(cfg: &IwarpConfig) -> Irq {
+        Irq {
+            entries: VecDeque::new(),
+            ird: cfg.ird,
+        }
+    }
+
+    pub(super) fn full_operation(&mut self, neg: &Negotiated) {
+        self.ird = neg.ird;
+    }
+
+    /// Whether one more request fits the IRD.
+    pub(super) fn has_room(&self) -> bool {
+        self.entries.len() < usize::from(self.ird.max(1))
+    }
+
+    pub(super) fn push(&mut self, e: IrqEntry) {
+        self.entries.push_back(e);
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// One segment of the oldest owed response into `stream`; false when none is owed.
+    fn respond<M: Memory + ?Sized>(
+        &mut self,
+        msns: &mut [u32; 4],
+        stream: &mut Stream,
+        mem: &mut M,
+    ) -> Result<bool, TerminateError> {
+        let max = stream.max_payload(true);
+        let Some(front) = self.entries.front_mut() else {
+            return Ok(false);
+        };
+        match *front {
+            IrqEntry::Atomic { req_id, original } => {
+                self.entries.pop_front();
+                let msn = take_msn(msns, 3);
+                stream.emit_ext(&ExtMessage::AtomicResponse {
+                    msn,
+                    req_id,
+                    original,
+                });
+            }
+            IrqEntry::Read {
+                sink_stag,
+                sink_to,
+                space,
+                host,
+                size,
+                ref mut sent,
+            } => {
+                let chunk = ((size - *sent) as usize).min(max);
+                let off = *sent;
+                *sent += chunk as u64;
+                let last = *sent == size;
+                let mut payload = vec![0u8; chunk];
+                if chunk > 0 && mem.read(space, host + off, &mut payload).is_err() {
+                    return Err(TerminateError::RdmapCatastrophic);
+                }
+                if last {
+                    self.entries.pop_front();
+                }
+                stream.emit_msg(&RdmapMessage::ReadResponse {
+                    last,
+                    stag: Stag(sink_stag),
+                    offset: sink_to.wrapping_add(off),
+                    payload: &payload,
+                });
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The next MSN of untagged queue `q` (0 Send, 1 Read Request, 2 Terminate, 3 Atomic
+/// Response), advanced.
+fn take_msn(msns: &mut [u32; 4], q: usize) -> u32 {
+    let m = msns[q];
+    msns[q] = m.wrapping_add(1);
+    m
+}
 
 /// Octets generated per `poll_stream_transmit` call, at most (plus one FPDU).
-const TX_BUDGET: usize = 256 * 1024;
+pub(super) const TX_BUDGET: usize = 256 * 1024;
 
 /// Reads `len` octets at message offset `off` of the WR's data into `out`.
 #[allow(clippy::too_many_arguments)]
@@ -97,76 +240,243 @@ fn check_sges<K: Stags + ?Sized>(
     Ok(())
 }
 
-impl Connection {
-    /// Bytes for TCP to send, appended to `buf`; returns how many. Reads the data of
-    /// send WRs and Read Responses from memory as it segments them. Call until it
-    /// returns 0.
-    pub fn poll_stream_transmit<K: Stags + ?Sized, M: Memory + ?Sized>(
-        &mut self,
-        buf: &mut Vec<u8>,
-        keys: &mut K,
-        mem: &mut M,
-    ) -> usize {
-        let start = buf.len();
-        buf.append(&mut self.out);
-        while buf.len() - start < TX_BUDGET && self.tx_segment(keys, mem) {
-            buf.append(&mut self.out);
+/// The requester's send side: the send queue, the MSNs of the untagged queues this side
+/// sends on, and the Read and Atomic Requests awaiting their responses (ORQ).
+#[derive(Debug)]
+pub(super) struct SendQueue {
+    sq: VecDeque<SqEntry>,
+    /// Sequence number of the WR at the head of `sq`.
+    head_seq: u64,
+    /// Index in `sq` of the next WR to segment.
+    cur: usize,
+    msns: [u32; 4],
+    orq: VecDeque<OrqEntry>,
+    next_req_id: u32,
+    ord: u16,
+    ext: bool,
+    /// May send FPDUs carrying work (responder: after the first FPDU / RTR arrived).
+    pub(super) ready: bool,
+    max_wr: u32,
+    max_inline: u32,
+    sig_all: bool,
+}
+
+impl SendQueue {
+    pub(super) fn new(cfg: &IwarpConfig) -> SendQueue {
+        SendQueue {
+            sq: VecDeque::new(),
+            head_seq: 0,
+            cur: 0,
+            msns: [1; 4],
+            orq: VecDeque::new(),
+            next_req_id: 1,
+            ord: cfg.ord,
+            ext: false,
+            ready: false,
+            max_wr: cfg.max_send_wr,
+            max_inline: cfg.max_inline_data,
+            sig_all: cfg.sq_sig_all,
         }
-        buf.append(&mut self.out);
-        buf.len() - start
     }
 
-    fn max_payload(&self, tagged: bool) -> usize {
-        let h = if tagged {
-            TAGGED_HEADER_LEN
-        } else {
-            UNTAGGED_HEADER_LEN
+    pub(super) fn full_operation(&mut self, neg: &Negotiated) {
+        self.ord = neg.ord;
+        self.ext = neg.extensions;
+    }
+
+    /// The next MSN of untagged queue `q`, advanced.
+    pub(super) fn take_msn(&mut self, q: usize) -> u32 {
+        take_msn(&mut self.msns, q)
+    }
+
+    /// Queues `wr` (`ibv_post_send`); on a closed connection it completes with
+    /// WR_FLUSH_ERR.
+    pub(super) fn post(&mut self, wr: SendWr, closed: bool, out: &mut Outbox) -> Result<(), Errno> {
+        if matches!(wr.opcode, WrOpcode::BindMw) {
+            return Err(Errno::EINVAL);
+        }
+        if self.sq.len() >= self.max_wr as usize {
+            return Err(Errno::ENOMEM);
+        }
+        let total = match &wr.inline_data {
+            Some(d) => {
+                if d.len() > self.max_inline as usize {
+                    return Err(Errno::EINVAL);
+                }
+                d.len() as u64
+            }
+            None => wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
         };
-        self.mulpdu - h
+        if wr.send_flags.contains(SendFlags::INLINE) && total > u64::from(self.max_inline) {
+            return Err(Errno::EINVAL);
+        }
+        if total > u64::from(u32::MAX >> 1) {
+            return Err(Errno::EINVAL);
+        }
+        let seq = self.head_seq + self.sq.len() as u64;
+        self.sq.push_back(SqEntry {
+            wr,
+            seq,
+            total,
+            sent: 0,
+            started: false,
+            msn: 0,
+            status: closed.then_some(WcStatus::WrFlushErr),
+            byte_len: 0,
+        });
+        self.retire(out);
+        Ok(())
     }
 
-    fn emit_msg(&mut self, msg: &RdmapMessage<'_>) {
-        let mut u = vec![0u8; msg.buffer_len()];
-        msg.emit(&mut u);
-        self.emit_fpdu(&u);
+    /// Moves finished WRs from the head of the queue to the send CQ, in order.
+    pub(super) fn retire(&mut self, out: &mut Outbox) {
+        while let Some(e) = self.sq.front() {
+            let Some(status) = e.status else {
+                break;
+            };
+            let e = self.sq.pop_front().expect("front exists");
+            self.head_seq += 1;
+            self.cur = self.cur.saturating_sub(1);
+            let signaled = self.sig_all || e.wr.send_flags.contains(SendFlags::SIGNALED);
+            if signaled || status != WcStatus::Success {
+                out.send_wc(WorkCompletion {
+                    wr_id: e.wr.wr_id,
+                    status,
+                    opcode: e.wr.opcode.wc_opcode(),
+                    byte_len: e.byte_len,
+                    ..WorkCompletion::default()
+                });
+            }
+        }
     }
 
-    fn emit_ext(&mut self, msg: &ExtMessage<'_>) {
-        let mut u = Vec::new();
-        msg.emit(&mut u);
-        self.emit_fpdu(&u);
+    /// Completes every unfinished WR with WR_FLUSH_ERR (the QP is in error).
+    pub(super) fn flush(&mut self, out: &mut Outbox) {
+        for e in self.sq.iter_mut() {
+            if e.status.is_none() {
+                e.status = Some(WcStatus::WrFlushErr);
+            }
+        }
+        self.orq.clear();
+        self.retire(out);
     }
 
-    /// A send WR failed locally: complete it with `status`, terminate, flush the rest.
-    fn local_error(&mut self, idx: usize, status: WcStatus) {
+    /// The oldest outstanding request.
+    pub(super) fn orq_front(&self) -> Option<OrqEntry> {
+        self.orq.front().copied()
+    }
+
+    pub(super) fn orq_pop(&mut self) -> Option<OrqEntry> {
+        self.orq.pop_front()
+    }
+
+    /// The WR with sequence number `seq`, if still queued.
+    pub(super) fn wr(&self, seq: u64) -> Option<&SendWr> {
+        let idx = seq.checked_sub(self.head_seq)?;
+        self.sq.get(usize::try_from(idx).ok()?).map(|e| &e.wr)
+    }
+
+    /// Finishes the WR with sequence number `seq` (it retires with the next `retire`).
+    pub(super) fn finish(&mut self, seq: u64, status: WcStatus, byte_len: Option<u32>) {
+        let Some(idx) = seq
+            .checked_sub(self.head_seq)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return;
+        };
+        if let Some(e) = self.sq.get_mut(idx) {
+            e.status = Some(status);
+            if let Some(n) = byte_len {
+                e.byte_len = n;
+            }
+        }
+    }
+
+    /// The WR waiting for the oldest response gets `status` (a Terminate from the peer);
+    /// the rest are flushed with the connection.
+    pub(super) fn fail_oldest_request(&mut self, status: WcStatus) {
+        if let Some(seq) = self.orq.front().and_then(|o| o.seq) {
+            self.finish(seq, status, None);
+        }
+    }
+
+    /// Emits the RFC 6581 RTR message of `kind` (initiator, first FPDU).
+    pub(super) fn emit_rtr(&mut self, kind: RtrKind, stream: &mut Stream) {
+        let msg = match kind {
+            RtrKind::Write => RdmapMessage::Write {
+                last: true,
+                stag: Stag(0),
+                offset: 0,
+                payload: &[],
+            },
+            RtrKind::Send => RdmapMessage::Send {
+                last: true,
+                solicited: false,
+                invalidate: None,
+                msn: self.take_msn(0),
+                mo: 0,
+                payload: &[],
+            },
+            RtrKind::Read => {
+                self.orq.push_back(OrqEntry {
+                    seq: None,
+                    sink_stag: 0,
+                    sink_to: 0,
+                    size: 0,
+                    atomic: None,
+                });
+                RdmapMessage::ReadRequest {
+                    msn: self.take_msn(1),
+                    request: ReadRequest {
+                        sink_stag: Stag(0),
+                        sink_offset: 0,
+                        size: 0,
+                        src_stag: Stag(0),
+                        src_offset: 0,
+                    },
+                }
+            }
+        };
+        stream.emit_msg(&msg);
+    }
+
+    /// A send WR failed locally: it completes with `status`, and the connection
+    /// terminates with the returned error.
+    fn local_error(&mut self, idx: usize, status: WcStatus) -> TerminateError {
         if let Some(e) = self.sq.get_mut(idx) {
             e.status = Some(status);
         }
-        let err = if status == WcStatus::LocQpOpErr {
+        if status == WcStatus::LocQpOpErr {
             TerminateError::RdmapOperationUnspecified
         } else {
             TerminateError::RdmapCatastrophic
-        };
-        self.send_terminate(err, None);
+        }
     }
 
-    /// Generates one FPDU (or finishes one WR); false when nothing can be sent now.
-    fn tx_segment<K: Stags + ?Sized, M: Memory + ?Sized>(
+    /// Generates one FPDU into `stream` (an owed response first, else the next segment of
+    /// a send WR) or finishes one WR. `Ok(false)` when nothing can be sent now; an error
+    /// is the Terminate the connection sends (a failed WR is already marked).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn segment<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
+        irq: &mut Irq,
+        stream: &mut Stream,
+        out: &mut Outbox,
+        cfg: &IwarpConfig,
         keys: &mut K,
         mem: &mut M,
-    ) -> bool {
-        if self.phase != Phase::Rts || !self.tx_ready {
-            return false;
+    ) -> Result<bool, TerminateError> {
+        if !self.ready {
+            return Ok(false);
         }
-        if self.tx_response(mem) {
-            return true;
+        if irq.respond(&mut self.msns, stream, mem)? {
+            return Ok(true);
         }
-        let idx = self.sq_cur;
+        let idx = self.cur;
         let Some(e) = self.sq.get(idx) else {
-            return false;
+            return Ok(false);
         };
-        let (pd, qpn) = (self.cfg.pd, self.cfg.qpn.0);
+        let (pd, qpn) = (cfg.pd, cfg.qpn.0);
         let opcode = e.wr.opcode;
         match opcode {
             WrOpcode::Send
@@ -176,40 +486,31 @@ impl Connection {
             | WrOpcode::RdmaWriteWithImm => {
                 let imm_op = matches!(opcode, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
                 if imm_op && !self.ext {
-                    self.local_error(idx, WcStatus::LocQpOpErr);
-                    return true;
+                    return Err(self.local_error(idx, WcStatus::LocQpOpErr));
                 }
                 let tagged = matches!(opcode, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
                 if !e.started {
                     if let Err(s) = check_sges(keys, pd, qpn, &e.wr, AccessFlags::EMPTY) {
-                        self.local_error(idx, s);
-                        return true;
+                        return Err(self.local_error(idx, s));
                     }
-                    let msn = if tagged {
-                        0
-                    } else {
-                        let m = self.tx_msn[0];
-                        self.tx_msn[0] = m.wrapping_add(1);
-                        m
-                    };
+                    let msn = if tagged { 0 } else { self.take_msn(0) };
                     let e = &mut self.sq[idx];
                     e.started = true;
                     e.msn = msn;
                 }
                 let e = &self.sq[idx];
-                let chunk = ((e.total - e.sent) as usize).min(self.max_payload(tagged));
+                let chunk = ((e.total - e.sent) as usize).min(stream.max_payload(tagged));
                 let mut payload = Vec::with_capacity(chunk);
                 if let Err(s) = gather(
                     keys,
                     mem,
-                    (pd, qpn, self.cfg.inline_space),
+                    (pd, qpn, cfg.inline_space),
                     &e.wr,
                     e.sent,
                     chunk,
                     &mut payload,
                 ) {
-                    self.local_error(idx, s);
-                    return true;
+                    return Err(self.local_error(idx, s));
                 }
                 let last = e.sent + chunk as u64 == e.total;
                 let solicited = e.wr.send_flags.contains(SendFlags::SOLICITED);
@@ -217,83 +518,74 @@ impl Connection {
                 let msn = e.msn;
                 let wr = &e.wr;
                 if tagged {
-                    let msg = RdmapMessage::Write {
+                    stream.emit_msg(&RdmapMessage::Write {
                         last,
                         stag: Stag(wr.rdma.rkey.0),
                         offset: wr.rdma.remote_addr.wrapping_add(msg_off),
                         payload: &payload,
-                    };
-                    self.emit_msg(&msg);
+                    });
                 } else if opcode == WrOpcode::SendWithImm {
-                    let msg = ExtMessage::SendImm {
+                    stream.emit_ext(&ExtMessage::SendImm {
                         last,
                         solicited,
                         msn,
                         mo: msg_off as u32,
                         imm: wr.imm_data,
                         payload: &payload,
-                    };
-                    self.emit_ext(&msg);
+                    });
                 } else {
                     let invalidate =
                         (opcode == WrOpcode::SendWithInv).then_some(Stag(wr.invalidate_rkey.0));
-                    let msg = RdmapMessage::Send {
+                    stream.emit_msg(&RdmapMessage::Send {
                         last,
                         solicited,
                         invalidate,
                         msn,
                         mo: msg_off as u32,
                         payload: &payload,
-                    };
-                    self.emit_msg(&msg);
+                    });
                 }
-                let imm = self.sq[idx].wr.imm_data;
+                let imm = wr.imm_data;
                 let e = &mut self.sq[idx];
                 e.sent += chunk as u64;
                 if last {
                     e.byte_len = e.total as u32;
                     e.status = Some(WcStatus::Success);
-                    self.sq_cur += 1;
+                    self.cur += 1;
                     if opcode == WrOpcode::RdmaWriteWithImm {
-                        let msn = self.tx_msn[0];
-                        self.tx_msn[0] = msn.wrapping_add(1);
-                        self.emit_ext(&ExtMessage::Immediate {
+                        let msn = self.take_msn(0);
+                        stream.emit_ext(&ExtMessage::Immediate {
                             solicited,
                             msn,
                             imm,
                         });
                     }
                     // Like siw: a Send or Write is complete once handed to the stream.
-                    self.retire();
+                    self.retire(out);
                 }
-                true
+                Ok(true)
             }
             WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let atomic = opcode != WrOpcode::RdmaRead;
                 if atomic && !self.ext {
-                    self.local_error(idx, WcStatus::LocQpOpErr);
-                    return true;
+                    return Err(self.local_error(idx, WcStatus::LocQpOpErr));
                 }
                 // RFC 5040 §6.4: at most ORD outstanding; a fenced WR waits for them all.
                 if self.orq.len() >= usize::from(self.ord.max(1))
                     || (e.wr.send_flags.contains(SendFlags::FENCE) && !self.orq.is_empty())
                 {
-                    return false;
+                    return Ok(false);
                 }
-                let need = AccessFlags::LOCAL_WRITE;
-                if let Err(s) = check_sges(keys, pd, qpn, &e.wr, need) {
-                    self.local_error(idx, s);
-                    return true;
+                if let Err(s) = check_sges(keys, pd, qpn, &e.wr, AccessFlags::LOCAL_WRITE) {
+                    return Err(self.local_error(idx, s));
                 }
                 if atomic && e.total < 8 {
-                    self.local_error(idx, WcStatus::LocLenErr);
-                    return true;
+                    return Err(self.local_error(idx, WcStatus::LocLenErr));
                 }
                 let (sink_stag, sink_to) =
                     e.wr.sg_list.first().map_or((0, 0), |s| (s.lkey.0, s.addr));
                 let seq = e.seq;
-                let msn = self.tx_msn[1];
-                self.tx_msn[1] = msn.wrapping_add(1);
+                let msn = self.take_msn(1);
                 if atomic {
                     let req_id = self.next_req_id;
                     self.next_req_id = req_id.wrapping_add(1);
@@ -310,7 +602,7 @@ impl Connection {
                         size: 8,
                         atomic: Some(req_id),
                     });
-                    self.emit_ext(&ExtMessage::AtomicRequest {
+                    stream.emit_ext(&ExtMessage::AtomicRequest {
                         msn,
                         op,
                         req_id,
@@ -336,81 +628,22 @@ impl Connection {
                         size,
                         atomic: None,
                     });
-                    self.emit_msg(&RdmapMessage::ReadRequest { msn, request: req });
+                    stream.emit_msg(&RdmapMessage::ReadRequest { msn, request: req });
                 }
                 self.sq[idx].started = true;
-                self.sq_cur += 1;
-                true
+                self.cur += 1;
+                Ok(true)
             }
             WrOpcode::LocalInv => {
-                let rkey = e.wr.invalidate_rkey.0;
-                let status = match keys.invalidate(rkey, pd) {
-                    Ok(()) => WcStatus::Success,
-                    Err(_) => WcStatus::LocProtErr,
-                };
-                if status != WcStatus::Success {
-                    self.local_error(idx, status);
-                    return true;
+                if keys.invalidate(e.wr.invalidate_rkey.0, pd).is_err() {
+                    return Err(self.local_error(idx, WcStatus::LocProtErr));
                 }
-                let e = &mut self.sq[idx];
-                e.status = Some(status);
-                self.sq_cur += 1;
-                self.retire();
-                true
+                self.sq[idx].status = Some(WcStatus::Success);
+                self.cur += 1;
+                self.retire(out);
+                Ok(true)
             }
-            WrOpcode::BindMw => {
-                self.local_error(idx, WcStatus::LocQpOpErr);
-                true
-            }
-        }
-    }
-
-    /// One segment of the oldest owed Read or Atomic Response.
-    fn tx_response<M: Memory + ?Sized>(&mut self, mem: &mut M) -> bool {
-        let max = self.max_payload(true);
-        let Some(front) = self.irq.front_mut() else {
-            return false;
-        };
-        match *front {
-            IrqEntry::Atomic { req_id, original } => {
-                self.irq.pop_front();
-                let msn = self.tx_msn[3];
-                self.tx_msn[3] = msn.wrapping_add(1);
-                self.emit_ext(&ExtMessage::AtomicResponse {
-                    msn,
-                    req_id,
-                    original,
-                });
-                true
-            }
-            IrqEntry::Read {
-                sink_stag,
-                sink_to,
-                space,
-                host,
-                size,
-                ref mut sent,
-            } => {
-                let chunk = ((size - *sent) as usize).min(max);
-                let off = *sent;
-                *sent += chunk as u64;
-                let last = *sent == size;
-                let mut payload = vec![0u8; chunk];
-                if chunk > 0 && mem.read(space, host + off, &mut payload).is_err() {
-                    self.send_terminate(TerminateError::RdmapCatastrophic, None);
-                    return true;
-                }
-                if last {
-                    self.irq.pop_front();
-                }
-                self.emit_msg(&RdmapMessage::ReadResponse {
-                    last,
-                    stag: Stag(sink_stag),
-                    offset: sink_to.wrapping_add(off),
-                    payload: &payload,
-                });
-                true
-            }
+            WrOpcode::BindMw => Err(self.local_error(idx, WcStatus::LocQpOpErr)),
         }
     }
 }
