@@ -79,7 +79,7 @@ impl Engine {
             .get(dev)
             .and_then(Option::as_ref)
             .ok_or(libc::ENODEV)?;
-        if crate::daemon::siw::is_siw(d) {
+        if d.is_siw() {
             return Err(libc::ENOSYS);
         }
         if !is_multicast(group.ip()) {

@@ -31,12 +31,9 @@ pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 pub use nic::SiwNic;
 
 use super::config::DeviceSpec;
-use super::device::ServedDevice as Device;
 use super::link::backend::{check_smoltcp_addrs, Backend};
-use super::link::udp::UdpBackend;
-use super::netdev;
+use super::netdev::{self, Netdev};
 use super::nic::Limits;
-use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};
@@ -159,12 +156,23 @@ fn kernel_has(ip: IpAddr, scope: u32) -> bool {
     std::net::UdpSocket::bind(addr).is_ok()
 }
 
+/// A siw device's parts as [`open_device`] found and built them; `device.rs` serves them.
+pub struct Opened {
+    pub netdev: Netdev,
+    /// The addresses the device serves, in `netdev::gid_table` order.
+    pub gids: Vec<IpAddr>,
+    /// IB MTU in bytes ([`port_mtu`]).
+    pub mtu: u32,
+    pub node_guid: u64,
+    pub nic: SiwNic,
+}
+
 /// Opens a `siw` device on its interface over `backend`. No socket is opened until the
-/// RDMA CM listens or connects; `Device::gids` holds the addresses the device serves
+/// RDMA CM listens or connects; [`Opened::gids`] are the addresses the device serves
 /// (the CM maps addresses to devices with it), the GID table shows the MAC as siw does.
 /// On smoltcp the addresses are the device's own (`spec.addrs`, checked by
 /// [`check_smoltcp_addrs`]) and the interface must be Ethernet.
-pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<Device> {
+pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<Opened> {
     let netdev = netdev::lookup(&spec.netdev)?;
     let addrs = match backend {
         Backend::Smoltcp => {
@@ -210,61 +218,33 @@ pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result
         _ => SiwNic::new(&spec.name, &gids, mtu, seed)?,
     }
     .with_mpa(spec.mpa());
-    let guid = node_guid(netdev.mac, &spec.name);
-    Ok(Device {
-        spec: spec.clone(),
-        node_guid: guid,
+    Ok(Opened {
+        node_guid: node_guid(netdev.mac, &spec.name),
         netdev,
-        gids: crate::daemon::gid_table::GidTable::new(&gids),
-        // The IB CM on QP1 is RoCE's; an iWARP device connects over TCP (`siw::cm`).
-        cm: emu_core::cm::CmAgent::new(emu_core::cm::CmConfig::new(
-            guid,
-            Vec::new(),
-            emu_core::Mtu::Mtu1024,
-            seed,
-        )),
-        gsi_psn: 0,
-        gsi_rx_dropped: 0,
-        parked_reqs: Vec::new(),
-        faults: Default::default(),
-        pause: None,
+        gids,
         mtu,
-        udp: UdpBackend::default(),
-        nic: Box::new(nic),
-        cq_by_id: HashMap::new(),
-        qp_by_qpn: HashMap::new(),
-        srq_by_id: HashMap::new(),
-        open_ctxs: 0,
-        rx_datagrams: 0,
-        tx_datagrams: 0,
-        tx_errors: 0,
-        rx_truncated: 0,
+        nic,
     })
 }
 
-/// Whether `d` is a siw device (for the hooks in `device.rs`).
-pub fn is_siw(d: &Device) -> bool {
-    d.spec.link_type == "siw"
-}
-
 /// `ibv_get_device_list` entry: an RNIC with the iWARP transport.
-pub fn summary(d: &Device) -> DeviceSummary {
+pub fn summary(name: &str, node_guid: u64) -> DeviceSummary {
     DeviceSummary {
-        name: d.spec.name.clone(),
-        node_guid: d.node_guid,
+        name: name.to_owned(),
+        node_guid,
         transport: node::TRANSPORT_IWARP,
         node_type: node::NODE_RNIC,
     }
 }
 
-/// `ibv_query_device`, as `siw_query_device` fills it.
-pub fn device_attr(d: &Device) -> DeviceAttr {
+/// `ibv_query_device`, as `siw_query_device` fills it (`mac`: the interface's).
+pub fn device_attr(node_guid: u64, mac: [u8; 6]) -> DeviceAttr {
     let l = siw_limits();
     let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
     DeviceAttr {
         fw_ver: "0.0.0".into(),
-        node_guid: d.node_guid,
-        sys_image_guid: eui48(d.netdev.mac),
+        node_guid,
+        sys_image_guid: eui48(mac),
         max_mr_size: u64::MAX,
         page_size_cap: 4096,
         vendor_id: VENDOR_ID,
@@ -305,10 +285,10 @@ pub fn device_attr(d: &Device) -> DeviceAttr {
     }
 }
 
-/// `ibv_query_port` for port 1, as `siw_query_port` fills it.
-pub fn port_attr(d: &Device) -> PortAttr {
-    let m = mtu::from_bytes(d.mtu).unwrap_or(mtu::MTU_1024);
-    let (active_width, active_speed) = width_speed(netdev_speed(&d.netdev.name));
+/// `ibv_query_port` for port 1, as `siw_query_port` fills it (`mtu`: the IB MTU in bytes).
+pub fn port_attr(mtu: u32, netdev: &Netdev) -> PortAttr {
+    let m = mtu::from_bytes(mtu).unwrap_or(mtu::MTU_1024);
+    let (active_width, active_speed) = width_speed(netdev_speed(&netdev.name));
     PortAttr {
         state: port_state::ACTIVE,
         max_mtu: m,
@@ -338,9 +318,9 @@ pub fn port_attr(d: &Device) -> PortAttr {
 }
 
 /// The GID table: one entry, the MAC in the first six octets (`siw_query_gid`).
-pub fn gid_entries(d: &Device) -> Vec<GidEntry> {
+pub fn gid_entries(mac: [u8; 6]) -> Vec<GidEntry> {
     let mut gid = [0u8; 16];
-    gid[..6].copy_from_slice(&d.netdev.mac);
+    gid[..6].copy_from_slice(&mac);
     vec![GidEntry {
         index: 0,
         port_num: 1,

@@ -130,6 +130,12 @@ impl SiwNic {
         }
     }
 
+    /// The siw engine behind `nic`, for the RDMA CM driver's iWARP calls (`None` on RoCE
+    /// devices).
+    pub fn of(nic: &mut (dyn Nic + Send)) -> Option<&mut SiwNic> {
+        (nic as &mut dyn std::any::Any).downcast_mut()
+    }
+
     /// The device with MPA options `mpa` for the connections it makes or accepts from now
     /// on (default: CRC and markers off).
     pub fn with_mpa(mut self, mpa: MpaOptions) -> SiwNic {
@@ -633,9 +639,6 @@ impl Nic for SiwNic {
     }
     fn handle_streams(&mut self, now: Instant, readable: bool, mem: &mut dyn AppMemory) -> bool {
         self.service_streams(now, readable, mem)
-    }
-    fn siw(&mut self) -> Option<&mut SiwNic> {
-        Some(self)
     }
 }
 
