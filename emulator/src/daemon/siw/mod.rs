@@ -20,6 +20,7 @@
 //! See `docs/iwarp.md` ("Daemon") and `docs/daemon.md`.
 
 mod cm;
+pub mod limits;
 mod link;
 mod net;
 mod nic;
@@ -33,30 +34,10 @@ pub use nic::SiwNic;
 use super::config::DeviceSpec;
 use super::link::backend::{check_smoltcp_addrs, Backend};
 use super::netdev::{self, Netdev};
-use super::nic::Limits;
 use std::io;
 use std::net::IpAddr;
 use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};
 use wire::client::{DeviceAttr, DeviceSummary, GidEntry, PortAttr};
-
-/// Limits of Linux siw (`siw.h`, `rdma/siw-abi.h`).
-pub mod limits {
-    pub const MAX_QP: u32 = 1024 * 100;
-    pub const MAX_QP_WR: u32 = 1024 * 32;
-    pub const MAX_ORD: u32 = 128;
-    pub const MAX_IRD: u32 = 128;
-    pub const MAX_SGE: u32 = 6;
-    pub const MAX_SGE_RD: u32 = 1;
-    pub const MAX_CQ: u32 = 1024 * 100;
-    pub const MAX_CQE: u32 = MAX_QP_WR * 100;
-    pub const MAX_MR: u32 = MAX_QP * 10;
-    pub const MAX_PD: u32 = MAX_QP;
-    pub const MAX_SRQ: u32 = MAX_QP;
-    pub const MAX_SRQ_WR: u32 = MAX_QP_WR * 10;
-    /// siw's `SIW_MAX_INLINE` is 80 octets; the daemon's send slots carry 512 and
-    /// perftest asks for more than 80, so this device accepts up to 512.
-    pub const MAX_INLINE: u32 = 512;
-}
 
 /// `SIW_VENDOR_ID` (ASCII "bmt").
 pub const VENDOR_ID: u32 = 0x0062_6d74;
@@ -66,29 +47,6 @@ const DEVICE_CAP_FLAGS: u32 = 1 << 21;
 
 /// `IB_PORT_CM_SUP | IB_PORT_DEVICE_MGMT_SUP`.
 const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 19);
-
-/// The limits this device reports (and enforces at creation).
-pub fn siw_limits() -> Limits {
-    use limits::*;
-    Limits {
-        max_qp: MAX_QP,
-        max_qp_wr: MAX_QP_WR,
-        max_sge: MAX_SGE,
-        max_cq: MAX_CQ,
-        max_cqe: MAX_CQE,
-        max_mr: MAX_MR,
-        max_pd: MAX_PD,
-        max_qp_rd_atom: MAX_ORD,
-        max_res_rd_atom: MAX_QP * MAX_IRD,
-        max_srq: MAX_SRQ,
-        max_srq_wr: MAX_SRQ_WR,
-        max_srq_sge: MAX_SGE,
-        max_ah: 0,
-        max_mw: 0,
-        max_inline: MAX_INLINE,
-        max_msg_sz: u32::MAX,
-    }
-}
 
 /// `ib_mtu_int_to_enum` in bytes: the largest IB MTU not above the netdev MTU (siw uses
 /// the whole netdev MTU, unlike rxe which subtracts its headers).
@@ -239,7 +197,7 @@ pub fn summary(name: &str, node_guid: u64) -> DeviceSummary {
 
 /// `ibv_query_device`, as `siw_query_device` fills it (`mac`: the interface's).
 pub fn device_attr(node_guid: u64, mac: [u8; 6]) -> DeviceAttr {
-    let l = siw_limits();
+    let l = limits::siw_limits();
     let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
     DeviceAttr {
         fw_ver: "0.0.0".into(),

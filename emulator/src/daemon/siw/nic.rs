@@ -92,7 +92,7 @@ impl SiwNic {
         mtu_bytes: u32,
         seed: u64,
     ) -> SiwNic {
-        let l = super::siw_limits();
+        let l = limits::siw_limits();
         let cfg = core::DeviceConfig {
             name: name.to_string(),
             gids: addrs.iter().map(|ip| core::Gid::from_ip(*ip)).collect(),
@@ -313,7 +313,7 @@ impl SiwNic {
 
 impl Nic for SiwNic {
     fn limits(&self) -> Limits {
-        super::siw_limits()
+        limits::siw_limits()
     }
     fn alloc_pd(&mut self, owner: Owner) -> Result<u32, Errno> {
         self.dev
