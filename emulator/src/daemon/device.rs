@@ -1,6 +1,7 @@
 //! One served device: its interface, GID table, UDP sockets, transport engine, and what
 //! `ibv_query_device` / `ibv_query_port` / `rdma link show` report about it.
 
+use super::cm::gsi::ParkedReqs;
 use super::config::DeviceSpec;
 use super::gid_table::{GidTable, GID_TBL_LEN};
 use super::link::backend::Backend;
@@ -9,11 +10,14 @@ use super::link::packet::PacketLink;
 use super::link::udp::UdpBackend;
 use super::link::xdp::XdpLink;
 use super::netdev::{self, Netdev};
-use super::nic::{Limits, Nic};
+use super::nic::{AppMemory, Limits, Nic};
+use super::siw;
+use emu_core::cm::gsi_route::{self, Rx};
 use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};
 use wire::client::{DeviceAttr, DeviceSummary, GidEntry, LinkInfo, PortAttr};
@@ -72,7 +76,7 @@ pub struct ServedDevice {
     pub gsi_rx_dropped: u64,
     /// REQs and SIDR_REQs for a service nobody listens on yet, held for a moment
     /// (`cm::gsi::LISTEN_GRACE`) before the agent rejects them.
-    pub(in crate::daemon) parked_reqs: Vec<super::cm::gsi::ParkedReq>,
+    pub(in crate::daemon) parked_reqs: ParkedReqs,
     /// Fault injection (`rdma-emu fault`): rules, held packets, the link state.
     pub faults: super::link::fault::Faults,
     /// With `backend packet`: the socket 802.3 PAUSE / 802.1Qbb PFC frames arrive on.
@@ -138,7 +142,7 @@ impl ServedDevice {
         udp_src_port: Option<u16>,
     ) -> io::Result<ServedDevice> {
         if spec.link_type == "siw" {
-            return super::siw::open_device(spec, backend, seed); // siw hook
+            return ServedDevice::open_siw(spec, backend, seed); // siw hook
         }
         if spec.link_type != "rxe" {
             return Err(io::Error::new(
@@ -238,7 +242,7 @@ impl ServedDevice {
             cm,
             gsi_psn: 0,
             gsi_rx_dropped: 0,
-            parked_reqs: Vec::new(),
+            parked_reqs: ParkedReqs::default(),
             faults: Default::default(),
             pause,
         })
@@ -274,7 +278,7 @@ impl ServedDevice {
     pub fn follow_addrs(&mut self, present: &[IpAddr]) -> AddrChange {
         let before = self.gids.clone();
         let mut change = AddrChange::default();
-        if super::siw::is_siw(self) {
+        if self.is_siw() {
             // No UDP sockets: the addresses only say where the RDMA CM may listen.
             self.gids.follow(present);
             return change;
@@ -314,13 +318,92 @@ impl ServedDevice {
         change
     }
 
+    /// Opens a `siw` device ([`siw::open_device`]) and serves it: no UDP socket and no IB
+    /// CM on QP1 (an iWARP device connects over TCP, `siw::cm`).
+    fn open_siw(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<ServedDevice> {
+        let siw::Opened {
+            netdev,
+            gids,
+            mtu,
+            node_guid,
+            nic,
+        } = siw::open_device(spec, backend, seed)?;
+        Ok(ServedDevice {
+            spec: spec.clone(),
+            node_guid,
+            netdev,
+            gids: GidTable::new(&gids),
+            cm: CmAgent::new(CmConfig::new(
+                node_guid,
+                Vec::new(),
+                emu_core::Mtu::Mtu1024,
+                seed,
+            )),
+            gsi_psn: 0,
+            gsi_rx_dropped: 0,
+            parked_reqs: ParkedReqs::default(),
+            faults: Default::default(),
+            pause: None,
+            mtu,
+            udp: UdpBackend::default(),
+            nic: Box::new(nic),
+            cq_by_id: HashMap::new(),
+            qp_by_qpn: HashMap::new(),
+            srq_by_id: HashMap::new(),
+            open_ctxs: 0,
+            rx_datagrams: 0,
+            tx_datagrams: 0,
+            tx_errors: 0,
+            rx_truncated: 0,
+        })
+    }
+
+    /// Whether this is a siw (iWARP) device.
+    pub fn is_siw(&self) -> bool {
+        self.spec.link_type == "siw"
+    }
+
+    /// A received RoCE v2 datagram: QP1 traffic to the CM agent (held back while its
+    /// service is not listened on, `cm::gsi::LISTEN_GRACE`), the rest to the core.
+    pub(in crate::daemon) fn deliver(
+        &mut self,
+        now: Instant,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+        mem: &mut dyn AppMemory,
+    ) {
+        match gsi_route::route(src, dst, payload) {
+            Rx::Transport => self.nic.handle_datagram(now, src, dst, payload, mem),
+            Rx::Gsi { src, dst, mad } => {
+                self.parked_reqs
+                    .handle_mad(&mut self.cm, now, src, dst, mad)
+            }
+            Rx::Dropped(why) => {
+                self.gsi_rx_dropped += 1;
+                tracing::trace!(%src, ?why, "QP1 packet dropped");
+            }
+        }
+    }
+
+    /// Hands held-back REQs to the CM agent once their service is listened on or their
+    /// grace is over. Whether any went.
+    pub(in crate::daemon) fn release_parked_reqs(&mut self, now: Instant) -> bool {
+        self.parked_reqs.release(&mut self.cm, now)
+    }
+
+    /// When the oldest held-back REQ's grace ends.
+    pub(in crate::daemon) fn parked_deadline(&self) -> Option<Instant> {
+        self.parked_reqs.deadline()
+    }
+
     pub fn name(&self) -> &str {
         &self.spec.name
     }
 
     pub fn summary(&self) -> DeviceSummary {
-        if super::siw::is_siw(self) {
-            return super::siw::summary(self); // siw hook
+        if self.is_siw() {
+            return siw::summary(&self.spec.name, self.node_guid); // siw hook
         }
         DeviceSummary {
             name: self.spec.name.clone(),
@@ -332,8 +415,8 @@ impl ServedDevice {
 
     /// `ibv_query_device`, as rxe fills it.
     pub fn device_attr(&self) -> DeviceAttr {
-        if super::siw::is_siw(self) {
-            return super::siw::device_attr(self); // siw hook
+        if self.is_siw() {
+            return siw::device_attr(self.node_guid, self.netdev.mac); // siw hook
         }
         let l = self.nic.limits();
         let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
@@ -400,8 +483,8 @@ impl ServedDevice {
     }
 
     fn port_attr_up(&self) -> PortAttr {
-        if super::siw::is_siw(self) {
-            return super::siw::port_attr(self); // siw hook
+        if self.is_siw() {
+            return siw::port_attr(self.mtu, &self.netdev); // siw hook
         }
         PortAttr {
             state: port_state::ACTIVE,
@@ -432,8 +515,8 @@ impl ServedDevice {
 
     /// The occupied GID entries (what `rdma link show` and a device's opening list).
     pub fn gid_entries(&self) -> Vec<GidEntry> {
-        if super::siw::is_siw(self) {
-            return super::siw::gid_entries(self); // siw hook
+        if self.is_siw() {
+            return siw::gid_entries(self.netdev.mac); // siw hook
         }
         self.gids
             .iter()
@@ -464,18 +547,16 @@ impl ServedDevice {
             active_mtu: mtu::from_bytes(self.mtu).unwrap_or(mtu::MTU_1024),
             netdev_mtu: self.netdev.mtu,
             gids: self.gid_entries(),
-            mpa_crc: super::siw::is_siw(self).then(|| self.spec.mpa().crc),
-            mpa_markers: super::siw::is_siw(self).then(|| self.spec.mpa().markers),
+            mpa_crc: self.is_siw().then(|| self.spec.mpa().crc),
+            mpa_markers: self.is_siw().then(|| self.spec.mpa().markers),
             backend: match self.udp.xdp_mode() {
-                _ if super::siw::is_siw(self) => {
-                    self.spec.backend().unwrap_or(Backend::Tcp).to_string()
-                }
+                _ if self.is_siw() => self.spec.backend().unwrap_or(Backend::Tcp).to_string(),
                 // How the program runs, as `ip link` tells it apart (xdp / xdpgeneric).
                 Some(mode) => format!("xdp mode {}", mode.name()),
                 None => self.udp.backend().to_string(),
             },
-            default_tos: (!super::siw::is_siw(self)).then(|| self.spec.default_tos()),
-            cnp_dscp: (!super::siw::is_siw(self)).then(|| self.spec.cnp_dscp()),
+            default_tos: (!self.is_siw()).then(|| self.spec.default_tos()),
+            cnp_dscp: (!self.is_siw()).then(|| self.spec.cnp_dscp()),
         }
     }
 }

@@ -105,7 +105,7 @@ impl FaultCtx<'_> {
             .get_mut(dev)
             .and_then(Option::as_mut)
             .ok_or(libc::ENODEV)?;
-        if super::siw::is_siw(d) {
+        if d.is_siw() {
             return Err(libc::EOPNOTSUPP);
         }
         self.ids.next += 1;

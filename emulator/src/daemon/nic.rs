@@ -106,8 +106,10 @@ impl Default for Limits {
     }
 }
 
-/// One device's transport engine.
-pub trait Nic {
+/// One device's transport engine. `Any`: code that drives one kind of engine beyond this
+/// trait (the RDMA CM's iWARP calls on a siw device) finds it by downcasting, so the trait
+/// names none of its implementors.
+pub trait Nic: std::any::Any {
     fn limits(&self) -> Limits;
     fn alloc_pd(&mut self, owner: Owner) -> Result<u32, Errno>;
     fn dealloc_pd(&mut self, pd: u32) -> Result<(), Errno>;
@@ -254,9 +256,5 @@ pub trait Nic {
     /// happened.
     fn handle_streams(&mut self, _now: Instant, _readable: bool, _mem: &mut dyn AppMemory) -> bool {
         false
-    }
-    /// The siw engine, for the RDMA CM driver's iWARP calls (`None` on RoCE devices).
-    fn siw(&mut self) -> Option<&mut super::siw::SiwNic> {
-        None
     }
 }

@@ -67,8 +67,12 @@ impl Engine {
                     d.cm.handle_timeout(now);
                 }
                 loop {
-                    let staged =
-                        super::stage_gsi_transmits(d, &mut self.tx_bufs, &mut self.tx_meta);
+                    let staged = super::stage_gsi_transmits(
+                        &mut d.cm,
+                        &mut d.gsi_psn,
+                        &mut self.tx_bufs,
+                        &mut self.tx_meta,
+                    );
                     if staged == 0 {
                         break;
                     }

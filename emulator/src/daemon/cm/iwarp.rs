@@ -10,10 +10,11 @@
 //! ESTABLISHED directly (no CONNECT_RESPONSE).
 
 use super::tables::{CmId, IdState};
+use crate::daemon::device::ServedDevice;
 use crate::daemon::engine::Engine;
 use crate::daemon::netdev::canonical;
 use crate::daemon::objects::{Kind, SessionId};
-use crate::daemon::siw::{self, ConnId, ConnParams, ListenerId, SiwCmEvent, SiwNic};
+use crate::daemon::siw::{ConnId, ConnParams, ListenerId, SiwCmEvent, SiwNic};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use wire::client::cm::event;
@@ -59,7 +60,7 @@ impl Engine {
         self.devices
             .get(dev)
             .and_then(Option::as_ref)
-            .is_some_and(siw::is_siw)
+            .is_some_and(ServedDevice::is_siw)
     }
 
     /// The siw device of an iWARP id of `session` (`None`: the id is not bound to one).
@@ -72,7 +73,7 @@ impl Engine {
         self.devices
             .get_mut(dev)
             .and_then(Option::as_mut)
-            .and_then(|d| d.nic.siw())
+            .and_then(|d| SiwNic::of(d.nic.as_mut()))
             .ok_or(libc::ENODEV)
     }
 
@@ -214,7 +215,7 @@ impl Engine {
         let Some(d) = self.devices.get_mut(dev).and_then(Option::as_mut) else {
             return Err(libc::ENODEV);
         };
-        let nic = d.nic.siw().ok_or(libc::ENODEV)?;
+        let nic = SiwNic::of(d.nic.as_mut()).ok_or(libc::ENODEV)?;
         nic.accept(now, conn, qpn, &params, &mut self.mem)?;
         tracing::debug!(id = h.0, conn = conn.0, qpn, "cm iwarp accept");
         Ok(())
@@ -232,7 +233,7 @@ impl Engine {
         let Some(d) = self.devices.get_mut(dev).and_then(Option::as_mut) else {
             return Err(libc::ENODEV);
         };
-        let nic = d.nic.siw().ok_or(libc::ENODEV)?;
+        let nic = SiwNic::of(d.nic.as_mut()).ok_or(libc::ENODEV)?;
         nic.reject(now, conn, private_data, &mut self.mem)
     }
 
@@ -310,7 +311,7 @@ impl Engine {
         let Some(d) = self.devices.get_mut(dev).and_then(Option::as_mut) else {
             return;
         };
-        let Some(nic) = d.nic.siw() else {
+        let Some(nic) = SiwNic::of(d.nic.as_mut()) else {
             return;
         };
         // iw_destroy_cm_id: a pending request is rejected, anything else closed.
@@ -348,7 +349,7 @@ impl Engine {
             }
         }
         for (i, slot) in self.devices.iter_mut().enumerate() {
-            let Some(nic) = slot.as_mut().and_then(|d| d.nic.siw()) else {
+            let Some(nic) = slot.as_mut().and_then(|d| SiwNic::of(d.nic.as_mut())) else {
                 continue;
             };
             while let Some(ev) = nic.poll_cm_event() {
@@ -540,7 +541,7 @@ impl Engine {
                 "siw connect request refused: no listener or backlog full"
             );
             if let Some(d) = self.devices.get_mut(dev).and_then(Option::as_mut) {
-                if let Some(nic) = d.nic.siw() {
+                if let Some(nic) = SiwNic::of(d.nic.as_mut()) {
                     let _ = nic.reject(now, conn, &[], &mut self.mem);
                 }
             }
@@ -553,7 +554,7 @@ impl Engine {
             (l.session, l.channel, l.ps, l.tos, l.ack_timeout, l.afonly);
         let Ok(nh) = self.insert(session, None, Kind::CmId) else {
             if let Some(d) = self.devices.get_mut(dev).and_then(Option::as_mut) {
-                if let Some(nic) = d.nic.siw() {
+                if let Some(nic) = SiwNic::of(d.nic.as_mut()) {
                     let _ = nic.reject(now, conn, &[], &mut self.mem);
                 }
             }

@@ -76,7 +76,7 @@ pub(super) fn join(
         .get(dev)
         .and_then(Option::as_ref)
         .ok_or(libc::ENODEV)?;
-    if crate::daemon::siw::is_siw(d) {
+    if d.is_siw() {
         return Err(libc::ENOSYS);
     }
     if !is_multicast(group.ip()) {

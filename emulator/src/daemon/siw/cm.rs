@@ -1,4 +1,6 @@
-//! The API the RDMA CM driver calls to set up iWARP connections on a siw device.
+//! The words of the API the RDMA CM driver calls to set up iWARP connections on a siw
+//! device: ids, parameters and events. The calls are `SiwNic`'s (`tcp/service.rs`, beside
+//! the TCP service they drive), so this file names nothing of the device.
 //!
 //! iWARP connects through TCP, and the RDMA CM port of an iWARP id is the TCP port (as
 //! the kernel's iw_cm with siw: `IW_F_NO_PORT_MAP`): `rdma_listen` on port P listens on
@@ -20,11 +22,8 @@
 //! The QP goes to RTS by itself when the connection is established (as siw moves it in
 //! `siw_proc_mpareply` / `siw_accept`), and to ERROR when the stream ends.
 
-use super::nic::SiwNic;
-use super::tcp::ConnPhase;
-use crate::daemon::nic::{AppMemory, Errno};
+use crate::daemon::nic::Errno;
 use std::net::SocketAddr;
-use std::time::Instant;
 
 /// A listening TCP socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,109 +82,4 @@ pub enum SiwCmEvent {
     Disconnected { conn: ConnId },
     /// The socket is closed and `conn` is forgotten.
     Closed { conn: ConnId },
-}
-
-impl SiwNic {
-    /// `rdma_listen`: listens on TCP `local` (port 0: an ephemeral port). Returns the
-    /// listener and the bound address. Errors: EADDRINUSE, EADDRNOTAVAIL, EACCES (the
-    /// kernel's errors for the bind).
-    pub fn listen(
-        &mut self,
-        local: SocketAddr,
-        backlog: u32,
-    ) -> Result<(ListenerId, SocketAddr), Errno> {
-        self.io.listen(local, backlog)
-    }
-
-    /// Stops listening (`rdma_destroy_id` of a listening id). Connections it accepted
-    /// stay until accepted, rejected or disconnected. Errors: ENOENT.
-    pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), Errno> {
-        self.io.unlisten(listener)
-    }
-
-    /// `rdma_connect`: binds QP `qpn` to a new TCP connection from `src` (port 0: an
-    /// ephemeral port) to `dst`; the MPA Request (with `params`) leaves once TCP is up.
-    /// Returns the connection and its local address. Errors: EINVAL (no such QP, not
-    /// RC, in ERROR, or private data too long), EISCONN (the QP has a connection),
-    /// and the socket's errors (EADDRINUSE, EADDRNOTAVAIL, ENETUNREACH...).
-    pub fn connect(
-        &mut self,
-        qpn: u32,
-        src: SocketAddr,
-        dst: SocketAddr,
-        params: &ConnParams,
-    ) -> Result<(ConnId, SocketAddr), Errno> {
-        self.check_bindable(qpn, params)?;
-        let (conn, local) = self.open_connection(qpn, src, dst, params)?;
-        if let Some(qp) = self.qps.get_mut(&qpn) {
-            qp.conn = Some(conn);
-        }
-        Ok((conn, local))
-    }
-
-    /// `rdma_accept`: answers the MPA Request of `conn` with a Reply carrying `params`
-    /// and binds QP `qpn` to it; the QP is in RTS on return (`Established` follows).
-    /// Errors: ENOENT (no such connection), EINVAL (no Request pending, bad QP, private
-    /// data too long), EISCONN (the QP has a connection).
-    pub fn accept(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        qpn: u32,
-        params: &ConnParams,
-        mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        self.check_bindable(qpn, params)?;
-        if !matches!(
-            self.io.conns.get(&conn).map(|c| &c.phase),
-            Some(ConnPhase::RequestPending { .. })
-        ) {
-            return Err(if self.io.conns.contains_key(&conn) {
-                libc::EINVAL
-            } else {
-                libc::ENOENT
-            });
-        }
-        let cfg = self.iwarp_config(qpn, params, self.io.mss_of(conn));
-        self.start_connection(now, conn, qpn, cfg, Some(&params.private_data), mem)?;
-        Ok(())
-    }
-
-    /// `rdma_reject`: answers the MPA Request of `conn` with a Reply with the R bit and
-    /// `private_data`, then closes. Errors: ENOENT, EINVAL (no Request pending, private
-    /// data too long).
-    pub fn reject(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        private_data: &[u8],
-        mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        self.reject_request(now, conn, private_data, mem)
-    }
-
-    /// `rdma_disconnect`: closes the connection (iWARP has no disconnect message: the
-    /// TCP stream is closed after what is queued left); its QP's outstanding WRs are
-    /// flushed. Any phase; a connection not yet established fails with `ConnectError`
-    /// (ECONNRESET) at the active side. Errors: ENOENT.
-    pub fn disconnect(&mut self, conn: ConnId) -> Result<(), Errno> {
-        self.io.disconnect(conn)?;
-        self.pump_all();
-        Ok(())
-    }
-
-    /// The next event for the RDMA CM driver.
-    pub fn poll_cm_event(&mut self) -> Option<SiwCmEvent> {
-        self.cm_events.pop_front()
-    }
-
-    /// (local, peer) addresses of a connection.
-    pub fn conn_addrs(&self, conn: ConnId) -> Option<(SocketAddr, SocketAddr)> {
-        self.io.conns.get(&conn).map(|c| (c.local, c.peer))
-    }
-
-    /// The QP bound to a connection, if any.
-    pub fn conn_qpn(&self, conn: ConnId) -> Option<u32> {
-        self.io.conns.get(&conn).and_then(|c| c.qpn)
-    }
 }

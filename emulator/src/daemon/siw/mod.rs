@@ -20,6 +20,7 @@
 //! See `docs/iwarp.md` ("Daemon") and `docs/daemon.md`.
 
 mod cm;
+pub mod limits;
 mod link;
 mod net;
 mod nic;
@@ -31,35 +32,12 @@ pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 pub use nic::SiwNic;
 
 use super::config::DeviceSpec;
-use super::device::ServedDevice as Device;
 use super::link::backend::{check_smoltcp_addrs, Backend};
-use super::link::udp::UdpBackend;
-use super::netdev;
-use super::nic::Limits;
-use std::collections::HashMap;
+use super::netdev::{self, Netdev};
 use std::io;
 use std::net::IpAddr;
 use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};
 use wire::client::{DeviceAttr, DeviceSummary, GidEntry, PortAttr};
-
-/// Limits of Linux siw (`siw.h`, `rdma/siw-abi.h`).
-pub mod limits {
-    pub const MAX_QP: u32 = 1024 * 100;
-    pub const MAX_QP_WR: u32 = 1024 * 32;
-    pub const MAX_ORD: u32 = 128;
-    pub const MAX_IRD: u32 = 128;
-    pub const MAX_SGE: u32 = 6;
-    pub const MAX_SGE_RD: u32 = 1;
-    pub const MAX_CQ: u32 = 1024 * 100;
-    pub const MAX_CQE: u32 = MAX_QP_WR * 100;
-    pub const MAX_MR: u32 = MAX_QP * 10;
-    pub const MAX_PD: u32 = MAX_QP;
-    pub const MAX_SRQ: u32 = MAX_QP;
-    pub const MAX_SRQ_WR: u32 = MAX_QP_WR * 10;
-    /// siw's `SIW_MAX_INLINE` is 80 octets; the daemon's send slots carry 512 and
-    /// perftest asks for more than 80, so this device accepts up to 512.
-    pub const MAX_INLINE: u32 = 512;
-}
 
 /// `SIW_VENDOR_ID` (ASCII "bmt").
 pub const VENDOR_ID: u32 = 0x0062_6d74;
@@ -69,29 +47,6 @@ const DEVICE_CAP_FLAGS: u32 = 1 << 21;
 
 /// `IB_PORT_CM_SUP | IB_PORT_DEVICE_MGMT_SUP`.
 const PORT_CAP_FLAGS: u32 = (1 << 16) | (1 << 19);
-
-/// The limits this device reports (and enforces at creation).
-pub fn siw_limits() -> Limits {
-    use limits::*;
-    Limits {
-        max_qp: MAX_QP,
-        max_qp_wr: MAX_QP_WR,
-        max_sge: MAX_SGE,
-        max_cq: MAX_CQ,
-        max_cqe: MAX_CQE,
-        max_mr: MAX_MR,
-        max_pd: MAX_PD,
-        max_qp_rd_atom: MAX_ORD,
-        max_res_rd_atom: MAX_QP * MAX_IRD,
-        max_srq: MAX_SRQ,
-        max_srq_wr: MAX_SRQ_WR,
-        max_srq_sge: MAX_SGE,
-        max_ah: 0,
-        max_mw: 0,
-        max_inline: MAX_INLINE,
-        max_msg_sz: u32::MAX,
-    }
-}
 
 /// `ib_mtu_int_to_enum` in bytes: the largest IB MTU not above the netdev MTU (siw uses
 /// the whole netdev MTU, unlike rxe which subtracts its headers).
@@ -159,12 +114,23 @@ fn kernel_has(ip: IpAddr, scope: u32) -> bool {
     std::net::UdpSocket::bind(addr).is_ok()
 }
 
+/// A siw device's parts as [`open_device`] found and built them; `device.rs` serves them.
+pub struct Opened {
+    pub netdev: Netdev,
+    /// The addresses the device serves, in `netdev::gid_table` order.
+    pub gids: Vec<IpAddr>,
+    /// IB MTU in bytes ([`port_mtu`]).
+    pub mtu: u32,
+    pub node_guid: u64,
+    pub nic: SiwNic,
+}
+
 /// Opens a `siw` device on its interface over `backend`. No socket is opened until the
-/// RDMA CM listens or connects; `Device::gids` holds the addresses the device serves
+/// RDMA CM listens or connects; [`Opened::gids`] are the addresses the device serves
 /// (the CM maps addresses to devices with it), the GID table shows the MAC as siw does.
 /// On smoltcp the addresses are the device's own (`spec.addrs`, checked by
 /// [`check_smoltcp_addrs`]) and the interface must be Ethernet.
-pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<Device> {
+pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<Opened> {
     let netdev = netdev::lookup(&spec.netdev)?;
     let addrs = match backend {
         Backend::Smoltcp => {
@@ -210,61 +176,33 @@ pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result
         _ => SiwNic::new(&spec.name, &gids, mtu, seed)?,
     }
     .with_mpa(spec.mpa());
-    let guid = node_guid(netdev.mac, &spec.name);
-    Ok(Device {
-        spec: spec.clone(),
-        node_guid: guid,
+    Ok(Opened {
+        node_guid: node_guid(netdev.mac, &spec.name),
         netdev,
-        gids: crate::daemon::gid_table::GidTable::new(&gids),
-        // The IB CM on QP1 is RoCE's; an iWARP device connects over TCP (`siw::cm`).
-        cm: emu_core::cm::CmAgent::new(emu_core::cm::CmConfig::new(
-            guid,
-            Vec::new(),
-            emu_core::Mtu::Mtu1024,
-            seed,
-        )),
-        gsi_psn: 0,
-        gsi_rx_dropped: 0,
-        parked_reqs: Vec::new(),
-        faults: Default::default(),
-        pause: None,
+        gids,
         mtu,
-        udp: UdpBackend::default(),
-        nic: Box::new(nic),
-        cq_by_id: HashMap::new(),
-        qp_by_qpn: HashMap::new(),
-        srq_by_id: HashMap::new(),
-        open_ctxs: 0,
-        rx_datagrams: 0,
-        tx_datagrams: 0,
-        tx_errors: 0,
-        rx_truncated: 0,
+        nic,
     })
 }
 
-/// Whether `d` is a siw device (for the hooks in `device.rs`).
-pub fn is_siw(d: &Device) -> bool {
-    d.spec.link_type == "siw"
-}
-
 /// `ibv_get_device_list` entry: an RNIC with the iWARP transport.
-pub fn summary(d: &Device) -> DeviceSummary {
+pub fn summary(name: &str, node_guid: u64) -> DeviceSummary {
     DeviceSummary {
-        name: d.spec.name.clone(),
-        node_guid: d.node_guid,
+        name: name.to_owned(),
+        node_guid,
         transport: node::TRANSPORT_IWARP,
         node_type: node::NODE_RNIC,
     }
 }
 
-/// `ibv_query_device`, as `siw_query_device` fills it.
-pub fn device_attr(d: &Device) -> DeviceAttr {
-    let l = siw_limits();
+/// `ibv_query_device`, as `siw_query_device` fills it (`mac`: the interface's).
+pub fn device_attr(node_guid: u64, mac: [u8; 6]) -> DeviceAttr {
+    let l = limits::siw_limits();
     let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
     DeviceAttr {
         fw_ver: "0.0.0".into(),
-        node_guid: d.node_guid,
-        sys_image_guid: eui48(d.netdev.mac),
+        node_guid,
+        sys_image_guid: eui48(mac),
         max_mr_size: u64::MAX,
         page_size_cap: 4096,
         vendor_id: VENDOR_ID,
@@ -305,10 +243,10 @@ pub fn device_attr(d: &Device) -> DeviceAttr {
     }
 }
 
-/// `ibv_query_port` for port 1, as `siw_query_port` fills it.
-pub fn port_attr(d: &Device) -> PortAttr {
-    let m = mtu::from_bytes(d.mtu).unwrap_or(mtu::MTU_1024);
-    let (active_width, active_speed) = width_speed(netdev_speed(&d.netdev.name));
+/// `ibv_query_port` for port 1, as `siw_query_port` fills it (`mtu`: the IB MTU in bytes).
+pub fn port_attr(mtu: u32, netdev: &Netdev) -> PortAttr {
+    let m = mtu::from_bytes(mtu).unwrap_or(mtu::MTU_1024);
+    let (active_width, active_speed) = width_speed(netdev_speed(&netdev.name));
     PortAttr {
         state: port_state::ACTIVE,
         max_mtu: m,
@@ -338,9 +276,9 @@ pub fn port_attr(d: &Device) -> PortAttr {
 }
 
 /// The GID table: one entry, the MAC in the first six octets (`siw_query_gid`).
-pub fn gid_entries(d: &Device) -> Vec<GidEntry> {
+pub fn gid_entries(mac: [u8; 6]) -> Vec<GidEntry> {
     let mut gid = [0u8; 16];
-    gid[..6].copy_from_slice(&d.netdev.mac);
+    gid[..6].copy_from_slice(&mac);
     vec![GidEntry {
         index: 0,
         port_num: 1,

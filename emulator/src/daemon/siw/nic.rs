@@ -92,7 +92,7 @@ impl SiwNic {
         mtu_bytes: u32,
         seed: u64,
     ) -> SiwNic {
-        let l = super::siw_limits();
+        let l = limits::siw_limits();
         let cfg = core::DeviceConfig {
             name: name.to_string(),
             gids: addrs.iter().map(|ip| core::Gid::from_ip(*ip)).collect(),
@@ -128,6 +128,12 @@ impl SiwNic {
             mtu: mtu_bytes,
             mpa: MpaOptions::default(),
         }
+    }
+
+    /// The siw engine behind `nic`, for the RDMA CM driver's iWARP calls (`None` on RoCE
+    /// devices).
+    pub fn of(nic: &mut (dyn Nic + Send)) -> Option<&mut SiwNic> {
+        (nic as &mut dyn std::any::Any).downcast_mut()
     }
 
     /// The device with MPA options `mpa` for the connections it makes or accepts from now
@@ -307,7 +313,7 @@ impl SiwNic {
 
 impl Nic for SiwNic {
     fn limits(&self) -> Limits {
-        super::siw_limits()
+        limits::siw_limits()
     }
     fn alloc_pd(&mut self, owner: Owner) -> Result<u32, Errno> {
         self.dev
@@ -633,9 +639,6 @@ impl Nic for SiwNic {
     }
     fn handle_streams(&mut self, now: Instant, readable: bool, mem: &mut dyn AppMemory) -> bool {
         self.service_streams(now, readable, mem)
-    }
-    fn siw(&mut self) -> Option<&mut SiwNic> {
-        Some(self)
     }
 }
 
