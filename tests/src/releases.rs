@@ -60,18 +60,28 @@ fn sha256(file: &Path) -> Result<String, String> {
         .ok_or_else(|| format!("sha256sum printed nothing for {}", file.display()))
 }
 
+/// Where the source distributions are fetched and unpacked.
+fn releases_dir() -> PathBuf {
+    bin_dir().join("rdma-core-releases")
+}
+
 impl Release {
+    /// The source distribution's tarball, once fetched.
+    fn tarball(&self) -> PathBuf {
+        releases_dir().join(format!("pyverbs-{}.0.tar.gz", self.number))
+    }
+
     /// The unpacked rdma-core tree of this release, fetched if need be.
     fn tree(&self) -> Result<PathBuf, String> {
         let _one = FETCH.lock().unwrap_or_else(|p| p.into_inner());
-        let dir = bin_dir().join("rdma-core-releases");
+        let dir = releases_dir();
         let unpacked = dir.join(format!("pyverbs-{}.0", self.number));
         let tree = unpacked.join("rdma-core");
         if tree.join("libibverbs/verbs.h").exists() {
             return Ok(tree);
         }
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let tarball = dir.join(format!("pyverbs-{}.0.tar.gz", self.number));
+        let tarball = self.tarball();
         if !tarball.exists() || sha256(&tarball)? != self.sha256 {
             let part = tarball.with_extension("part");
             run(Command::new("curl")
@@ -172,12 +182,7 @@ pub fn tree(number: u32) -> Option<(PathBuf, PathBuf)> {
     }
     let r = release(number);
     match r.tree() {
-        Ok(t) => {
-            let tarball = bin_dir()
-                .join("rdma-core-releases")
-                .join(format!("pyverbs-{number}.0.tar.gz"));
-            Some((t, tarball))
-        }
+        Ok(t) => Some((t, r.tarball())),
         Err(e) => {
             let _ = cannot_run(&format!(
                 "cannot fetch rdma-core v{number} from PyPI (RDMA_EMU_NO_PYPI=1 skips it): {e}"

@@ -21,7 +21,7 @@ use crate::mw::{alloc_mw, bind_window, dealloc_mw};
 use crate::objects::{Ah, Cq, Objects, Pd, Srq};
 use crate::pfc::TxPause;
 use crate::qp::*;
-use crate::qp_verbs::VerbParts;
+use crate::qp_verbs::{enqueue_send, Queued, VerbParts};
 use crate::reaction;
 use crate::requester::RequesterParts;
 use crate::responder::ForcedResponse;
@@ -358,7 +358,7 @@ impl Device {
     ) -> Result<(), SendRefused> {
         let qp = self
             .qps
-            .get(&qpn.0)
+            .get_mut(&qpn.0)
             .ok_or(SendRefused::local_qp_op(Errno::EINVAL))?;
         let facts = SendQp {
             owner: qp.owner,
@@ -373,10 +373,15 @@ impl Device {
             .then(|| self.o.ahs.get(&wr.ud.ah.0).map(|a| (a.owner, a.pd)))
             .flatten();
         match send_path(&wr, facts, &self.o.keys, ah)? {
-            SendPath::Queue => self
-                .verbs()
-                .post_send(now, qpn, wr, mem)
-                .map_err(SendRefused::local_qp_op),
+            SendPath::Queue => {
+                let _ = now;
+                let queued = enqueue_send(&self.cfg, &mut self.o, qp, wr, mem)
+                    .map_err(SendRefused::local_qp_op)?;
+                if queued == Queued::Flush {
+                    self.completer().flush(qpn);
+                }
+                Ok(())
+            }
             SendPath::BindNow => {
                 bind_window(&mut self.o.keys, facts.pd, None, &wr.bind_mw)
                     .map_err(|_| SendRefused::bind())?;
@@ -442,13 +447,6 @@ impl Device {
     /// `ibv_dealloc_mw`.
     pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<(), Errno> {
         dealloc_mw(&mut self.o, mw)
-    }
-
-    /// `ibv_bind_mw` for a type 1 window (executed at once; the daemon reports the
-    /// completion the application asked for).
-    pub fn bind_mw(&mut self, qpn: Qpn, info: &BindMwInfo) -> Result<Rkey, Errno> {
-        let pd = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?.init.pd;
-        bind_window(&mut self.o.keys, pd, None, info).map_err(|_| Errno::EINVAL)
     }
 
     /// The link partner asked (802.1Qbb PFC, or 802.3 PAUSE for every priority) that

@@ -1,6 +1,7 @@
 //! Datagram input: ICRC check (any-ID solver for IPv4, counted), parsing, dispatch to
 //! the responder or the completer.
 
+use crate::addr::canonical;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -164,16 +165,5 @@ impl InputParts<'_> {
         if let Some(qp) = self.qps.get_mut(&qpn) {
             self.o.schedule(qp);
         }
-    }
-}
-
-/// An IPv4-mapped IPv6 socket address as IPv4 (dual-stack sockets report them so).
-fn canonical(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => a,
-        },
-        v4 => v4,
     }
 }

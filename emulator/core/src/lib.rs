@@ -79,6 +79,7 @@
 #![warn(missing_docs)]
 #![warn(missing_debug_implementations)]
 
+pub mod addr;
 pub mod attr;
 pub mod cm;
 mod completer;

@@ -302,88 +302,9 @@ impl VerbParts<'_> {
         mem: &mut dyn Memory,
     ) -> Result<(), Errno> {
         let _ = now;
-        let mtu = self.cfg.active_mtu.bytes();
-        let max_inline = self.cfg.limits.max_inline_data;
-        let qp = self.qps.get(&qpn.0).ok_or(Errno::EINVAL)?;
-        let mut wr = wr;
-        match qp.state {
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
-            _ => return Err(Errno::EINVAL),
-        }
-        if qp.sq.len() >= qp.init.cap.max_send_wr as usize {
-            return Err(Errno::ENOMEM);
-        }
-        if wr.sg_list.len() > qp.init.cap.max_send_sge as usize {
-            return Err(Errno::EINVAL);
-        }
-        use WrOpcode::*;
-        let allowed = match qp.qp_type {
-            QpType::Rc => true,
-            QpType::Uc => matches!(
-                wr.opcode,
-                Send | SendWithImm | RdmaWrite | RdmaWriteWithImm | LocalInv | BindMw
-            ),
-            QpType::Ud => matches!(wr.opcode, Send | SendWithImm),
-        };
-        if !allowed {
-            return Err(Errno::EINVAL);
-        }
-        if wr.send_flags.contains(SendFlags::INLINE) && wr.inline_data.is_none() {
-            let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
-            if total > u64::from(qp.init.cap.max_inline_data.max(max_inline)) {
-                return Err(Errno::EINVAL);
-            }
-            // Inline data is read with the application's own rights: no lkey check
-            // (ibv_post_send(3)), but only from the client's own address space.
-            let space = AddrSpace(qp.owner.0);
-            let mut data = vec![0u8; total as usize];
-            let mut off = 0;
-            for s in &wr.sg_list {
-                let n = s.length as usize;
-                mem.read(space, s.addr, &mut data[off..off + n])
-                    .map_err(|_| Errno::EINVAL)?;
-                off += n;
-            }
-            wr.inline_data = Some(data);
-        }
-        let len: u64 = match (&wr.inline_data, wr.opcode) {
-            (_, AtomicCmpAndSwp | AtomicFetchAndAdd) => {
-                let l: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
-                if l != 8 || wr.atomic.remote_addr & 7 != 0 {
-                    return Err(Errno::EINVAL);
-                }
-                8
-            }
-            (Some(d), _) => {
-                if d.len() as u64 > u64::from(qp.init.cap.max_inline_data.max(max_inline)) {
-                    return Err(Errno::EINVAL);
-                }
-                d.len() as u64
-            }
-            (None, _) => wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
-        };
-        if len > 1 << 31 {
-            return Err(Errno::EINVAL);
-        }
-        if qp.qp_type == QpType::Ud
-            && (len > u64::from(mtu) || !self.o.ahs.contains_key(&wr.ud.ah.0))
-        {
-            return Err(Errno::EINVAL);
-        }
-        let signaled = qp.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
         let qp = self.qps.get_mut(&qpn.0).ok_or(Errno::EINVAL)?;
-        qp.sq.push_back(SendWqe {
-            wr,
-            len: len as u32,
-            first_psn: None,
-            npkts: 1,
-            signaled,
-            done: None,
-        });
-        if matches!(qp.state, QpState::Err | QpState::Sqe) {
+        if enqueue_send(self.cfg, self.o, qp, wr, mem)? == Queued::Flush {
             self.completer().flush(qpn);
-        } else {
-            self.o.schedule(qp);
         }
         Ok(())
     }
@@ -515,4 +436,104 @@ fn copy_masked(dst: &mut QpAttr, src: &QpAttr, mask: QpAttrMask) {
     if has(M::RATE_LIMIT) {
         dst.rate_limit = src.rate_limit;
     }
+}
+
+/// What queuing a send WR left for the caller to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Queued {
+    /// The WR waits on the send queue; the QP is scheduled if it has work.
+    Scheduled,
+    /// The QP is in an error state: its send queue is to be flushed.
+    Flush,
+}
+
+/// The body of `ibv_post_send` for one WR on `qp`, which the caller has looked up once:
+/// the WR is checked against the QP's state, capacities and type, its inline data
+/// gathered from `mem` when not already copied, and it is queued.
+pub(crate) fn enqueue_send(
+    cfg: &DeviceConfig,
+    o: &mut Objects,
+    qp: &mut Qp,
+    wr: SendWr,
+    mem: &mut dyn Memory,
+) -> Result<Queued, Errno> {
+    let mtu = cfg.active_mtu.bytes();
+    let max_inline = cfg.limits.max_inline_data;
+    let mut wr = wr;
+    match qp.state {
+        QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+        _ => return Err(Errno::EINVAL),
+    }
+    if qp.sq.len() >= qp.init.cap.max_send_wr as usize {
+        return Err(Errno::ENOMEM);
+    }
+    if wr.sg_list.len() > qp.init.cap.max_send_sge as usize {
+        return Err(Errno::EINVAL);
+    }
+    use WrOpcode::*;
+    let allowed = match qp.qp_type {
+        QpType::Rc => true,
+        QpType::Uc => matches!(
+            wr.opcode,
+            Send | SendWithImm | RdmaWrite | RdmaWriteWithImm | LocalInv | BindMw
+        ),
+        QpType::Ud => matches!(wr.opcode, Send | SendWithImm),
+    };
+    if !allowed {
+        return Err(Errno::EINVAL);
+    }
+    if wr.send_flags.contains(SendFlags::INLINE) && wr.inline_data.is_none() {
+        let total: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        if total > u64::from(qp.init.cap.max_inline_data.max(max_inline)) {
+            return Err(Errno::EINVAL);
+        }
+        // Inline data is read with the application's own rights: no lkey check
+        // (ibv_post_send(3)), but only from the client's own address space.
+        let space = AddrSpace(qp.owner.0);
+        let mut data = vec![0u8; total as usize];
+        let mut off = 0;
+        for s in &wr.sg_list {
+            let n = s.length as usize;
+            mem.read(space, s.addr, &mut data[off..off + n])
+                .map_err(|_| Errno::EINVAL)?;
+            off += n;
+        }
+        wr.inline_data = Some(data);
+    }
+    let len: u64 = match (&wr.inline_data, wr.opcode) {
+        (_, AtomicCmpAndSwp | AtomicFetchAndAdd) => {
+            let l: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            if l != 8 || wr.atomic.remote_addr & 7 != 0 {
+                return Err(Errno::EINVAL);
+            }
+            8
+        }
+        (Some(d), _) => {
+            if d.len() as u64 > u64::from(qp.init.cap.max_inline_data.max(max_inline)) {
+                return Err(Errno::EINVAL);
+            }
+            d.len() as u64
+        }
+        (None, _) => wr.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+    };
+    if len > 1 << 31 {
+        return Err(Errno::EINVAL);
+    }
+    if qp.qp_type == QpType::Ud && (len > u64::from(mtu) || !o.ahs.contains_key(&wr.ud.ah.0)) {
+        return Err(Errno::EINVAL);
+    }
+    let signaled = qp.init.sq_sig_all || wr.send_flags.contains(SendFlags::SIGNALED);
+    qp.sq.push_back(SendWqe {
+        wr,
+        len: len as u32,
+        first_psn: None,
+        npkts: 1,
+        signaled,
+        done: None,
+    });
+    if matches!(qp.state, QpState::Err | QpState::Sqe) {
+        return Ok(Queued::Flush);
+    }
+    o.schedule(qp);
+    Ok(Queued::Scheduled)
 }

@@ -50,15 +50,22 @@ fn type1_window_grants_exactly_its_range() {
     let mut f = Fabric::new(1, 2, Mtu::Mtu1024, LinkModel::default());
     let (a, b) = connect(&mut f, &opts());
     let (_mw, rkey) = f.nodes[1].dev.alloc_mw(b.pd, 1).unwrap();
-    let info = BindMwInfo {
+    // ibv_bind_mw: the provider picks the next key and hands the bind over as a WR,
+    // which the device carries out at once for a type 1 window.
+    let new_rkey = Rkey((rkey.0 & !0xff) | ((rkey.0 + 1) & 0xff));
+    let mut bind = SendWr::new(WrId(9), WrOpcode::BindMw);
+    bind.bind_mw = BindMwInfo {
         mw_rkey: rkey,
-        new_rkey: Rkey(0),
+        new_rkey,
         mr_lkey: b.mr.lkey,
         addr: b.base + 4096,
         length: 4096,
         access: AccessFlags::REMOTE_WRITE,
     };
-    let rkey = f.nodes[1].dev.bind_mw(b.qpn, &info).unwrap();
+    let now = f.now;
+    let n = &mut f.nodes[1];
+    n.dev.submit_send(now, b.qpn, bind, &mut n.mem).unwrap();
+    let rkey = new_rkey;
     post(&mut f, 0, a.qpn, write_to(&a, b.base + 4096, rkey, 1));
     assert!(f.run(Duration::from_secs(1)));
     assert_eq!(

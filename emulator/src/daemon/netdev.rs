@@ -31,13 +31,9 @@ pub fn ib_mtu_for(netdev_mtu: u32) -> u32 {
         .unwrap_or(256)
 }
 
-/// IPv4-mapped IPv6 addresses as IPv4 (how sockets and GIDs name them).
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
+/// IPv4-mapped IPv6 addresses as IPv4 (how sockets and GIDs name them): the core's
+/// rule, under the name the daemon's CM code uses.
+pub use emu_core::addr::canonical_ip as canonical;
 
 /// A GID as RoCE v2 forms it from an IP address: IPv6 as is, IPv4 mapped (`::ffff:a.b.c.d`).
 pub fn gid_of(addr: IpAddr) -> [u8; 16] {

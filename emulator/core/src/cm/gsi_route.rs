@@ -7,6 +7,7 @@
 //! a GSI MAD ([`super::gsi::decapsulate`]); otherwise it is dropped, and the caller counts
 //! it.
 
+use crate::addr::canonical;
 use std::net::SocketAddr;
 
 use wire::roce::{bth, icrc};
@@ -54,17 +55,6 @@ pub fn route(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Rx<'_> {
     match gsi::decapsulate(payload) {
         Some(mad) => Rx::Gsi { src, dst, mad },
         None => Rx::Dropped(GsiDrop::NotAMad),
-    }
-}
-
-/// An IPv4-mapped IPv6 socket address as IPv4 (the ICRC and the agent use the IP form).
-fn canonical(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => a,
-        },
-        v4 => v4,
     }
 }
 

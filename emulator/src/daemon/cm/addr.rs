@@ -180,8 +180,7 @@ impl Addressing<'_> {
 
     /// A CM id of the session, to change (errnos as [`CmView::id`]).
     fn id_mut(&mut self, session: SessionId, h: Handle) -> Result<&mut CmId, i32> {
-        self.view().id(session, h)?;
-        self.tables.ids.get_mut(&h).ok_or(libc::ENOENT)
+        super::view::id_mut(self.tables, self.objects, session, h)
     }
 
     /// `rdma_bind_addr` (also the implicit binds of resolve and listen): a specific

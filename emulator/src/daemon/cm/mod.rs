@@ -79,8 +79,7 @@ impl Engine {
     }
 
     fn cm_id_mut(&mut self, session: SessionId, h: Handle) -> Result<&mut CmId, i32> {
-        self.cm_view().id(session, h)?;
-        self.cm.ids.get_mut(&h).ok_or(libc::ENOENT)
+        view::id_mut(&mut self.cm, &self.objects, session, h)
     }
 
     /// Runs `f` on the agent of device `dev`.

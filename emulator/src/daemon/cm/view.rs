@@ -21,6 +21,22 @@ pub(super) struct CmView<'a> {
     pub(super) devices: &'a [Option<ServedDevice>],
 }
 
+/// A CM id of the session, to change, found with one lookup (errnos as [`CmView::id`]).
+pub(super) fn id_mut<'a>(
+    tables: &'a mut CmTables,
+    objects: &BTreeMap<Handle, Object>,
+    session: SessionId,
+    h: Handle,
+) -> Result<&'a mut CmId, i32> {
+    match tables.ids.get_mut(&h) {
+        Some(id) if id.session == session => Ok(id),
+        _ => {
+            lookup(objects, session, h)?;
+            Err(libc::EINVAL)
+        }
+    }
+}
+
 impl<'a> CmView<'a> {
     /// A CM id of the session (ENOENT: none; EINVAL: another kind of object).
     pub(super) fn id(self, session: SessionId, h: Handle) -> Result<&'a CmId, i32> {
