@@ -146,7 +146,25 @@ impl Drop for Netns {
             .args(["netns", "del", &self.name])
             .stderr(Stdio::null())
             .status();
+        let _ = std::fs::remove_file(netns_owner_file(&self.name));
     }
+}
+
+/// Where the test that made namespace `name` is written down, so that a namespace left
+/// behind can be traced to its test ([`sweep_dead_namespaces`]).
+fn netns_owner_file(name: &str) -> PathBuf {
+    std::env::temp_dir().join("rdmaemu-netns").join(name)
+}
+
+/// Notes which program and test made namespace `name`.
+fn note_netns_owner(name: &str) {
+    let file = netns_owner_file(name);
+    if let Some(dir) = file.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let _ = std::fs::write(file, format!("{} {test}", exe.display()));
 }
 
 /// Runs a shell script; its stderr is the error.
@@ -163,6 +181,46 @@ pub fn sh(script: &str) -> Result<(), String> {
     }
 }
 
+/// Deletes the namespaces `rdmaemu-PID-…` that a test process no longer alive left
+/// behind (one killed before its `Netns` values were dropped), so that a leak of one run
+/// neither lingers nor collides with a later process given the same pid. Returns their
+/// names.
+pub fn sweep_dead_namespaces() -> Vec<String> {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return Vec::new();
+    };
+    let mut swept = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some(name) = line.split_whitespace().next() else {
+            continue;
+        };
+        let Some(pid) = name
+            .strip_prefix("rdmaemu-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let deleted = Command::new("ip")
+                .args(["netns", "del", name])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if deleted {
+                let owner = std::fs::read_to_string(netns_owner_file(name))
+                    .unwrap_or_else(|_| "an unknown test".into());
+                let _ = std::fs::remove_file(netns_owner_file(name));
+                swept.push(format!("{name} (made by {owner})"));
+            }
+        }
+    }
+    if !swept.is_empty() {
+        eprintln!("removed namespaces left by dead test processes: {swept:?}");
+    }
+    swept
+}
+
 /// A namespace `rdmaemu-PID-TAG` with only `lo`, up; with `multicast`, `lo` also carries
 /// multicast (it lacks the MULTICAST flag by default) and routes every group. `None` with
 /// the reason (a failure under CI) when this machine cannot make one.
@@ -171,6 +229,7 @@ pub fn loopback_ns(tag: &str, multicast: bool) -> Option<Netns> {
         let _ = cannot_run("network namespaces need root");
         return None;
     }
+    sweep_dead_namespaces();
     let ns = Netns {
         name: format!("rdmaemu-{}-{tag}", std::process::id()),
     };
@@ -181,6 +240,7 @@ pub fn loopback_ns(tag: &str, multicast: bool) -> Option<Netns> {
             "ip -n {n} link set lo multicast on\nip -n {n} route add 224.0.0.0/4 dev lo\n"
         );
     }
+    note_netns_owner(&ns.name);
     match sh(&script) {
         Ok(()) => Some(ns),
         Err(e) => {
@@ -206,6 +266,7 @@ pub fn two_hosts() -> Option<TwoHosts> {
         let _ = cannot_run("network namespaces need root");
         return None;
     }
+    sweep_dead_namespaces();
     let id = std::process::id() % 250;
     let a = Netns {
         name: format!("rdmaemu-{}-a", std::process::id()),
@@ -234,6 +295,8 @@ pub fn two_hosts() -> Option<TwoHosts> {
         a = a.name,
         b = b.name,
     );
+    note_netns_owner(&a.name);
+    note_netns_owner(&b.name);
     let out = Command::new("sh").args(["-c", &script]).output();
     match out {
         Ok(o) if o.status.success() => Some(TwoHosts {
@@ -906,5 +969,36 @@ mod tests {
             roce_v2_ipv4_gid_index("GID[  0]: ::ffff:1.2.3.4, RoCE v1"),
             None
         );
+    }
+
+    #[test]
+    fn namespaces_of_dead_test_processes_are_swept_with_their_maker_named() {
+        if !is_root() {
+            let _ = cannot_run("network namespaces need root");
+            return;
+        }
+        // A pid that was alive and is no more.
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let name = format!("rdmaemu-{dead}-sweep");
+        sh(&format!("ip netns add {name}")).unwrap();
+        std::fs::create_dir_all(netns_owner_file(&name).parent().unwrap()).unwrap();
+        std::fs::write(netns_owner_file(&name), "some_binary some_test").unwrap();
+        let swept = sweep_dead_namespaces();
+        assert!(
+            swept.contains(&format!("{name} (made by some_binary some_test)")),
+            "{swept:?}"
+        );
+        let mine = loopback_ns("sweep-live", false).expect("namespace");
+        sweep_dead_namespaces();
+        let listed = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        let listed = String::from_utf8_lossy(&listed.stdout).to_string();
+        assert!(!listed.contains(&name), "{listed}");
+        assert!(
+            listed.contains(&mine.name),
+            "a live process's namespace kept: {listed}"
+        );
+        assert!(!netns_owner_file(&name).exists());
     }
 }

@@ -206,6 +206,16 @@ fn test(extra: &[String]) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("cannot run {cargo}: {e}"))?;
     let status = stress::wait_passing_stop(&mut child).map_err(|e| e.to_string())?;
+    // A test process killed before it dropped its namespaces leaves them behind: removed
+    // here, and named with the test that made them.
+    let leaked = rdma_emu_tests::sweep_dead_namespaces();
+    if !leaked.is_empty() {
+        eprintln!(
+            "xtask: the suite left {} network namespace(s) behind, now removed: {}",
+            leaked.len(),
+            leaked.join(", ")
+        );
+    }
     match stress::stopped() {
         Some(sig) => Err(format!("stopped by signal {sig}")),
         None if status.success() => Ok(()),
