@@ -10,18 +10,18 @@ use crate::abi::IBV_TRANSPORT_IB;
 use crate::ffi::{self, Errno, VResult};
 use crate::log::shim_log;
 use core::ffi::{c_char, c_int, c_void, CStr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use wire::client::cm::{event as ev, CmConnParam, CmEventParam, CmEventRecord, CmEventToken};
 use wire::client::cm::{CmReply, CmRequest};
 
 /// Waits for one token on the channel's pipe: blocks, or fails with EAGAIN, as the
-/// descriptor's `O_NONBLOCK` says.
+/// descriptor's `O_NONBLOCK` says. `fd` is the caller's own copy of the channel's
+/// descriptor ([`get`]), valid for the whole call.
 ///
 /// End of file means the daemon closed the channel: this process destroyed it while
 /// another thread waited here (rping's CM thread does), or the daemon is gone. No event
-/// can come any more, so the call behaves as librdmacm's `read(2)` on a channel nobody
-/// writes to: EAGAIN when non-blocking, otherwise it never returns. The descriptor is not
-/// touched again: it may already be closed and its number reused.
+/// can come any more ([`no_event_can_come`]).
 fn read_token(fd: c_int) -> VResult<()> {
     let mut buf = [0u8; CmEventToken::LEN];
     loop {
@@ -31,16 +31,8 @@ fn read_token(fd: c_int) -> VResult<()> {
             return Ok(());
         }
         if n == 0 {
-            // SAFETY: F_GETFL on a descriptor number has no memory effects; a stale
-            // number at worst answers for another file, which only picks the branch.
-            let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-            if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-                return Err(Errno::EAGAIN);
-            }
             shim_log!("rdma cm: event channel closed; no event can arrive");
-            loop {
-                std::thread::park();
-            }
+            return Err(no_event_can_come(fd));
         }
         let e = Errno::last();
         if e.0 != libc::EINTR {
@@ -49,15 +41,48 @@ fn read_token(fd: c_int) -> VResult<()> {
     }
 }
 
-/// `rdma_get_cm_event` on `channel`.
+/// The call behaves as librdmacm's `read(2)` on a channel no event reaches any more:
+/// EAGAIN when the descriptor is non-blocking, otherwise it never returns.
+fn no_event_can_come(fd: c_int) -> Errno {
+    // SAFETY: F_GETFL on the caller's own live descriptor has no memory effects.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+        return Errno::EAGAIN;
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
 pub fn get(channel: *mut rdma_event_channel) -> VResult<*mut rdma_cm_event> {
     let ch = channel_of(channel)?;
+    // Another thread may destroy the channel while this one waits (rping's main thread
+    // does, while its CM thread waits here): the Channel is freed and its descriptor
+    // closed, its number maybe reused. So the handle is copied now, and the pipe is read
+    // through a descriptor of this call's own, as the kernel's read holds its file.
+    let handle = ch.handle;
+    // SAFETY: dup of the channel's live descriptor; the copy is owned here.
+    let own = unsafe { libc::dup(ch.ch.fd) };
+    if own < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `own` was just returned by dup and is closed once, by this OwnedFd.
+    let own = unsafe { OwnedFd::from_raw_fd(own) };
     loop {
-        read_token(ch.ch.fd)?;
-        let rec = match call(CmRequest::GetEvent { channel: ch.handle }) {
+        read_token(own.as_raw_fd())?;
+        let rec = match call(CmRequest::GetEvent { channel: handle }) {
             Ok(Some(CmReply::Event(rec))) => rec,
             // A token whose event went away with its id (or moved to another channel).
             Err(Errno::EAGAIN) => continue,
+            // The channel was destroyed after this thread took a token (the token of an
+            // event of an id destroyed meanwhile). The kernel's ucma drops a destroyed
+            // id's events and its reader goes on waiting on a file no event reaches any
+            // more; so does this one, rather than fail a call the application no longer
+            // waits for.
+            Err(Errno::ENOENT) => {
+                shim_log!("rdma cm: event channel destroyed while waited on");
+                return Err(no_event_can_come(own.as_raw_fd()));
+            }
             Err(e) => return Err(e),
             Ok(other) => {
                 shim_log!("rdma cm: unexpected GetEvent reply {other:?}");
