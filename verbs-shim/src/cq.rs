@@ -132,9 +132,9 @@ fn create_cq(
     let cq = Box::into_raw(Box::new(Cq {
         cq: cqx,
         handle,
-        ring: map,
-        layout: ring,
         poll: Mutex::new(CqPoll {
+            ring: map,
+            layout: ring,
             tail,
             current: Default::default(),
             empty: 0,
@@ -205,15 +205,65 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
+/// `ibv_resize_cq`, as rdma-core's rxe provider does it: the CQ's lock is held across
+/// the request, so nothing is polled from the old ring while the daemon copies what is
+/// left of it into the new one (see the daemon's `queues::resize_cq`); the new ring
+/// replaces the old under the same lock, its consumer index at 0, and `cqe` is updated.
 #[no_mangle]
 pub extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     ffi::errno(|| {
-        cq_of(cq)?;
-        u32::try_from(cqe).map_err(|_| Errno::EINVAL)?;
-        // The ring lives in a sealed memfd of fixed size: a resize needs a new ring
-        // handed over with the reply, which the protocol's `ResizeCq` does not carry yet.
-        Err(Errno::EOPNOTSUPP)
+        let c = cq_of(cq)?;
+        let cqe = u32::try_from(cqe).map_err(|_| Errno::EINVAL)?;
+        let ctx = ctx_of(c.cq.context)?;
+        let mut poll = c.poll.lock().unwrap_or_else(|p| p.into_inner());
+        let (reply, fds) = ctx
+            .session
+            .call(RequestBody::ResizeCq { cq: c.handle, cqe }, &[])?;
+        let ReplyBody::Cq {
+            cqe, ring: layout, ..
+        } = reply
+        else {
+            return Err(Errno::EIO);
+        };
+        // The daemon writes only to the new ring from now on: without it this CQ is
+        // dead, as an rxe CQ whose new queue failed to map.
+        let fd = fds.into_iter().next().ok_or(Errno::EIO)?;
+        let map = Mapping::map(&fd, layout.end() as usize)?;
+        let tail = wire::client::RingView::new(map.words(), layout)
+            .map_err(|_| Errno::EIO)?
+            .consumer_index();
+        poll.ring = map;
+        poll.layout = layout;
+        poll.tail = tail;
+        poll.empty = 0;
+        // SAFETY: `cq` is this live CQ; its `cqe` is written under the CQ's lock, as
+        // rdma-core's ibv_cmd_resize_cq does.
+        unsafe { (*cq).cqe = cqe as c_int };
+        Ok(())
     })
+}
+
+/// Removes QP `qpn`'s completions not yet polled from `cq`, under the CQ's lock, after
+/// the QP moved to RESET: a reset QP starts afresh, as mlx4's and mlx5's providers make
+/// it (`mlx5_cq_clean`). rxe leaves them, and a program that resets a QP after an error
+/// then polls the old flushes as new work's (rdma-core's `test_mr_rereg_pd`).
+pub fn clean_cq(cq: *mut ibv_cq, qpn: u32) {
+    let Ok(c) = cq_of(cq) else {
+        return;
+    };
+    let mut poll = c.poll.lock().unwrap_or_else(|p| p.into_inner());
+    let Ok(view) = wire::client::RingView::new(poll.ring.words(), poll.layout) else {
+        return;
+    };
+    let mut consumer = wire::client::Consumer::with_index(view, poll.tail);
+    let mut buf = [0u8; wire::client::slot::CQE_LEN];
+    let of_qp = |slot: &[u8]| {
+        let cqe = wire::client::slot::Cqe::new_unchecked(slot);
+        wire::client::slot::CqeRepr::parse(&cqe).is_ok_and(|e| e.qp_num == qpn)
+    };
+    if consumer.discard(&mut buf, of_qp).is_ok() {
+        poll.tail = consumer.index();
+    }
 }
 
 #[no_mangle]

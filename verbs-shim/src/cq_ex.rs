@@ -53,8 +53,9 @@ fn cq_ex_of<'a>(cq: *mut ibv_cq_ex) -> VResult<&'a Cq> {
 fn advance(cq: *mut ibv_cq_ex) -> c_int {
     ffi::errno(|| {
         let c = cq_ex_of(cq)?;
-        let mut poll = c.poll.lock().unwrap_or_else(|p| p.into_inner());
-        let view = RingView::new(c.ring.words(), c.layout).map_err(|_| Errno::EIO)?;
+        let mut guard = c.poll.lock().unwrap_or_else(|p| p.into_inner());
+        let poll = &mut *guard;
+        let view = RingView::new(poll.ring.words(), poll.layout).map_err(|_| Errno::EIO)?;
         let mut consumer = Consumer::with_index(view, poll.tail);
         let mut buf = [0u8; 64];
         if !consumer.pop(&mut buf).map_err(|_| Errno::EIO)? {

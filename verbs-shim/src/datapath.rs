@@ -432,8 +432,9 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
         if wc.is_null() {
             return Err(Errno::EINVAL);
         }
-        let mut poll = c.poll.lock().unwrap_or_else(|p| p.into_inner());
-        let view = RingView::new(c.ring.words(), c.layout).map_err(|_| Errno::EIO)?;
+        let mut guard = c.poll.lock().unwrap_or_else(|p| p.into_inner());
+        let poll = &mut *guard;
+        let view = RingView::new(poll.ring.words(), poll.layout).map_err(|_| Errno::EIO)?;
         let mut consumer = Consumer::with_index(view, poll.tail);
         let mut buf = [0u8; 64];
         let mut n = 0;
@@ -476,7 +477,8 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     ffi::errno(|| {
         let c = cq_of(cq)?;
-        let view = RingView::new(c.ring.words(), c.layout).map_err(|_| Errno::EIO)?;
+        let poll = c.poll.lock().unwrap_or_else(|p| p.into_inner());
+        let view = RingView::new(poll.ring.words(), poll.layout).map_err(|_| Errno::EIO)?;
         view.set_arm(if solicited_only != 0 {
             wire::client::ring::ARM_SOLICITED
         } else {

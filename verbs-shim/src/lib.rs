@@ -49,6 +49,7 @@ pub mod log;
 pub mod misc;
 pub mod mmap;
 pub mod mr_ex;
+pub mod mr_rereg;
 pub mod objects;
 pub mod private_abi;
 pub mod qp;

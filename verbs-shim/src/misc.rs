@@ -218,19 +218,6 @@ pub extern "C" fn ibv_copy_path_rec_to_kern(_dst: *mut c_void, _src: *mut c_void
 
 // ---- not implemented ----------------------------------------------------------------------
 
-/// `IBV_REREG_MR_ERR_INPUT` would blame the caller; the operation is simply missing.
-#[no_mangle]
-pub extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
-) -> c_int {
-    ffi::errno(|| Err(Errno::EOPNOTSUPP))
-}
-
 #[no_mangle]
 pub extern "C" fn ibv_resolve_eth_l2_from_gid(
     _context: *mut ibv_context,

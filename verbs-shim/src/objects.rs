@@ -52,14 +52,15 @@ pub struct Mw {
 pub struct Cq {
     pub cq: ibv_cq_ex,
     pub handle: Handle,
-    pub ring: Mapping,
-    pub layout: RingLayout,
     pub poll: Mutex<CqPoll>,
 }
 
 /// The consumer side of a CQ ring: the private consumer index and, for the
 /// `ibv_start_poll` API, the completion being read.
 pub struct CqPoll {
+    /// The ring's mapping and place: under the lock, as `ibv_resize_cq` swaps them.
+    pub ring: Mapping,
+    pub layout: RingLayout,
     pub tail: u64,
     pub current: CqeRepr,
     /// Polls in a row that found the CQ empty (the data path's back-off).

@@ -273,6 +273,13 @@ pub extern "C" fn ibv_modify_qp(
             // SAFETY: `state` is the application-visible mirror; rdma-core updates it
             // the same way after a successful modify.
             unsafe { (*qp).state = a.qp_state };
+            if a.qp_state as u32 == wire::client::verbs::qp_state::RESET {
+                let b = &q.qpx.qp_base;
+                crate::cq::clean_cq(b.send_cq, b.qp_num);
+                if b.recv_cq != b.send_cq {
+                    crate::cq::clean_cq(b.recv_cq, b.qp_num);
+                }
+            }
         }
         Ok(())
     })

@@ -63,7 +63,7 @@ pub struct Mr {
 }
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: hints a device may ignore (rdma-core strips them).
-const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
+pub const ACCESS_OPTIONAL_RANGE: c_uint = 0x3ff0_0000;
 
 fn reg_mr(
     pd: *mut ibv_pd,

@@ -5,7 +5,6 @@
 //! `ResponderParts`, `InputParts`, `VerbParts`), so no lower file names this one.
 
 use std::collections::VecDeque;
-
 use std::time::{Duration, Instant};
 
 use wire::roce::{Lkey, Qpn, Rkey};
@@ -632,9 +631,7 @@ impl Device {
 
     /// `ibv_create_cq`: returns the handle and the actual depth.
     pub fn create_cq(&mut self, owner: ClientId, cqe: u32) -> Result<(CqHandle, u32), Errno> {
-        if cqe == 0 || cqe > self.cfg.limits.max_cqe {
-            return Err(Errno::EINVAL);
-        }
+        crate::cq::check_cqe(&self.cfg.limits, cqe)?;
         if self.o.cqs.len() >= self.cfg.limits.max_cq as usize {
             return Err(Errno::ENOMEM);
         }
@@ -650,6 +647,16 @@ impl Device {
             },
         );
         Ok((CqHandle(h), cqe))
+    }
+
+    /// `ibv_resize_cq`, the new depth ([`crate::cq`]); `queued`: completions in the ring.
+    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32, queued: u32) -> Result<u32, Errno> {
+        crate::cq::resize_cq(&mut self.o, &self.cfg.limits, cq, cqe, queued)
+    }
+
+    /// `ibv_rereg_mr` ([`crate::rereg`]): the PD and rights change, the keys stay.
+    pub fn rereg_mr(&mut self, lkey: Lkey, r: crate::ReregMr) -> Result<MrKeys, Errno> {
+        crate::rereg::rereg_mr(&mut self.o, lkey, r)
     }
 
     /// `ibv_destroy_cq`: EBUSY while a QP uses it.

@@ -7,6 +7,7 @@
 
 use super::answer::{ok, Answer};
 use super::engine::Engine;
+use super::nic::Rereg;
 use super::objects::{Channel, Ctx, Kind, Object, SessionId};
 use super::queues;
 use super::sessions;
@@ -17,7 +18,11 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
+use wire::client::verbs::{access as acc, rereg_flags};
 use wire::client::{QpInitAttr, ReplyBody, RequestBody, MAX_SHARED_PAGES, PROTOCOL_VERSION};
+
+/// Rights that let the device write a region (the kernel's `ib_access_writable`).
+const WRITE_RIGHTS: u32 = acc::LOCAL_WRITE | acc::REMOTE_WRITE | acc::REMOTE_ATOMIC;
 
 /// `/proc` filesystem magic (statfs f_type).
 const PROC_SUPER_MAGIC: i64 = 0x9fa0;
@@ -229,6 +234,7 @@ impl Engine {
                     lkey,
                     length,
                     shared: attached.clone(),
+                    writable: access & WRITE_RIGHTS != 0,
                 };
                 let handle = match self.insert(session, Some(ctx), mr) {
                     Ok(h) => h,
@@ -255,6 +261,44 @@ impl Engine {
                 self.device_of(session, ctx)?.nic.dereg_mr(lkey)?;
                 self.forget(mr);
                 ok(ReplyBody::Ok)
+            }
+            R::ReregMr {
+                mr,
+                flags,
+                pd,
+                access,
+                ..
+            } => {
+                let (ctx, lkey, writable) = match self.lookup(session, mr)? {
+                    Object {
+                        kind: Kind::Mr { lkey, writable, .. },
+                        ctx,
+                        ..
+                    } => (*ctx, *lkey, *writable),
+                    _ => return Err(libc::EINVAL),
+                };
+                // The new PD: one of this context's (EINVAL otherwise, as uverbs' lookup).
+                let pd = match pd.filter(|_| flags & rereg_flags::CHANGE_PD != 0) {
+                    Some(h) => match self.pd(session, h) {
+                        Ok((c, id)) if c == ctx => id,
+                        _ => return Err(libc::EINVAL),
+                    },
+                    None if flags & rereg_flags::CHANGE_PD != 0 => return Err(libc::EINVAL),
+                    None => 0,
+                };
+                let r = Rereg {
+                    flags,
+                    pd,
+                    access,
+                    pinned_writable: writable,
+                };
+                let d = self.device_of(session, ctx)?;
+                let (lkey, rkey) = d.nic.rereg_mr(lkey, &r)?;
+                ok(ReplyBody::Mr {
+                    handle: mr,
+                    lkey,
+                    rkey,
+                })
             }
             R::AllocMw { pd, mw_type } => {
                 let (ctx, pd_id) = self.pd(session, pd)?;
@@ -329,10 +373,7 @@ impl Engine {
                 self.forget(cq);
                 ok(ReplyBody::Ok)
             }
-            R::ResizeCq { cq, .. } => {
-                self.lookup(session, cq)?;
-                Err(libc::EOPNOTSUPP)
-            }
+            R::ResizeCq { cq, cqe } => queues::resize_cq(&mut self.clients(), session, cq, cqe),
             R::CreateSrq { pd, attr } => queues::create_srq(&mut self.clients(), session, pd, attr),
             R::ModifySrq { srq, attr, mask } => {
                 let (ctx, id) = self.srq(session, srq)?;

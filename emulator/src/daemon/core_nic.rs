@@ -1,7 +1,7 @@
 //! [`Nic`] over the sans-IO core (`emu_core::Device`): the one place where the protocol's
 //! attribute structs and slot reprs become the core's types, and back.
 
-use super::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate, TxMeta};
+use super::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate, Rereg, TxMeta};
 use emu_core as core;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -389,6 +389,16 @@ impl Nic for CoreNic {
     fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {
         self.dev.dereg_mr(Lkey(lkey)).map_err(e)
     }
+    fn rereg_mr(&mut self, lkey: u32, r: &Rereg) -> Result<(u32, u32), Errno> {
+        let r = core::ReregMr {
+            flags: r.flags,
+            pd: core::PdHandle(r.pd),
+            access: core::AccessFlags(r.access),
+            pinned_writable: r.pinned_writable,
+        };
+        let k = self.dev.rereg_mr(Lkey(lkey), r).map_err(e)?;
+        Ok((k.lkey.0, k.rkey.0))
+    }
     fn alloc_mw(&mut self, _owner: Owner, pd: u32, mw_type: u32) -> Result<(u32, u32), Errno> {
         let (h, rkey) = self.dev.alloc_mw(core::PdHandle(pd), mw_type).map_err(e)?;
         Ok((h.0, rkey.0))
@@ -402,6 +412,11 @@ impl Nic for CoreNic {
     }
     fn destroy_cq(&mut self, cq: u32) -> Result<(), Errno> {
         self.dev.destroy_cq(core::CqHandle(cq)).map_err(e)
+    }
+    fn resize_cq(&mut self, cq: u32, cqe: u32, queued: u32) -> Result<u32, Errno> {
+        self.dev
+            .resize_cq(core::CqHandle(cq), cqe, queued)
+            .map_err(e)
     }
     fn create_srq(
         &mut self,

@@ -727,7 +727,8 @@ fn socket_dir(dir: &std::path::Path, socket_mode: u32) -> io::Result<()> {
     }
 }
 
-/// Whether `body` can take away something posted work needs (its QP, AH, memory, CQ).
+/// Whether `body` can take away something posted work needs (its QP, AH, memory, CQ),
+/// or must see what it produced (`ibv_resize_cq` counts the completions not yet polled).
 /// The client posted that work before it asked, and on rxe `ibv_post_send` returns after
 /// the requester ran: `mckey -s` posts its sends unsignaled, then destroys the AH and QP
 /// at once. The daemon catches up on the rings before serving such a request.
@@ -739,7 +740,9 @@ fn takes_away_posted_work(body: &wire::client::RequestBody) -> bool {
             | R::DestroyQp { .. }
             | R::DestroyAh { .. }
             | R::DeregMr { .. }
+            | R::ReregMr { .. }
             | R::DestroyCq { .. }
+            | R::ResizeCq { .. }
             | R::DeallocMw { .. }
             | R::CloseDevice { .. }
     )

@@ -21,6 +21,19 @@ pub type Errno = i32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemFault;
 
+/// What one `ibv_rereg_mr` asks of an engine (`ReregMr` of the protocol, checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rereg {
+    /// `IBV_REREG_MR_CHANGE_*`.
+    pub flags: u32,
+    /// The new PD's engine id (with `CHANGE_PD`).
+    pub pd: u32,
+    /// The new `IBV_ACCESS_*` (with `CHANGE_ACCESS`).
+    pub access: u32,
+    /// The region was registered with a write right (its memory was taken as writable).
+    pub pinned_writable: bool,
+}
+
 /// Where a packet the NIC staged goes, and how it is marked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxMeta {
@@ -124,12 +137,22 @@ pub trait Nic: std::any::Any {
         access: u32,
     ) -> Result<(u32, u32), Errno>;
     fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno>;
+    /// `ibv_rereg_mr`: returns (lkey, rkey). The kernel's siw has no `rereg_user_mr`:
+    /// EOPNOTSUPP unless the engine has it.
+    fn rereg_mr(&mut self, _lkey: u32, _r: &Rereg) -> Result<(u32, u32), Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
     /// Returns (mw id, rkey).
     fn alloc_mw(&mut self, owner: Owner, pd: u32, mw_type: u32) -> Result<(u32, u32), Errno>;
     fn dealloc_mw(&mut self, mw: u32) -> Result<(), Errno>;
     /// Returns (cq, actual depth).
     fn create_cq(&mut self, owner: Owner, cqe: u32) -> Result<(u32, u32), Errno>;
     fn destroy_cq(&mut self, cq: u32) -> Result<(), Errno>;
+    /// `ibv_resize_cq`: the new depth; `queued` completions are still in the CQ's ring.
+    /// The kernel's siw has no `resize_cq`: EOPNOTSUPP unless the engine has it.
+    fn resize_cq(&mut self, _cq: u32, _cqe: u32, _queued: u32) -> Result<u32, Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
     fn create_srq(
         &mut self,
         owner: Owner,

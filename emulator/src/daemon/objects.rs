@@ -31,6 +31,9 @@ pub enum Kind {
         /// Shared page ranges (`addr`, `len`) this MR attached in the memory accessor;
         /// detached when it goes.
         shared: Vec<(u64, u64)>,
+        /// Registered with a write right: `ibv_rereg_mr` may grant write rights only
+        /// then (the kernel's `ib_umem_check_rereg`).
+        writable: bool,
     },
     /// A memory window; `index` is its R_Key without the key byte (stable across binds).
     Mw {

@@ -14,7 +14,7 @@ use std::os::fd::OwnedFd;
 use wire::client::proto::Handle;
 use wire::client::slot::{recv_slot_size, send_slot_size, CQE_LEN};
 use wire::client::verbs::qp_type;
-use wire::client::{CounterSet, QpInitAttr, ReplyBody, RingLayout};
+use wire::client::{Consumer, CounterSet, Producer, QpInitAttr, ReplyBody, RingLayout, RingView};
 
 use super::answer::{ok, Answer};
 
@@ -98,6 +98,98 @@ pub(super) fn create_cq(
         },
         vec![fd],
     ))
+}
+
+/// `ibv_resize_cq`. The hand-over, which loses and repeats no completion:
+///
+/// 1. The client holds its CQ lock for the whole call, so it consumes nothing and its
+///    published consumer index is where it stopped. The daemon is single-threaded: while
+///    it serves this request it writes no completion.
+/// 2. The daemon copies the slots from that consumer index up to its own producer index
+///    into a new ring (starting at index 0), with the `arm` word, in order.
+/// 3. The core checks the depth against what was copied (rxe's EINVAL below it); only
+///    then does the CQ take the new ring, and every later completion goes there.
+/// 4. The client maps the new ring from the reply, starts consuming at 0, and lets go
+///    of the lock. On any error the old ring stays, untouched.
+///
+/// A consumer index more than a ring away from the daemon's producer index (a client
+/// that wrote its ring) is EINVAL.
+pub(super) fn resize_cq(
+    clients: &mut Clients<'_>,
+    session: SessionId,
+    cq: Handle,
+    cqe: u32,
+) -> Answer {
+    let ctx = clients.lookup(session, cq)?.ctx;
+    let d = clients.device_of(session, ctx)?;
+    // Before the memfd: a hostile `cqe` must not size one.
+    if cqe == 0 || cqe > d.nic.limits().max_cqe {
+        return Err(libc::EINVAL);
+    }
+    let layout = RingLayout {
+        offset: 0,
+        entries: entries_for(cqe)?,
+        slot_size: CQE_LEN as u32,
+    };
+    let (fd, map) = ring_memfd("rdma-emu-cq", layout.end())?;
+    let (id, queued) = match clients.lookup(session, cq)? {
+        Object {
+            kind: Kind::Cq(c), ..
+        } => (c.id, copy_unpolled(c, &map, layout)?),
+        _ => return Err(libc::EINVAL),
+    };
+    let depth = clients
+        .device_of(session, ctx)?
+        .nic
+        .resize_cq(id, cqe, queued)?;
+    let Some(Object {
+        kind: Kind::Cq(c), ..
+    }) = clients.objects.get_mut(&cq)
+    else {
+        return Err(libc::EINVAL);
+    };
+    let ring = Ring::new(layout);
+    ring.index.set(u64::from(queued));
+    c.ring = ring;
+    c.map = map;
+    tracing::debug!(session, cq = cq.0, cqe = depth, queued, "CQ resized");
+    Ok((
+        ReplyBody::Cq {
+            handle: cq,
+            cqe: depth,
+            ring: layout,
+        },
+        vec![fd],
+    ))
+}
+
+/// Copies the completions of `c`'s ring past the client's published consumer index into
+/// the fresh ring `layout` of `map`, in order, with the `arm` word, and publishes them
+/// there (nobody reads that ring yet). Returns how many; EINVAL when the indices are
+/// more than a ring apart or the client wrote our producer index.
+fn copy_unpolled(c: &Cq, map: &Mapping, layout: RingLayout) -> Result<u32, i32> {
+    let old = c.ring.view(&c.map).ok_or(libc::EIO)?;
+    let new = RingView::new(map.words(), layout).map_err(|_| libc::EIO)?;
+    let consumer = old.consumer_index();
+    let queued = c.ring.index.get().wrapping_sub(consumer);
+    if queued > u64::from(c.ring.layout.entries) {
+        return Err(libc::EINVAL);
+    }
+    let mut from = Consumer::with_index(old, consumer);
+    let mut to = Producer::with_index(new, 0);
+    let mut slot = [0u8; CQE_LEN];
+    for _ in 0..queued {
+        if !from.peek(&mut slot).map_err(|_| libc::EINVAL)? {
+            return Err(libc::EINVAL);
+        }
+        from.take();
+        // Full only when the new ring is smaller than what is queued, which the
+        // core refuses anyway (rxe's EINVAL).
+        to.stage(&slot).map_err(|_| libc::EINVAL)?;
+    }
+    to.publish();
+    new.set_arm(old.arm());
+    u32::try_from(queued).map_err(|_| libc::EINVAL)
 }
 
 pub(super) fn create_srq(

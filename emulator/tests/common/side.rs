@@ -22,6 +22,8 @@ pub struct Side {
     pub buf: Vec<u8>,
     pub lkey: u32,
     pub rkey: u32,
+    /// The MR over `buf`.
+    pub mr: Handle,
     pub pd: Handle,
     pub qp: Handle,
     pub qpn: u32,
@@ -92,7 +94,12 @@ impl Side {
             )
             .unwrap()
             .0;
-        let ReplyBody::Mr { lkey, rkey, .. } = reply else {
+        let ReplyBody::Mr {
+            handle: mr,
+            lkey,
+            rkey,
+        } = reply
+        else {
             panic!("{reply:?}")
         };
         let (channel, ch_handle) = if with_channel {
@@ -176,6 +183,7 @@ impl Side {
             buf,
             lkey,
             rkey,
+            mr,
             pd,
             qp,
             qpn,
@@ -346,6 +354,13 @@ impl Side {
         })
         .expect("a completion within 10 s");
         CqeRepr::parse(&Cqe::new_checked(&buf[..]).unwrap()).unwrap()
+    }
+
+    /// The next completion if one is there now.
+    pub fn poll_once(&self) -> Option<CqeRepr> {
+        let mut buf = [0u8; 64];
+        self.cq.consumer(0).pop(&mut buf).unwrap().then_some(())?;
+        Some(CqeRepr::parse(&Cqe::new_checked(&buf[..]).unwrap()).unwrap())
     }
 
     pub fn read(&self, off: usize, len: usize) -> Vec<u8> {

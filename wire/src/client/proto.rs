@@ -13,7 +13,7 @@
 //! | `RegMr` request | `[one sealed memfd per entry of `shared`, in order]` (often none) |
 //! | `DeviceOpened` reply | `[async event pipe read end, doorbell eventfd, session page memfd]` |
 //! | `CreateCompChannel` request | `[write end of a pipe the shim made]` |
-//! | `Cq` reply | `[CQ ring memfd]` |
+//! | `Cq` reply (to `CreateCq`, `ResizeCq`) | `[CQ ring memfd]` |
 //! | `Srq` reply | `[SRQ ring memfd]` |
 //! | `Qp` reply | `[memfd holding the SQ ring, then the RQ ring]` |
 //! | `Capture` request | `[write end of a pipe]` |
@@ -133,6 +133,26 @@ pub enum RequestBody {
         /// The MR to deregister.
         mr: Handle,
     },
+    /// `ibv_rereg_mr`, as the kernel's rxe does it: the PD and the access rights change in
+    /// place, the keys stay. Reply `Mr` (the same handle and keys). `flags` of 0 or with
+    /// unknown bits, an unknown or foreign `pd`, or an access `RegMr` would refuse is
+    /// EINVAL; a change of translation EOPNOTSUPP; write access on a region registered
+    /// without it EACCES (its pages were never checked writable, as the kernel's
+    /// `ib_umem_check_rereg`). Nothing changes when the answer is an error.
+    ReregMr {
+        /// The MR to change.
+        mr: Handle,
+        /// `IBV_REREG_MR_CHANGE_*` ([`super::verbs::rereg_flags`]).
+        flags: u32,
+        /// The new PD, with `CHANGE_PD` (EINVAL when missing then).
+        pd: Option<Handle>,
+        /// The new start, with `CHANGE_TRANSLATION`.
+        addr: u64,
+        /// The new length, with `CHANGE_TRANSLATION`.
+        length: u64,
+        /// The new `IBV_ACCESS_*`, with `CHANGE_ACCESS`.
+        access: u32,
+    },
     /// `ibv_create_comp_channel`. Reply `CompChannel`. `fd[0]`: write end of a pipe (EINVAL
     /// otherwise); the daemon writes [`super::CompEventRecord`]s to it.
     CreateCompChannel {
@@ -161,7 +181,12 @@ pub enum RequestBody {
         /// The CQ to destroy.
         cq: Handle,
     },
-    /// `ibv_resize_cq`: EOPNOTSUPP (a ring cannot grow under its reader).
+    /// `ibv_resize_cq`. Reply `Cq` (the same handle), with the memfd of a new ring that
+    /// holds, in order, every completion the old one held past its published consumer
+    /// index; the daemon writes only to the new ring from then on. The client must not
+    /// consume from the old ring while it asks (it polls under the lock it holds for
+    /// the call). `cqe` of 0, above `max_cqe`, or below the completions not yet polled is
+    /// EINVAL (rxe's `rxe_cq_chk_attr`).
     ResizeCq {
         /// The CQ to resize.
         cq: Handle,
@@ -373,7 +398,7 @@ pub enum ReplyBody {
         /// The new PD.
         handle: Handle,
     },
-    /// Answers `RegMr`.
+    /// Answers `RegMr` and `ReregMr`.
     Mr {
         /// The new MR.
         handle: Handle,
@@ -387,7 +412,7 @@ pub enum ReplyBody {
         /// The new channel; `CompEventRecord`s name CQs, not it.
         handle: Handle,
     },
-    /// Answers `CreateCq`. `fd[0]`: the ring memfd.
+    /// Answers `CreateCq` and `ResizeCq`. `fd[0]`: the ring memfd.
     Cq {
         /// The new CQ.
         handle: Handle,

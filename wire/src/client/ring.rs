@@ -357,6 +357,39 @@ impl<'a> Consumer<'a> {
             .store(index, Ordering::Release);
     }
 
+    /// Removes the published, unconsumed slots `drop` picks (it sees each slot's first
+    /// `slot_size` bytes) and keeps the others in order; returns how many went. The kept
+    /// slots move toward the newest end and the consumer index then passes the freed
+    /// ones, so only slots the consumer owns are written and the producer, which may go
+    /// on publishing meanwhile, needs no warning (as mlx5's provider cleans a CQ of a QP
+    /// moved to RESET). `buf` holds at least `slot_size` bytes.
+    pub fn discard(
+        &mut self,
+        buf: &mut [u8],
+        mut drop: impl FnMut(&[u8]) -> bool,
+    ) -> Result<u64, RingError> {
+        let size = self.view.layout.slot_size as usize;
+        let buf = buf.get_mut(..size).ok_or(RingError::SlotSize)?;
+        let n = self.available()?;
+        let mut removed = 0u64;
+        for i in (0..n).rev() {
+            let index = self.tail.wrapping_add(i);
+            self.view.read_slot(index, buf);
+            if drop(buf) {
+                removed += 1;
+            } else if removed > 0 {
+                self.view.write_slot(index.wrapping_add(removed), buf);
+            }
+        }
+        if removed > 0 {
+            self.tail = self.tail.wrapping_add(removed);
+            self.view
+                .word(CONSUMER_WORD)
+                .store(self.tail, Ordering::Release);
+        }
+        Ok(removed)
+    }
+
     /// [`Consumer::peek`] then [`Consumer::advance`].
     pub fn pop(&mut self, buf: &mut [u8]) -> Result<bool, RingError> {
         let got = self.peek(buf)?;

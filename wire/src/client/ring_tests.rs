@@ -221,3 +221,33 @@ fn taken_slots_stay_the_consumers_until_released() {
     assert_eq!(view.consumer_index(), 4);
     assert_eq!(p.free().unwrap(), 4);
 }
+
+#[test]
+fn discard_keeps_the_other_slots_in_order_and_frees_the_dropped() {
+    let mem = region(1024);
+    let view = RingView::new(&mem, LAYOUT).unwrap();
+    let mut p = Producer::new(view);
+    let mut c = Consumer::new(view);
+    let mut buf = [0u8; 64];
+    // Wrap the ring once so the kept slots cross the end.
+    for b in [9u8, 9] {
+        p.push(&[b]).unwrap();
+        assert!(c.pop(&mut buf).unwrap());
+    }
+    for b in [1u8, 7, 2, 7] {
+        p.push(&[b]).unwrap();
+    }
+    assert_eq!(p.free(), Ok(0));
+    assert_eq!(c.discard(&mut buf, |s| s[0] == 7), Ok(2));
+    // The consumer index moved past the two freed slots: the producer may reuse them.
+    assert_eq!(view.consumer_index(), 4);
+    assert_eq!(p.free(), Ok(2));
+    p.push(&[3]).unwrap();
+    let mut got = Vec::new();
+    while c.pop(&mut buf).unwrap() {
+        got.push(buf[0]);
+    }
+    assert_eq!(got, [1, 2, 3]);
+    assert_eq!(c.discard(&mut buf, |_| true), Ok(0));
+    assert_eq!(c.discard(&mut [0u8; 8], |_| true), Err(RingError::SlotSize));
+}

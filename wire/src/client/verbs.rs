@@ -289,6 +289,17 @@ pub mod access {
     pub const RELAXED_ORDERING: u32 = 1 << 20;
 }
 
+/// `enum ibv_rereg_mr_flags`: what `ReregMr::flags` changes.
+pub mod rereg_flags {
+    /// IBV_REREG_MR_CHANGE_TRANSLATION: a new address and length; rxe refuses it
+    /// (EOPNOTSUPP), and so does rdma-emu.
+    pub const CHANGE_TRANSLATION: u32 = 1 << 0;
+    /// IBV_REREG_MR_CHANGE_PD: the MR moves to another PD of the same context.
+    pub const CHANGE_PD: u32 = 1 << 1;
+    /// IBV_REREG_MR_CHANGE_ACCESS: new `IBV_ACCESS_*` rights.
+    pub const CHANGE_ACCESS: u32 = 1 << 2;
+}
+
 /// `enum ibv_mtu` (1 = 256 … 5 = 4096).
 pub mod mtu {
     /// IBV_MTU_256: 256-byte payloads.
