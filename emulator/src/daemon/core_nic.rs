@@ -389,6 +389,13 @@ impl Nic for CoreNic {
     fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {
         self.dev.dereg_mr(Lkey(lkey)).map_err(e)
     }
+    fn advise_mr(&self, pd: u32, lkey: u32, addr: u64, len: u64) -> Result<(Owner, u64), Errno> {
+        let (space, host) = self
+            .dev
+            .advise_mr(core::PdHandle(pd), Lkey(lkey), addr, len)
+            .map_err(e)?;
+        Ok((space.0, host))
+    }
     fn alloc_mw(&mut self, _owner: Owner, pd: u32, mw_type: u32) -> Result<(u32, u32), Errno> {
         let (h, rkey) = self.dev.alloc_mw(core::PdHandle(pd), mw_type).map_err(e)?;
         Ok((h.0, rkey.0))
