@@ -91,11 +91,7 @@ fn run_seed(seed: u64) {
     };
     let mut f = Fabric::new(seed, 2, Mtu::Mtu4096, link);
     if odp {
-        let fault = Duration::from_micros(1 + rng.below(150));
-        let evict = rng.unit() * 0.05;
-        for (i, n) in f.nodes.iter_mut().enumerate() {
-            n.paging = Some(Paging::new(seed ^ (i as u64 + 1) << 32, fault, evict));
-        }
+        f.page_faults(Duration::from_micros(1 + rng.below(150)), rng.unit() * 0.05);
     }
     let (a, b) = connect(&mut f, &opts);
     // Contents: random source data on A, random READ source on B.

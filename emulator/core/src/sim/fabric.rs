@@ -482,6 +482,16 @@ impl Fabric {
         }
     }
 
+    /// Gives every node ODP memory ([`Node::paging`]) whose faults take `fault_time`, a
+    /// resident page evicted before a touch with probability `evict` (drawn from the
+    /// fabric's seed).
+    pub fn page_faults(&mut self, fault_time: Duration, evict: f64) {
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            let seed = self.seed ^ ((i as u64 + 1) << 32);
+            n.paging = Some(Paging::new(seed, fault_time, evict));
+        }
+    }
+
     /// Hands a packet to its node, which is then busy with the faults it took.
     fn deliver(&mut self, pkt: InFlight) {
         let ce = matches!(pkt.hop, Hop::Host { ce: true });
