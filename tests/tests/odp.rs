@@ -2,62 +2,46 @@
 //! namespaces: `-o` (an ODP MR over the buffer), `-O` (an implicit ODP MR, the whole
 //! address space) and `-o -P` (with `ibv_advise_mr` prefetch), and what `ibv_devinfo -v`
 //! says of each device's ODP capabilities.
+use rdma_emu_tests::two_host;
 use rdma_emu_tests::*;
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
-const PORT: u16 = 18517;
 
 /// `ibv_rc_pingpong` with `extra` between a daemon in each namespace: both sides exit 0,
-/// the client reports its transfer, and neither printed `refused` (a message the program
+/// the client reports its transfer, and did not print `refused` (a message the program
 /// prints and then carries on after).
 fn rc_pingpong_two_hosts(extra: &[&str], refused: &str) {
     let _s = serial();
     if missing(&["ibv_rc_pingpong"]) {
         return;
     }
-    let Some(net) = two_hosts() else {
+    let Some((net, da, db)) = two_host::hosts("udp", "udp") else {
         return;
     };
-    let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
-    let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
     let (gid_a, gid_b) = (
         da.ipv4_gid_index(Some(&net.a)),
         db.ipv4_gid_index(Some(&net.b)),
     );
-    let port = PORT.to_string();
+    let port = two_host::PORT.to_string();
     let side = |gid: &str| {
         let mut v = vec!["ibv_rc_pingpong", "-d", "rxe0", "-g", gid, "-p", &port];
         v.extend(extra);
         v.into_iter().map(str::to_owned).collect::<Vec<_>>()
     };
-    let server = side(&gid_a);
-    let mut client = side(&gid_b);
-    client.push(net.addr_a.clone());
-    let (s, c) = run_pair(
-        &da,
-        Some(&net.a),
-        &refs(&server),
-        &db,
-        Some(&net.b),
-        &refs(&client),
-        PORT,
-        LIMIT,
-    );
-    for out in [&s, &c] {
-        out.assert_success();
-        assert!(
-            !out.stderr.contains(refused),
-            "`{}` printed `{refused}`:\n{}",
-            out.argv,
-            out.stderr
-        );
-    }
+    let (server, client) = (side(&gid_a), side(&gid_b));
+    let c = two_host::pair(&net, &da, &db, &refs(&server), &refs(&client));
+    assert!(c.stdout.contains("iters in"), "no summary:\n{}", c.stdout);
     assert!(
-        c.stdout.contains("iters in"),
-        "no client summary:\n{}",
-        c.stdout
+        !c.stderr.contains(refused),
+        "`{}` printed `{refused}`:\n{}",
+        c.argv,
+        c.stderr
     );
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
 }
 
 #[test]
@@ -82,10 +66,6 @@ fn rc_pingpong_odp_prefetch_large_buffer_two_hosts() {
         &["-o", "-P", "-s", "1048576", "-n", "50"],
         "Couldn't prefetch",
     );
-}
-
-fn refs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
 }
 
 /// The text of one `ibv_devinfo -v` section (`name:` up to the next line of its depth).
