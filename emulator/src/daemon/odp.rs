@@ -27,7 +27,10 @@ use wire::client::{AdviseRange, OdpCaps};
 /// but through an SRQ included; UC sends, receives and WRITEs; UD sends and receives; XRC
 /// none (no XRC yet). The kernel's rxe reports the same RC and UD bits (with FLUSH and
 /// ATOMIC_WRITE, which rdma-emu lacks), no UC, and no implicit ODP: its implicit regions
-/// need the page tables of a real MMU notifier per chunk, ours need nothing.
+/// need the page tables of a real MMU notifier per chunk, ours need nothing. When XRC,
+/// FLUSH or ATOMIC_WRITE land, their bits belong here too (they reach memory the same
+/// way); without `xrc_odp_caps`, pyverbs' `test_odp_xrc_traffic` would skip with a reason
+/// docs/compatibility.md does not list.
 pub fn roce_caps() -> OdpCaps {
     let rc = odp::SEND | odp::RECV | odp::WRITE | odp::READ | odp::ATOMIC | odp::SRQ_RECV;
     OdpCaps {
