@@ -276,7 +276,7 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
     let ctx_box = Box::new(Context {
         vctx: verbs_context {
             query_port: Some(vctx_query_port),
-            advise_mr: None,
+            advise_mr: Some(crate::mr_ex::vctx_advise_mr),
             alloc_null_mr: None,
             read_counters: None,
             attach_counters_point_flow: None,
@@ -406,6 +406,12 @@ unsafe extern "C" fn vctx_query_device_ex(
         // The kernel reports the full capability word here too (its low 32 bits are
         // `device_cap_flags`).
         ex.device_cap_flags_ex = u64::from(ctx.device_attr.device_cap_flags);
+        let odp = ctx.device_attr.odp_caps;
+        ex.odp_caps = ibv_odp_caps {
+            general_caps: odp.general_caps,
+            per_transport_caps: [odp.rc_odp_caps, odp.uc_odp_caps, odp.ud_odp_caps],
+        };
+        ex.xrc_odp_caps = odp.xrc_odp_caps;
         // SAFETY: the caller gave attr_size writable bytes.
         unsafe { copy_prefix(&ex, attr as *mut c_void, attr_size) };
         Ok(())

@@ -1,4 +1,5 @@
-//! rdma-core v59's `IBVERBS_1.15` verbs: `ibv_reg_mr_ex` and DMA handles.
+//! rdma-core v59's `IBVERBS_1.15` verbs: `ibv_reg_mr_ex` and DMA handles; and
+//! `ibv_advise_mr` (an inline of `verbs.h` that calls `verbs_context.advise_mr`).
 //!
 //! A program built against v59's headers links these by name, so a library without them
 //! stops it at load time even if it never calls them. `ibv_reg_mr_ex` registers by
@@ -6,9 +7,12 @@
 //! or a DMA handle is EOPNOTSUPP, as `ibv_reg_dmabuf_mr` and `ibv_alloc_dmah` are here and
 //! on the kernel's rxe and siw (whose providers have neither operation).
 
-use crate::abi::{ibv_context, ibv_mr, ibv_pd};
+use crate::abi::{ibv_context, ibv_mr, ibv_pd, ibv_sge};
+use crate::context::Context;
 use crate::ffi::{self, Errno};
-use core::ffi::{c_int, c_void};
+use crate::objects::pd_of;
+use core::ffi::{c_int, c_uint, c_void};
+use wire::client::{AdviseRange, RequestBody};
 
 /// `IBV_REG_MR_MASK_IOVA`: `iova` is the address the region is known by on the wire.
 pub const REG_MR_MASK_IOVA: u64 = 1 << 0;
@@ -87,6 +91,45 @@ pub extern "C" fn ibv_reg_mr_ex(pd: *mut ibv_pd, attr: *mut ibv_mr_init_attr) ->
         }
         Err(e) => ffi::ptr(|| Err(e)),
     }
+}
+
+/// `verbs_context.advise_mr`, which `ibv_advise_mr` calls: prefetch ranges of ODP MRs.
+/// Returns 0 or the errno (positive), as rdma-core's providers do; the daemon checks the
+/// advice, flags and keys and touches the pages (`wire::client::RequestBody::AdviseMr`).
+///
+/// # Safety
+/// `sg_list` points to `num_sge` elements (the verbs API's contract).
+pub unsafe extern "C" fn vctx_advise_mr(
+    pd: *mut ibv_pd,
+    advice: c_uint,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    ffi::errno(|| {
+        let p = pd_of(pd)?;
+        let sges = if num_sge == 0 || sg_list.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the caller passes num_sge elements at sg_list.
+            unsafe { core::slice::from_raw_parts(sg_list, num_sge as usize) }
+        };
+        let ranges = sges
+            .iter()
+            .map(|s| AdviseRange {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        Context::from_ibv(p.pd.context)?.call(RequestBody::AdviseMr {
+            pd: p.handle,
+            advice,
+            flags,
+            sg_list: ranges,
+        })?;
+        Ok(())
+    })
 }
 
 /// NULL with errno EOPNOTSUPP: TLP processing hints have no meaning for a software

@@ -74,7 +74,10 @@ fn reg_mr(
 ) -> VResult<*mut ibv_mr> {
     let p = pd_of(pd)?;
     let ctx = ctx_of(p.pd.context)?;
-    let (shared, fds) = if crate::shared_mr::enabled() {
+    // An ODP region is never moved onto a memfd: an implicit one is the whole address
+    // space, and an explicit one may cover memory that is mapped only later.
+    let odp = access & wire::client::verbs::access::ON_DEMAND != 0;
+    let (shared, fds) = if crate::shared_mr::enabled() && !odp {
         crate::shared_mr::share(addr as u64, length as u64)
     } else {
         (Vec::new(), Vec::new())

@@ -15,7 +15,7 @@ use crate::dcqcn::DcqcnParams;
 use crate::input::InputParts;
 use crate::mcast::Groups;
 use crate::memory::Memory;
-use crate::mr::Region;
+use crate::mr::{check_registration, Region};
 use crate::mw::{alloc_mw, bind_window, dealloc_mw};
 use crate::objects::{Ah, Cq, Objects, Pd, Srq};
 use crate::pfc::TxPause;
@@ -523,19 +523,7 @@ impl Device {
         access: AccessFlags,
         space: AddrSpace,
     ) -> Result<MrKeys, Errno> {
-        // IBA 10.6.3.1 / ibv_reg_mr(3): remote write or atomic requires local write.
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(Errno::EINVAL);
-        }
-        if access.0 & !0x3f != 0
-            || length > self.cfg.limits.max_mr_size
-            || addr.checked_add(length).is_none()
-            || iova.checked_add(length).is_none()
-        {
-            return Err(Errno::EINVAL);
-        }
+        check_registration(addr, length, iova, access, self.cfg.limits.max_mr_size)?;
         if self.o.keys.by_index.len() >= self.cfg.limits.max_mr as usize {
             return Err(Errno::ENOMEM);
         }
@@ -627,6 +615,19 @@ impl Device {
         self.o.keys.by_index.remove(&(lkey.0 >> 8));
         let _ = self.o.pd_ref(pd, -1);
         Ok(())
+    }
+
+    /// `ibv_advise_mr`'s checks for one SGE: `[addr, addr + length)` of the ODP MR
+    /// `lkey` of `pd` as (space, host address), for the caller to touch; errnos as
+    /// [`crate::mr::Keys::prefetch_target`] gives them.
+    pub fn advise_mr(
+        &self,
+        pd: PdHandle,
+        lkey: Lkey,
+        addr: u64,
+        length: u64,
+    ) -> Result<(AddrSpace, u64), Errno> {
+        self.o.keys.prefetch_target(lkey.0, pd, addr, length)
     }
 
     /// `ibv_create_cq`: returns the handle and the actual depth.

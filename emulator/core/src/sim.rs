@@ -32,8 +32,12 @@
 
 mod fabric;
 pub mod incast;
+mod paging;
+mod rng;
 
 pub use fabric::{
     bring_up, connect, connect_nodes, make_end, node_config, write_wr, ConnOpts, End, Fabric,
-    LinkModel, MarkingQueue, Node, QueueStats, Rng,
+    LinkModel, MarkingQueue, Node, QueueStats,
 };
+pub use paging::{Paged, Paging};
+pub use rng::Rng;

@@ -58,6 +58,8 @@ impl Errno {
     pub const EAGAIN: Errno = Errno(11);
     /// Out of memory / resources (queue full, too many objects).
     pub const ENOMEM: Errno = Errno(12);
+    /// Bad address (a prefetch outside its MR).
+    pub const EFAULT: Errno = Errno(14);
     /// Permission denied.
     pub const EACCES: Errno = Errno(13);
     /// Object busy (still referenced).
@@ -196,6 +198,12 @@ flags!(
         MW_BIND = 16,
         /// IBV_ACCESS_ZERO_BASED.
         ZERO_BASED = 32,
+        /// IBV_ACCESS_ON_DEMAND: on-demand paging ([`crate::mr`]); nothing is pinned here
+        /// in any case, so it changes only what registration checks.
+        ON_DEMAND = 64,
+        /// IBV_ACCESS_HUGETLB: the ODP region is backed by huge pages (a hint, only with
+        /// ON_DEMAND).
+        HUGETLB = 128,
     }
 );
 

@@ -76,14 +76,23 @@ fn run_seed(seed: u64) {
     } else {
         rng.below(1 << 24) as u32
     };
+    // Odd seeds: ODP MRs over paged memory on both nodes (first touches and evicted pages
+    // fault). A fault stalls its node up to 150 µs, so a packet over two pages that fault
+    // at both ends (600 µs) can outlast the ACK timeout, then 537 µs: ODP users set it
+    // above their fault time, else loss on top of faults exhausts the retries.
+    let odp = seed & 1 == 1;
     let opts = ConnOpts {
         mtu,
         psn,
         buf_len: 1 << 20,
-        timeout: 6,
+        timeout: if odp { 7 } else { 6 },
+        odp,
         ..ConnOpts::default()
     };
     let mut f = Fabric::new(seed, 2, Mtu::Mtu4096, link);
+    if odp {
+        f.page_faults(Duration::from_micros(1 + rng.below(150)), rng.unit() * 0.05);
+    }
     let (a, b) = connect(&mut f, &opts);
     // Contents: random source data on A, random READ source on B.
     let mut model_b = vec![0u8; 1 << 20];
@@ -286,6 +295,13 @@ fn run_seed(seed: u64) {
     for n in &f.nodes {
         assert_eq!(n.dev.armed_timers(), 0, "timers left: {ctx}");
     }
+    let faults: u64 = f
+        .nodes
+        .iter()
+        .filter_map(|n| n.paging.as_ref())
+        .map(|p| p.faults)
+        .sum();
+    assert_eq!(odp, faults > 0, "ODP page faults {faults}: {ctx}");
     // Completions: every send WR exactly once, in order, successful.
     let mut send_wcs = Vec::new();
     let mut recv_wcs = Vec::new();

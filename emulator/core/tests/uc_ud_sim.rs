@@ -44,13 +44,19 @@ fn run_uc(seed: u64) {
     } else {
         rng.below(1 << 24) as u32
     };
+    // Odd seeds: ODP MRs over memory that faults (emu_core::sim::Paging).
+    let odp = seed & 1 == 1;
     let opts = ConnOpts {
         qp_type: QpType::Uc,
         mtu,
         psn,
+        odp,
         ..ConnOpts::default()
     };
     let mut f = Fabric::new(seed, 2, Mtu::Mtu4096, link);
+    if odp {
+        f.page_faults(Duration::from_micros(1 + rng.below(150)), rng.unit() * 0.05);
+    }
     let (a, b) = connect(&mut f, &opts);
     let n = 4 + rng.below(12);
     let slot = 4 * u64::from(mtu.bytes()) + 64;
@@ -172,11 +178,16 @@ fn run_ud(seed: u64) {
     let mut rng = Rng::new(seed);
     let link = link(&mut rng);
     let mtu = [Mtu::Mtu256, Mtu::Mtu1024, Mtu::Mtu4096][rng.below(3) as usize];
+    let odp = seed & 1 == 1;
     let opts = ConnOpts {
         qp_type: QpType::Ud,
+        odp,
         ..ConnOpts::default()
     };
     let mut f = Fabric::new(seed, 2, mtu, link);
+    if odp {
+        f.page_faults(Duration::from_micros(1 + rng.below(150)), rng.unit() * 0.05);
+    }
     let (a, b) = connect(&mut f, &opts);
     let dgid = Gid::from_ip(f.nodes[1].ip);
     let ah_attr = AhAttr {

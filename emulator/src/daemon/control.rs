@@ -207,6 +207,22 @@ impl Engine {
                 shared,
             } => {
                 let (ctx, pd_id) = self.pd(session, pd)?;
+                // ODP (docs/compatibility.md): EOPNOTSUPP where the device has none; an ODP
+                // region's pages need not be mapped yet and are never shared.
+                let odp = access & wire::client::verbs::access::ON_DEMAND != 0;
+                if odp
+                    && self
+                        .device_of(session, ctx)?
+                        .device_attr()
+                        .odp_caps
+                        .general_caps
+                        == 0
+                {
+                    return Err(libc::EOPNOTSUPP);
+                }
+                if odp && !shared.is_empty() {
+                    return Err(libc::EINVAL);
+                }
                 // Shared pages must lie inside the region they are offered for.
                 let inside = |p: &wire::client::SharedPages| {
                     p.addr >= addr
@@ -217,7 +233,7 @@ impl Engine {
                 if !shared.iter().all(inside) {
                     return Err(libc::EINVAL);
                 }
-                if !self.mem.probe(ctx.0, addr, length) {
+                if !odp && !self.mem.probe(ctx.0, addr, length) {
                     return Err(libc::EFAULT);
                 }
                 let (lkey, rkey) = self
@@ -232,7 +248,9 @@ impl Engine {
                 }
                 let mr = Kind::Mr {
                     lkey,
-                    length,
+                    // An ODP region pins nothing: the kernel charges it nothing against
+                    // RLIMIT_MEMLOCK, so it counts no bytes toward `max_mr_bytes`.
+                    length: if odp { 0 } else { length },
                     shared: attached.clone(),
                     writable: access & WRITE_RIGHTS != 0,
                 };
@@ -299,6 +317,19 @@ impl Engine {
                     lkey,
                     rkey,
                 })
+            }
+            R::AdviseMr {
+                pd,
+                advice,
+                flags,
+                sg_list,
+            } => {
+                let (ctx, pd_id) = self.pd(session, pd)?;
+                let dev = sessions::ctx_device(&self.objects, session, ctx)?;
+                let d = self.devices.get(dev).and_then(Option::as_ref);
+                let nic = &*d.ok_or(libc::ENODEV)?.nic;
+                super::odp::advise_mr(nic, &mut self.mem, pd_id, advice, flags, &sg_list)?;
+                ok(ReplyBody::Ok)
             }
             R::AllocMw { pd, mw_type } => {
                 let (ctx, pd_id) = self.pd(session, pd)?;

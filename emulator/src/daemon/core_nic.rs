@@ -399,6 +399,13 @@ impl Nic for CoreNic {
         let k = self.dev.rereg_mr(Lkey(lkey), r).map_err(e)?;
         Ok((k.lkey.0, k.rkey.0))
     }
+    fn advise_mr(&self, pd: u32, lkey: u32, addr: u64, len: u64) -> Result<(Owner, u64), Errno> {
+        let (space, host) = self
+            .dev
+            .advise_mr(core::PdHandle(pd), Lkey(lkey), addr, len)
+            .map_err(e)?;
+        Ok((space.0, host))
+    }
     fn alloc_mw(&mut self, _owner: Owner, pd: u32, mw_type: u32) -> Result<(u32, u32), Errno> {
         let (h, rkey) = self.dev.alloc_mw(core::PdHandle(pd), mw_type).map_err(e)?;
         Ok((h.0, rkey.0))

@@ -469,6 +469,7 @@ impl ServedDevice {
             max_pkeys: 64,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,
+            odp_caps: super::odp::roce_caps(),
         }
     }
 

@@ -105,6 +105,34 @@ impl ProcMem {
     }
 }
 
+impl ProcMem {
+    /// Faults `[addr, addr + len)` of `owner` in for reading: one byte of each page read
+    /// through the descriptor (`ibv_advise_mr`'s prefetch, [`super::odp`]). False at the
+    /// first page that cannot be read.
+    pub fn touch(&mut self, owner: Owner, addr: u64, len: u64) -> bool {
+        use super::shared_pages::PAGE;
+        let Some(Space { mem: fd, .. }) = self.spaces.get(&owner) else {
+            return false;
+        };
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
+        let mut at = addr;
+        let mut b = [0u8; 1];
+        while at < end {
+            if sys::pread_exact(fd.as_raw_fd(), at, &mut b).is_err() {
+                self.faults += 1;
+                return false;
+            }
+            match (at | (PAGE - 1)).checked_add(1) {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        true
+    }
+}
+
 /// Where one part of an access is.
 enum Part<'a> {
     /// In a shared memfd mapping, at this offset.
@@ -198,6 +226,19 @@ mod tests {
         assert!(mem.read(7, 0, &mut back).is_err());
         assert!(mem.read(8, addr, &mut back).is_err());
         assert_eq!(mem.counters.shared_bytes, 0);
+    }
+
+    #[test]
+    fn touch_faults_pages_in_and_fails_on_unmapped_ones() {
+        let mut mem = own_memory_as(7);
+        let pages = vec![0u8; 3 * 4096];
+        let addr = pages.as_ptr() as u64;
+        assert!(mem.touch(7, addr + 100, 2 * 4096));
+        assert!(mem.touch(7, addr, 0));
+        assert!(!mem.touch(7, 0, 4096));
+        assert!(!mem.touch(8, addr, 1));
+        assert!(!mem.touch(7, u64::MAX - 10, 20));
+        assert_eq!(mem.faults, 1);
     }
 
     #[test]

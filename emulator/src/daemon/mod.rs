@@ -25,6 +25,7 @@ pub mod netdev;
 pub mod nic;
 mod notify;
 mod objects;
+pub mod odp;
 mod queues;
 mod reload;
 mod sessions;

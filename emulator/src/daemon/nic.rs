@@ -142,6 +142,13 @@ pub trait Nic: std::any::Any {
     fn rereg_mr(&mut self, _lkey: u32, _r: &Rereg) -> Result<(u32, u32), Errno> {
         Err(libc::EOPNOTSUPP)
     }
+    /// `ibv_advise_mr`'s checks for one range of an ODP MR of `pd`: whose memory and
+    /// where. EOPNOTSUPP on a device without ODP (the kernel's answer when a driver has
+    /// no `advise_mr`).
+    fn advise_mr(&self, pd: u32, lkey: u32, addr: u64, len: u64) -> Result<(Owner, u64), Errno> {
+        let _ = (pd, lkey, addr, len);
+        Err(libc::EOPNOTSUPP)
+    }
     /// Returns (mw id, rkey).
     fn alloc_mw(&mut self, owner: Owner, pd: u32, mw_type: u32) -> Result<(u32, u32), Errno>;
     fn dealloc_mw(&mut self, mw: u32) -> Result<(), Errno>;

@@ -26,7 +26,8 @@ pub enum Kind {
     },
     Mr {
         lkey: u32,
-        /// The registered length (counted in the user's `max_mr_bytes`).
+        /// The registered length (counted in the user's `max_mr_bytes`); 0 for an ODP
+        /// region, which pins nothing.
         length: u64,
         /// Shared page ranges (`addr`, `len`) this MR attached in the memory accessor;
         /// detached when it goes.

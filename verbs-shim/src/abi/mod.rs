@@ -438,7 +438,8 @@ type Unused = Option<unsafe extern "C" fn()>;
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<unsafe extern "C" fn(Ctx, u8, *mut ibv_port_attr, usize) -> c_int>,
-    pub advise_mr: Unused,
+    pub advise_mr:
+        Option<unsafe extern "C" fn(*mut ibv_pd, c_uint, u32, *mut ibv_sge, u32) -> c_int>,
     pub alloc_null_mr: Unused,
     pub read_counters: Unused,
     pub attach_counters_point_flow: Unused,

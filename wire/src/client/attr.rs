@@ -90,6 +90,25 @@ pub struct DeviceAttr {
     pub local_ca_ack_delay: u8,
     /// Physical ports (1).
     pub phys_port_cnt: u8,
+    /// On-demand paging capabilities (`ibv_query_device_ex`'s `odp_caps` and
+    /// `xrc_odp_caps`); all zero on a device without ODP, which refuses
+    /// `IBV_ACCESS_ON_DEMAND` with EOPNOTSUPP.
+    pub odp_caps: OdpCaps,
+}
+
+/// `struct ibv_odp_caps` and `xrc_odp_caps` ([`super::verbs::odp`] bits).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OdpCaps {
+    /// `IBV_ODP_SUPPORT`, `IBV_ODP_SUPPORT_IMPLICIT`.
+    pub general_caps: u64,
+    /// `IBV_ODP_SUPPORT_*` for RC.
+    pub rc_odp_caps: u32,
+    /// The same for UC.
+    pub uc_odp_caps: u32,
+    /// The same for UD.
+    pub ud_odp_caps: u32,
+    /// The same for XRC.
+    pub xrc_odp_caps: u32,
 }
 
 /// `struct ibv_port_attr`.

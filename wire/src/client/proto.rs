@@ -20,7 +20,7 @@
 //! | `Cm(CreateChannel)` request | `[write end of a pipe]` |
 
 pub use super::attr::{
-    AhAttr, DeviceAttr, GidEntry, GlobalRoute, PortAttr, QpAttr, QpCap, SrqAttr,
+    AhAttr, DeviceAttr, GidEntry, GlobalRoute, OdpCaps, PortAttr, QpAttr, QpCap, SrqAttr,
 };
 use super::ring::RingLayout;
 use serde::{Deserialize, Serialize};
@@ -276,6 +276,22 @@ pub enum RequestBody {
         /// The window to free.
         mw: Handle,
     },
+    /// `ibv_advise_mr`: prefetch ranges of ODP MRs (`IBV_ACCESS_ON_DEMAND`). Reply `Ok`.
+    /// An advice other than the three prefetches ([`super::verbs::advise`]) is EOPNOTSUPP,
+    /// a flag other than `FLUSH` or an empty `sg_list` EINVAL; each range must lie in an
+    /// ODP MR of `pd` with local write (EINVAL) and inside it (EFAULT). With `FLUSH` the
+    /// reply comes after the pages were touched, and a page that cannot be faulted in is
+    /// EFAULT; without it the prefetch is best effort and only the keys are checked.
+    AdviseMr {
+        /// The PD the MRs belong to.
+        pd: Handle,
+        /// `IBV_ADVISE_MR_ADVICE_*`.
+        advice: u32,
+        /// `IBV_ADVISE_MR_FLAG_*`.
+        flags: u32,
+        /// The ranges, as `struct ibv_sge`.
+        sg_list: Vec<AdviseRange>,
+    },
     /// Counters of a device (all devices when `None`), or of one QP by number. Reply
     /// `Stat`.
     Stat {
@@ -496,6 +512,17 @@ pub struct SharedPages {
 
 /// The most [`SharedPages`] one `RegMr` may carry (one descriptor each).
 pub const MAX_SHARED_PAGES: usize = 4;
+
+/// One range of an `AdviseMr` request (`struct ibv_sge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdviseRange {
+    /// First byte, in the client's address space (the MR's IOVA space).
+    pub addr: u64,
+    /// Bytes from `addr`.
+    pub length: u32,
+    /// The local key of the ODP MR that covers the range.
+    pub lkey: u32,
+}
 
 /// One device in the `Hello` reply (what `ibv_get_device_list` needs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -38,6 +38,16 @@ fn sample_requests() -> Vec<Request> {
                 offset: 4096,
             }],
         },
+        RequestBody::AdviseMr {
+            pd: Handle(3),
+            advice: 1,
+            flags: 1,
+            sg_list: vec![AdviseRange {
+                addr: u64::MAX - 1,
+                length: u32::MAX,
+                lkey: 0x1234_5601,
+            }],
+        },
         RequestBody::CreateCq {
             ctx: Handle(1),
             cqe: 100,

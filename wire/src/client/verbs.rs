@@ -277,11 +277,13 @@ pub mod access {
     pub const MW_BIND: u32 = 1 << 4;
     /// IBV_ACCESS_ZERO_BASED: remote addresses are offsets from the region's start.
     pub const ZERO_BASED: u32 = 1 << 5;
-    /// IBV_ACCESS_ON_DEMAND: on-demand paging (pages pinned when touched); the core
-    /// refuses it (EINVAL), as it does every bit above ZERO_BASED.
+    /// IBV_ACCESS_ON_DEMAND: on-demand paging. The region's pages need not be mapped at
+    /// registration (no EFAULT probe), it never uses shared pages, and address 0 with
+    /// length `u64::MAX` registers an implicit region over the whole address space.
+    /// EOPNOTSUPP on a device whose [`super::DeviceAttr::odp_caps`] are zero.
     pub const ON_DEMAND: u32 = 1 << 6;
-    /// IBV_ACCESS_HUGETLB: the region is backed by huge pages; the core refuses it
-    /// (EINVAL).
+    /// IBV_ACCESS_HUGETLB: the ODP region is backed by huge pages (a hint); EINVAL
+    /// without ON_DEMAND.
     pub const HUGETLB: u32 = 1 << 7;
     /// IBV_ACCESS_RELAXED_ORDERING: the device may reorder its PCIe writes to the region.
     /// An optional hint (`IBV_ACCESS_OPTIONAL_RANGE`): the shim strips it, as rdma-core
@@ -298,6 +300,39 @@ pub mod rereg_flags {
     pub const CHANGE_PD: u32 = 1 << 1;
     /// IBV_REREG_MR_CHANGE_ACCESS: new `IBV_ACCESS_*` rights.
     pub const CHANGE_ACCESS: u32 = 1 << 2;
+}
+
+/// `enum ibv_odp_general_caps` and `enum ibv_odp_transport_cap_bits`
+/// ([`super::OdpCaps`]).
+pub mod odp {
+    /// IBV_ODP_SUPPORT: ODP regions can be registered.
+    pub const SUPPORT: u64 = 1 << 0;
+    /// IBV_ODP_SUPPORT_IMPLICIT: implicit ODP regions (the whole address space).
+    pub const SUPPORT_IMPLICIT: u64 = 1 << 1;
+    /// IBV_ODP_SUPPORT_SEND: SEND from ODP memory.
+    pub const SEND: u32 = 1 << 0;
+    /// IBV_ODP_SUPPORT_RECV: receive into ODP memory.
+    pub const RECV: u32 = 1 << 1;
+    /// IBV_ODP_SUPPORT_WRITE: RDMA WRITE to and from ODP memory.
+    pub const WRITE: u32 = 1 << 2;
+    /// IBV_ODP_SUPPORT_READ: RDMA READ to and from ODP memory.
+    pub const READ: u32 = 1 << 3;
+    /// IBV_ODP_SUPPORT_ATOMIC: atomics on ODP memory.
+    pub const ATOMIC: u32 = 1 << 4;
+    /// IBV_ODP_SUPPORT_SRQ_RECV: receive through an SRQ into ODP memory.
+    pub const SRQ_RECV: u32 = 1 << 5;
+}
+
+/// `enum ibv_advise_mr_advice` and `IBV_ADVISE_MR_FLAG_*` (`AdviseMr`).
+pub mod advise {
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH: fault the pages in for reading.
+    pub const PREFETCH: u32 = 0;
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE: fault the pages in for writing.
+    pub const PREFETCH_WRITE: u32 = 1;
+    /// IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT: map what is present, fault nothing in.
+    pub const PREFETCH_NO_FAULT: u32 = 2;
+    /// IBV_ADVISE_MR_FLAG_FLUSH: return after the prefetch is done.
+    pub const FLAG_FLUSH: u32 = 1 << 0;
 }
 
 /// `enum ibv_mtu` (1 = 256 … 5 = 4096).

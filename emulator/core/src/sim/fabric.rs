@@ -6,46 +6,13 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use super::paging::{Paged, Paging};
+use super::rng::Rng;
 use crate::attr::*;
 use crate::memory::VecMemory;
 use crate::types::*;
 use crate::Device;
 use wire::roce::{Psn, Qkey, Qpn};
-
-/// A small deterministic generator (splitmix64).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
-    }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Uniform in `[0, n)`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        self.unit() < p
-    }
-}
 
 /// The link model every packet goes through.
 #[derive(Debug, Clone, Copy)]
@@ -147,6 +114,26 @@ pub struct Node {
     pub mem: VecMemory,
     /// The node's IP address (GID index 0).
     pub ip: IpAddr,
+    /// ODP page faults of the node's memory (`None`: every page resident).
+    pub paging: Option<Paging>,
+}
+
+impl Node {
+    /// The node's memory as its device reaches it (with page faults).
+    fn memory(&mut self) -> (&mut Device, Paged<'_>) {
+        let mem = Paged {
+            mem: &mut self.mem,
+            paging: self.paging.as_mut(),
+        };
+        (&mut self.dev, mem)
+    }
+
+    /// How long the device is busy serving the faults of its last call.
+    fn stall(&mut self) -> Duration {
+        self.paging
+            .as_mut()
+            .map_or(Duration::ZERO, Paging::take_stall)
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -193,6 +180,13 @@ pub struct Fabric {
     pub nic_rate: Option<u64>,
     /// When each node's NIC is free again (with `nic_rate`).
     nic_free: Vec<Instant>,
+    /// Until when each node serves page faults ([`Node::paging`]): it sends nothing and
+    /// takes no packet in until then.
+    stalled_until: Vec<Instant>,
+    /// Packets that reached a node while it served a fault, in arrival order.
+    backlog: Vec<VecDeque<InFlight>>,
+    /// Whether a node with a backlog sends before it takes the next packet.
+    send_turn: Vec<bool>,
 }
 
 /// The device configuration the simulator uses for node `i`.
@@ -225,6 +219,7 @@ impl Fabric {
                 dev: Device::new(cfg),
                 mem: VecMemory::new(),
                 ip,
+                paging: None,
             });
         }
         Fabric {
@@ -244,10 +239,13 @@ impl Fabric {
             queued: VecDeque::new(),
             nic_rate: None,
             nic_free: Vec::new(),
+            stalled_until: Vec::new(),
+            backlog: (0..n).map(|_| VecDeque::new()).collect(),
+            send_turn: Vec::new(),
         }
     }
 
-    fn send(&mut self, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) {
+    fn send(&mut self, src: SocketAddr, dst: SocketAddr, bytes: &[u8], depart: Instant) {
         if dst.ip().is_multicast() {
             // Like IP multicast with loopback on: every node whose device has a QP
             // attached to the group, the sender's own included.
@@ -256,25 +254,32 @@ impl Fabric {
                 .filter(|&i| self.nodes[i].dev.mcast_groups().contains(&gid))
                 .collect();
             for i in to {
-                self.send_to(i, src, dst, bytes);
+                self.send_to(i, src, dst, bytes, depart);
             }
             return;
         }
         let Some(&to) = self.by_ip.get(&dst.ip()) else {
             return;
         };
-        self.send_to(to, src, dst, bytes);
+        self.send_to(to, src, dst, bytes, depart);
     }
 
-    fn send_to(&mut self, to: usize, src: SocketAddr, dst: SocketAddr, bytes: &[u8]) {
+    fn send_to(
+        &mut self,
+        to: usize,
+        src: SocketAddr,
+        dst: SocketAddr,
+        bytes: &[u8],
+        depart: Instant,
+    ) {
         if bytes.len() > self.link.mtu || self.rng.chance(self.link.loss) {
             return;
         }
         // Serialisation on a bandwidth-limited direction: leave when the link is free.
-        let mut leave = self.now;
+        let mut leave = depart;
         if let (Some(bw), Some(&from)) = (self.link.bandwidth, self.by_ip.get(&src.ip())) {
-            let free = self.busy_until.entry((from, to)).or_insert(self.now);
-            leave = (*free).max(self.now)
+            let free = self.busy_until.entry((from, to)).or_insert(depart);
+            leave = (*free).max(depart)
                 + Duration::from_nanos(bytes.len() as u64 * 1_000_000_000 / bw.max(1));
             *free = leave;
         }
@@ -353,29 +358,40 @@ impl Fabric {
 
     /// Moves every packet the nodes want to send onto the wire.
     pub fn pump(&mut self) {
-        self.nic_free.resize(self.nodes.len(), self.now);
         for i in 0..self.nodes.len() {
-            loop {
-                let now = self.now;
-                if self.nic_rate.is_some() && self.nic_free[i] > now {
-                    break;
+            self.pump_node(i);
+        }
+    }
+
+    /// Moves every packet node `i` wants to send onto the wire (until its NIC is busy or
+    /// it serves a fault).
+    fn pump_node(&mut self, i: usize) {
+        self.nic_free.resize(self.nodes.len(), self.now);
+        self.stalled_until.resize(self.nodes.len(), self.now);
+        loop {
+            let now = self.now;
+            if (self.nic_rate.is_some() && self.nic_free[i] > now) || self.stalled_until[i] > now {
+                break;
+            }
+            let mut buf = std::mem::take(&mut self.buf);
+            let n = &mut self.nodes[i];
+            let (dev, mut mem) = n.memory();
+            let t = dev.poll_transmit(now, &mut mem, &mut buf);
+            // A packet whose payload faulted in leaves once the faults are served.
+            let depart = now + n.stall();
+            self.stalled_until[i] = depart;
+            match t {
+                Some(t) => {
+                    if let Some(rate) = self.nic_rate {
+                        self.nic_free[i] = depart
+                            + Duration::from_nanos(t.len as u64 * 1_000_000_000 / rate.max(1));
+                    }
+                    self.send(t.src, t.dst, &buf[..t.len], depart);
+                    self.buf = buf;
                 }
-                let mut buf = std::mem::take(&mut self.buf);
-                let n = &mut self.nodes[i];
-                let t = n.dev.poll_transmit(now, &mut n.mem, &mut buf);
-                match t {
-                    Some(t) => {
-                        if let Some(rate) = self.nic_rate {
-                            self.nic_free[i] = now
-                                + Duration::from_nanos(t.len as u64 * 1_000_000_000 / rate.max(1));
-                        }
-                        self.send(t.src, t.dst, &buf[..t.len]);
-                        self.buf = buf;
-                    }
-                    None => {
-                        self.buf = buf;
-                        break;
-                    }
+                None => {
+                    self.buf = buf;
+                    break;
                 }
             }
         }
@@ -384,12 +400,45 @@ impl Fabric {
     /// Runs one event (a delivery or a timer), jumping time to it. Returns false when
     /// nothing is left to happen.
     pub fn step(&mut self) -> bool {
+        let now = self.now;
+        self.stalled_until.resize(self.nodes.len(), now);
+        // A node done with its faults takes the packets that waited for it in order, and
+        // takes turns between them and what it sends (rxe's receiving and sending tasks
+        // share the CPU): a responder's ACK leaves before the next request faults, and a
+        // requester that faults on every packet it builds still sees its ACKs.
+        let ready = (0..self.nodes.len())
+            .find(|&i| self.stalled_until[i] <= now && !self.backlog[i].is_empty());
+        if let Some(i) = ready {
+            self.send_turn.resize(self.nodes.len(), false);
+            for _ in 0..2 {
+                if self.stalled_until[i] > self.now {
+                    break;
+                }
+                if self.send_turn[i] {
+                    self.pump_node(i);
+                } else if let Some(pkt) = self.backlog[i].pop_front() {
+                    self.deliver(pkt);
+                }
+                self.send_turn[i] = !self.send_turn[i];
+            }
+            return true;
+        }
         self.pump();
         let next_pkt = self.flying.peek().map(|Reverse(p)| p.at);
-        let next_timer = self.nodes.iter().filter_map(|n| n.dev.poll_timeout()).min();
-        // A NIC that finishes a packet may take the next one from its device.
-        let now = self.now;
-        let next_nic = self.nic_free.iter().copied().filter(|&t| t > now).min();
+        // A node serving faults handles its timers after them, as rxe's tasks (its
+        // retransmission runs in the requester task the fault holds up).
+        let next_timer = (self.nodes.iter().enumerate())
+            .filter_map(|(i, n)| Some(n.dev.poll_timeout()?.max(self.stalled_until[i])))
+            .min();
+        // A NIC that finishes a packet, or a node that served its faults, may take the next
+        // one from its device.
+        let next_nic = self
+            .nic_free
+            .iter()
+            .chain(&self.stalled_until)
+            .copied()
+            .filter(|&t| t > now)
+            .min();
         if let Some(free) = next_nic {
             if next_pkt.is_none_or(|p| free < p) && next_timer.is_none_or(|t| free < t) {
                 self.now = free;
@@ -399,43 +448,68 @@ impl Fabric {
         match (next_pkt, next_timer) {
             (None, None) => false,
             (Some(p), t) if t.is_none_or(|t| p <= t) => {
-                let Some(Reverse(mut pkt)) = self.flying.pop() else {
+                let Some(Reverse(pkt)) = self.flying.pop() else {
                     return false;
                 };
                 self.now = self.now.max(pkt.at);
-                let ce = match pkt.hop {
-                    Hop::Switch { from } => {
-                        self.enqueue(from, pkt);
-                        return true;
-                    }
-                    Hop::Host { ce } => ce,
-                };
-                let n = &mut self.nodes[pkt.to];
-                let d = Datagram {
-                    src: pkt.src,
-                    dst: pkt.dst,
-                    payload: &pkt.bytes,
-                };
-                n.dev.handle_datagram(self.now, &d, &mut n.mem);
-                if ce {
-                    n.dev.congestion_experienced(self.now, &d);
+                if let Hop::Switch { from } = pkt.hop {
+                    self.enqueue(from, pkt);
+                    return true;
                 }
-                pkt.bytes.clear();
-                self.delivered += 1;
+                if self.stalled_until[pkt.to] > self.now || !self.backlog[pkt.to].is_empty() {
+                    self.backlog[pkt.to].push_back(pkt);
+                    return true;
+                }
+                self.deliver(pkt);
                 true
             }
             (_, Some(t)) => {
                 self.now = self.now.max(t);
                 let now = self.now;
-                for n in &mut self.nodes {
-                    if n.dev.poll_timeout().is_some_and(|d| d <= now) {
-                        n.dev.handle_timeout(now, &mut n.mem);
+                for (i, n) in self.nodes.iter_mut().enumerate() {
+                    if n.dev.poll_timeout().is_some_and(|d| d <= now)
+                        && self.stalled_until[i] <= now
+                    {
+                        let (dev, mut mem) = n.memory();
+                        dev.handle_timeout(now, &mut mem);
+                        let until = now + n.stall();
+                        self.stalled_until[i] = self.stalled_until[i].max(until);
                     }
                 }
                 true
             }
             (Some(_), None) => unreachable!("covered above"),
         }
+    }
+
+    /// Gives every node ODP memory ([`Node::paging`]) whose faults take `fault_time`, a
+    /// resident page evicted before a touch with probability `evict` (drawn from the
+    /// fabric's seed).
+    pub fn page_faults(&mut self, fault_time: Duration, evict: f64) {
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            let seed = self.seed ^ ((i as u64 + 1) << 32);
+            n.paging = Some(Paging::new(seed, fault_time, evict));
+        }
+    }
+
+    /// Hands a packet to its node, which is then busy with the faults it took.
+    fn deliver(&mut self, pkt: InFlight) {
+        let ce = matches!(pkt.hop, Hop::Host { ce: true });
+        let now = self.now;
+        let n = &mut self.nodes[pkt.to];
+        let d = Datagram {
+            src: pkt.src,
+            dst: pkt.dst,
+            payload: &pkt.bytes,
+        };
+        let (dev, mut mem) = n.memory();
+        dev.handle_datagram(now, &d, &mut mem);
+        if ce {
+            dev.congestion_experienced(now, &d);
+        }
+        let until = now + n.stall();
+        self.stalled_until[pkt.to] = until;
+        self.delivered += 1;
     }
 
     /// Steps until nothing is left or `limit` simulated time passed; returns whether idle.
@@ -502,6 +576,9 @@ pub struct ConnOpts {
     pub use_srq: bool,
     /// The traffic class of both sides' paths (`grh.traffic_class`).
     pub traffic_class: u8,
+    /// Register the MRs with `IBV_ACCESS_ON_DEMAND` (give the nodes [`Node::paging`] for
+    /// their faults).
+    pub odp: bool,
 }
 
 impl Default for ConnOpts {
@@ -518,6 +595,7 @@ impl Default for ConnOpts {
             rd_atomic: 16,
             use_srq: false,
             traffic_class: 0,
+            odp: false,
             access: AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -537,8 +615,13 @@ pub fn make_end(f: &mut Fabric, node: usize, o: &ConnOpts) -> End {
     let pd = d.alloc_pd(client).expect("pd");
     let (scq, _) = d.create_cq(client, 32767).expect("cq");
     let (rcq, _) = d.create_cq(client, 32767).expect("cq");
+    let access = if o.odp {
+        o.access | AccessFlags::ON_DEMAND
+    } else {
+        o.access
+    };
     let mr = d
-        .reg_mr(pd, base, o.buf_len, base, o.access, AddrSpace(client.0))
+        .reg_mr(pd, base, o.buf_len, base, access, AddrSpace(client.0))
         .expect("mr");
     let cap = QpCap {
         max_send_wr: o.depth,

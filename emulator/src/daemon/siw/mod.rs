@@ -240,6 +240,8 @@ pub fn device_attr(node_guid: u64, mac: [u8; 6]) -> DeviceAttr {
         max_pkeys: 0,
         local_ca_ack_delay: 0,
         phys_port_cnt: 1,
+        // No ODP, as the kernel's siw (docs/compatibility.md).
+        odp_caps: wire::client::OdpCaps::default(),
     }
 }
 
