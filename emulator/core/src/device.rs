@@ -530,7 +530,9 @@ impl Device {
         {
             return Err(Errno::EINVAL);
         }
-        if access.0 & !0x3f != 0
+        // IBV_ACCESS_FLUSH_PERSISTENT is refused as rxe refuses it on pages that are not
+        // persistent memory: process memory never is (see `placement`).
+        if access.0 & !(0x3f | AccessFlags::FLUSH_GLOBAL.0) != 0
             || length > self.cfg.limits.max_mr_size
             || addr.checked_add(length).is_none()
             || iova.checked_add(length).is_none()

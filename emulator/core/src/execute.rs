@@ -240,7 +240,7 @@ pub(crate) fn execute(
             conn.resp.resources.push_back(RdAtomicRes {
                 psn: h.psn,
                 npkts,
-                atomic_orig: None,
+                kind: ResKind::Read,
             });
             let msn = conn.resp.msn;
             conn.resp.out.push_back(RespOut::Read {
@@ -253,6 +253,10 @@ pub(crate) fn execute(
                 msn,
             });
             Outcome::Done(npkts)
+        }
+        Request::Flush(f, reth) => crate::placement::flush(qp, o, h.psn, f, reth),
+        Request::AtomicWrite(reth) => {
+            crate::placement::atomic_write(qp, o, h.psn, reth, payload, mem)
         }
         Request::CompareSwap(a) | Request::FetchAdd(a) => {
             if conn.resp.cur.is_some() || max_dest == 0 {
@@ -302,7 +306,7 @@ pub(crate) fn execute(
             conn.resp.resources.push_back(RdAtomicRes {
                 psn: h.psn,
                 npkts: 1,
-                atomic_orig: Some(orig),
+                kind: ResKind::Atomic(orig),
             });
             let msn = conn.resp.msn;
             conn.resp.out.push_back(RespOut::AtomicAck {

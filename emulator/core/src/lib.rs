@@ -96,6 +96,7 @@ mod mw;
 mod objects;
 mod path;
 mod pfc;
+mod placement;
 mod qp;
 mod qp_verbs;
 mod reaction;
