@@ -382,6 +382,11 @@ pub extern "C" fn ibv_query_device(
     })
 }
 
+/// `IB_UVERBS_DEVICE_FLUSH_GLOBAL | _FLUSH_PERSISTENT | _ATOMIC_WRITE` (bits 38, 39, 40
+/// of `device_cap_flags_ex`), as rxe reports them; siw has none. Persistent is reported
+/// as rxe reports it, though no MR of ordinary memory may grant it (docs/compatibility.md).
+const PLACEMENT_CAPS: u64 = (1 << 38) | (1 << 39) | (1 << 40);
+
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
     input: *const c_void,
@@ -406,6 +411,10 @@ unsafe extern "C" fn vctx_query_device_ex(
         // The kernel reports the full capability word here too (its low 32 bits are
         // `device_cap_flags`).
         ex.device_cap_flags_ex = u64::from(ctx.device_attr.device_cap_flags);
+        // SAFETY: a context this library opened has its device.
+        if unsafe { (*(*context).device).transport_type } != IBV_TRANSPORT_IWARP {
+            ex.device_cap_flags_ex |= PLACEMENT_CAPS;
+        }
         // SAFETY: the caller gave attr_size writable bytes.
         unsafe { copy_prefix(&ex, attr as *mut c_void, attr_size) };
         Ok(())

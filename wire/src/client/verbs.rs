@@ -33,8 +33,13 @@ pub mod wr_opcode {
     /// IBV_WR_TSO: TCP segmentation offload on raw packet QPs; the core has no such
     /// opcode, so the WQE completes in error.
     pub const TSO: u8 = 10;
-    /// IBV_WR_ATOMIC_WRITE: an 8-byte atomic write at `remote_addr` (IBA 1.5); the core
-    /// does not implement it, so the WQE completes in error.
+    /// IBV_WR_FLUSH: make `remote_addr` .. + `compare_add` (or the whole region, by the
+    /// level in `swap`) globally visible or persistent at the responder (IBA Memory
+    /// Placement Extensions); RC only.
+    pub const FLUSH: u8 = 14;
+    /// IBV_WR_ATOMIC_WRITE: write the 8 bytes in `compare_add` (little-endian: the
+    /// application's byte order) at `remote_addr` as one (IBA Memory Placement
+    /// Extensions); RC only.
     pub const ATOMIC_WRITE: u8 = 15;
 }
 
