@@ -240,8 +240,10 @@ struct Expect {
     /// only the BTH fields are compared (and any extension field tshark does show). The
     /// same for FLUSH (0x1c) and ATOMIC WRITE (0x1d): Wireshark 4.0's `packet-infiniband.c`
     /// has no entry for them in its opcode table (`infiniband.bth.opcode` lists 0x17, SEND
-    /// Only with Invalidate, as the last RC opcode), so it shows the BTH and leaves the
-    /// rest undissected.
+    /// Only with Invalidate, as the last RC opcode), so it shows "Unknown (28)" and the
+    /// rest as a "Vendor Specific or Unknown Header Sequence"; later releases'
+    /// `packet-infiniband.h` define `RC_FLUSH` 28 and `RC_ATOMIC_WRITE` 29, and whatever
+    /// RETH field they show is compared.
     strict: bool,
 }
 
@@ -259,9 +261,10 @@ fn expect(header: &Header, body: &Body) -> Expect {
     };
     let request = |r: &Request, e: &mut Expect| match r {
         Request::Send(SendSeg::LastImm(i) | SendSeg::OnlyImm(i)) => e.imm = Some(i.0),
-        Request::Write(WriteSeg::First(r) | WriteSeg::Only(r)) | Request::Read(r) => {
-            e.reth = Some((r.va, r.rkey.0, Some(r.dma_len)))
-        }
+        Request::Write(WriteSeg::First(r) | WriteSeg::Only(r))
+        | Request::Read(r)
+        | Request::Flush(_, r)
+        | Request::AtomicWrite(r) => e.reth = Some((r.va, r.rkey.0, Some(r.dma_len))),
         Request::CompareSwap(a) | Request::FetchAdd(a) => e.reth = Some((a.va, a.rkey.0, None)),
         Request::Write(WriteSeg::OnlyImm(r, i)) => {
             e.reth = Some((r.va, r.rkey.0, Some(r.dma_len)));
