@@ -7,6 +7,7 @@ use crate::attr::*;
 use crate::dma::scatter;
 use crate::memory::Memory;
 use crate::objects::Objects;
+use crate::outcome::Outcome;
 use crate::qp::*;
 use crate::types::*;
 use wire::roce::Header;
@@ -317,19 +318,6 @@ pub(crate) fn execute(
             Outcome::Done(1)
         }
     }
-}
-
-/// What to do after a request packet.
-pub(crate) enum Outcome {
-    /// Processed; advance the expected PSN by this many and maybe ACK.
-    Done(u32),
-    /// Send an RNR NAK (no receive WQE); the PSN stays.
-    Rnr,
-    /// Send a PSN sequence error NAK for this very PSN (forced by fault injection); the
-    /// PSN stays and the requester retransmits from it.
-    Sequence,
-    /// Fatal: NAK with this code, raise this event, move to error.
-    Fatal(NakCode, Option<AsyncEvent>),
 }
 
 /// `ibv_wc.imm_data` from the wire value: in-memory bytes equal the wire bytes.

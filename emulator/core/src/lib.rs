@@ -94,6 +94,7 @@ mod memory;
 mod mr;
 mod mw;
 mod objects;
+mod outcome;
 mod path;
 mod pfc;
 mod placement;

@@ -18,9 +18,9 @@
 
 use wire::roce::{FethRepr, NakCode, PlacementType, Psn, RethRepr, Selectivity};
 
-use crate::execute::Outcome;
 use crate::memory::Memory;
 use crate::objects::Objects;
+use crate::outcome::Outcome;
 use crate::qp::*;
 use crate::types::*;
 

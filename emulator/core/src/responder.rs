@@ -12,9 +12,10 @@ use wire::roce::{
 use crate::attr::*;
 use crate::completer::Completer;
 use crate::dma::{finish_icrc, scatter};
-use crate::execute::{execute, imm_to_wc, take_rwqe, Outcome};
+use crate::execute::{execute, imm_to_wc, take_rwqe};
 use crate::memory::Memory;
 use crate::objects::Objects;
+use crate::outcome::Outcome;
 use crate::qp::*;
 use crate::types::*;
 use wire::roce::Qpn;
