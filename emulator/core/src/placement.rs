@@ -33,13 +33,22 @@ struct Checks {
 }
 
 impl Checks {
-    fn of(qp: &Qp) -> Checks {
-        Checks {
+    /// The QP's checks and its connection, or the outcome when the request cannot start:
+    /// in the middle of a multi-packet message, or with no responder resource at all.
+    fn begin(qp: &mut Qp) -> Result<(Checks, &mut Conn), Outcome> {
+        let c = Checks {
             pd: qp.init.pd,
             qpn: qp.qpn,
             access: qp.attr.qp_access_flags,
             max_dest: usize::from(qp.attr.max_dest_rd_atomic),
+        };
+        let Some(conn) = qp.conn.as_deref_mut() else {
+            return Err(Outcome::Done(1));
+        };
+        if conn.resp.cur.is_some() || c.max_dest == 0 {
+            return Err(c.inv_req());
         }
+        Ok((c, conn))
     }
     fn inv_req(&self) -> Outcome {
         Outcome::Fatal(
@@ -93,13 +102,10 @@ pub(crate) fn flush(
     feth: &FethRepr,
     reth: &RethRepr,
 ) -> Outcome {
-    let c = Checks::of(qp);
-    let Some(conn) = qp.conn.as_mut() else {
-        return Outcome::Done(1);
+    let (c, conn) = match Checks::begin(qp) {
+        Ok(x) => x,
+        Err(o) => return o,
     };
-    if conn.resp.cur.is_some() || c.max_dest == 0 {
-        return c.inv_req();
-    }
     let Some(need) = flush_access(feth.placement) else {
         return c.inv_req();
     };
@@ -137,13 +143,10 @@ pub(crate) fn atomic_write(
     payload: &[u8],
     mem: &mut dyn Memory,
 ) -> Outcome {
-    let c = Checks::of(qp);
-    let Some(conn) = qp.conn.as_mut() else {
-        return Outcome::Done(1);
+    let (c, conn) = match Checks::begin(qp) {
+        Ok(x) => x,
+        Err(o) => return o,
     };
-    if conn.resp.cur.is_some() || c.max_dest == 0 {
-        return c.inv_req();
-    }
     if !c.access.contains(AccessFlags::REMOTE_WRITE) {
         return c.access_err();
     }

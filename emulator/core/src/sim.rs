@@ -34,6 +34,6 @@ mod fabric;
 pub mod incast;
 
 pub use fabric::{
-    bring_up, connect, connect_nodes, make_end, node_config, write_wr, ConnOpts, End, Fabric,
-    LinkModel, MarkingQueue, Node, QueueStats, Rng,
+    bring_up, connect, connect_nodes, make_end, node_config, seed_range, start_psn, write_wr,
+    ConnOpts, End, Fabric, LinkModel, MarkingQueue, Node, QueueStats, Rng,
 };

@@ -69,6 +69,43 @@ pub struct LinkModel {
     pub bandwidth: Option<u64>,
 }
 
+impl LinkModel {
+    /// The loss suites' link: up to 20 % loss, duplication and reordering and 2 %
+    /// corruption, drawn from `rng`.
+    pub fn lossy(rng: &mut Rng) -> Self {
+        LinkModel {
+            loss: rng.unit() * 0.2,
+            duplicate: rng.unit() * 0.2,
+            reorder: rng.unit() * 0.2,
+            corrupt: rng.unit() * 0.02,
+            ..LinkModel::default()
+        }
+    }
+}
+
+/// The seeds a loss suite runs: `SIM_SEEDS` of them (1000 by default) from
+/// `SIM_SEED_START` (0).
+pub fn seed_range() -> std::ops::Range<u64> {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let start = var("SIM_SEED_START", 0);
+    start..start + var("SIM_SEEDS", 1000)
+}
+
+/// A first PSN for seed `seed`: every fourth seed right below the 24-bit wrap, the
+/// others anywhere.
+pub fn start_psn(seed: u64, rng: &mut Rng) -> u32 {
+    if seed & 3 == 0 {
+        0x00ff_ffff - rng.below(40) as u32
+    } else {
+        rng.below(1 << 24) as u32
+    }
+}
+
 impl Default for LinkModel {
     fn default() -> Self {
         LinkModel {
