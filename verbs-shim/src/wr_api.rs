@@ -412,3 +412,27 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, list: *
     };
     modify(qp, |p| p.sges = sges)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_flush_sits_where_newer_headers_put_it() {
+        // v57+ `struct ibv_qp_ex` is v44's followed by `wr_flush`: all members are
+        // pointers, so it starts at v44's size, where the shim's tail is.
+        assert_eq!(
+            core::mem::offset_of!(crate::objects::Qp, qpx_tail),
+            core::mem::size_of::<ibv_qp_ex>()
+        );
+        assert_eq!(core::mem::offset_of!(ibv_qp_ex_tail, wr_flush), 0);
+    }
+
+    #[test]
+    fn iwarp_devices_take_neither_flush_nor_atomic_write() {
+        let both = send_ops::FLUSH | send_ops::ATOMIC_WRITE;
+        assert_eq!(supported_send_ops(false) & both, both);
+        assert_eq!(supported_send_ops(true) & both, 0);
+        assert_eq!(supported_send_ops(true) | both, supported_send_ops(false));
+    }
+}
