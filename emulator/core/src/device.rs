@@ -531,7 +531,7 @@ impl Device {
             return Err(Errno::EINVAL);
         }
         // IBV_ACCESS_FLUSH_PERSISTENT is refused as rxe refuses it on pages that are not
-        // persistent memory: process memory never is (see `placement`).
+        // persistent memory: process memory never is (see `mpe.rs`).
         if access.0 & !(0x3f | AccessFlags::FLUSH_GLOBAL.0) != 0
             || length > self.cfg.limits.max_mr_size
             || addr.checked_add(length).is_none()

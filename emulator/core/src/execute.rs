@@ -255,10 +255,8 @@ pub(crate) fn execute(
             });
             Outcome::Done(npkts)
         }
-        Request::Flush(f, reth) => crate::placement::flush(qp, o, h.psn, f, reth),
-        Request::AtomicWrite(reth) => {
-            crate::placement::atomic_write(qp, o, h.psn, reth, payload, mem)
-        }
+        Request::Flush(f, reth) => crate::mpe::flush(qp, o, h.psn, f, reth),
+        Request::AtomicWrite(reth) => crate::mpe::atomic_write(qp, o, h.psn, reth, payload, mem),
         Request::CompareSwap(a) | Request::FetchAdd(a) => {
             if conn.resp.cur.is_some() || max_dest == 0 {
                 return inv_req;

@@ -1,4 +1,4 @@
-//! What the responder does after executing one request packet (`execute`, `placement`):
+//! What the responder does after executing one request packet (`execute`, `mpe`):
 //! a leaf both import.
 
 use wire::roce::NakCode;
