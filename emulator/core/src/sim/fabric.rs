@@ -475,6 +475,15 @@ impl Fabric {
         }
     }
 
+    /// Runs as [`Fabric::run`] and asserts that the fabric went idle with no timer left
+    /// armed on any node; `ctx` (the seed and what it drew) goes into the panic message.
+    pub fn settle(&mut self, limit: Duration, ctx: &str) {
+        assert!(self.run(limit), "not idle: {ctx}");
+        for n in &self.nodes {
+            assert_eq!(n.dev.armed_timers(), 0, "timers left: {ctx}");
+        }
+    }
+
     /// Steps until nothing is left or `limit` simulated time passed; returns whether idle.
     pub fn run(&mut self, limit: Duration) -> bool {
         let end = self.now + limit;
