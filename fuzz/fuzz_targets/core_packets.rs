@@ -52,6 +52,8 @@ fuzz_target!(|data: &[u8]| {
         timeout: 3,
         retry_cnt: 1,
         rnr_retry: 1,
+        // FLUSH reaches the execution path, not only the access check.
+        access: ConnOpts::default().access | AccessFlags::FLUSH_GLOBAL,
         ..ConnOpts::default()
     };
     let mut f = Fabric::new(u64::from(kind), 2, Mtu::Mtu1024, LinkModel::default());

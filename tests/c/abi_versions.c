@@ -14,6 +14,8 @@
  *               ibv_start_poll and the ibv_wc_read_* inlines of an ibv_cq_ex
  *   post        ibv_post_recv / ibv_post_send / ibv_poll_cq through ibv_context's ops
  *   in_order    ibv_query_qp_data_in_order (IBVERBS_1.14)
+ *   placement   ibv_wr_atomic_write (every release) and, with v57+ headers, ibv_wr_flush
+ *               (ibv_qp_ex's member after v44's) of the range and of the whole region
  *   reg_mr_ex   (v59 headers) ibv_reg_mr_ex with an IOVA, used as a WRITE's target;
  *               a dma-buf registration and ibv_alloc_dmah refused with EOPNOTSUPP
  * and "all checks passed" at the end; exit status 0 only then.
@@ -86,13 +88,22 @@ static struct ibv_qp *make_qp(void)
 		.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2, .max_recv_sge = 2 },
 		.qp_type = IBV_QPT_RC, .sq_sig_all = 1,
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
-		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND,
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND |
+				  IBV_QP_EX_WITH_ATOMIC_WRITE
+#if RDMA_CORE_RELEASE >= 57
+				  | IBV_QP_EX_WITH_FLUSH
+#endif
+		,
 	};
 	struct ibv_qp *qp = ibv_create_qp_ex(dev, &init);
 	if (!qp)
 		FAIL("ibv_create_qp_ex: %s", strerror(errno));
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE };
+		.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE
+#if RDMA_CORE_RELEASE >= 57
+				   | IBV_ACCESS_FLUSH_GLOBAL
+#endif
+	};
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		FAIL("modify to INIT: %s", strerror(errno));
 	return qp;
@@ -185,7 +196,11 @@ int main(int argc, char **argv)
 	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 	uint8_t *src = calloc(1, SIZE), *dst = calloc(1, SIZE), *rbuf = calloc(1, SIZE);
 	struct ibv_mr *msrc = ibv_reg_mr(pd, src, SIZE, access);
-	struct ibv_mr *mdst = ibv_reg_mr(pd, dst, SIZE, access);
+	int dst_access = access;
+#if RDMA_CORE_RELEASE >= 57
+	dst_access |= IBV_ACCESS_FLUSH_GLOBAL;
+#endif
+	struct ibv_mr *mdst = ibv_reg_mr(pd, dst, SIZE, dst_access);
 	struct ibv_mr *mrbuf = ibv_reg_mr(pd, rbuf, SIZE, access);
 	if (!msrc || !mdst || !mrbuf)
 		FAIL("ibv_reg_mr: %s", strerror(errno));
@@ -257,6 +272,29 @@ int main(int argc, char **argv)
 	if (in_order != 0 && in_order != 1)
 		FAIL("ibv_query_qp_data_in_order: %d", in_order);
 	printf("ok in_order\n");
+
+	/* ATOMIC WRITE of 8 bytes, then (v57+) FLUSH of a range and of the region. */
+	const uint8_t eight[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	ibv_wr_start(qx);
+	qx->wr_id = 6;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_write(qx, mdst->rkey, (uintptr_t)dst + 64, eight);
+#if RDMA_CORE_RELEASE >= 57
+	qx->wr_id = 7;
+	ibv_wr_flush(qx, mdst->rkey, (uintptr_t)dst, 128, IBV_FLUSH_GLOBAL, IBV_FLUSH_RANGE);
+	qx->wr_id = 8;
+	ibv_wr_flush(qx, mdst->rkey, 0, 0, IBV_FLUSH_GLOBAL, IBV_FLUSH_MR);
+#endif
+	if (ibv_wr_complete(qx))
+		FAIL("ibv_wr_complete (placement): %s", strerror(errno));
+	expect(poll_ex(), 6, IBV_WC_ATOMIC_WRITE, "ATOMIC_WRITE");
+#if RDMA_CORE_RELEASE >= 57
+	expect(poll_ex(), 7, IBV_WC_FLUSH, "FLUSH of a range");
+	expect(poll_ex(), 8, IBV_WC_FLUSH, "FLUSH of the region");
+#endif
+	if (memcmp(dst + 64, eight, 8))
+		FAIL("ATOMIC_WRITE: the 8 bytes did not land");
+	printf("ok placement\n");
 
 #if RDMA_CORE_RELEASE >= 59
 	/* rdma-core v59: a region registered at an IOVA of our choosing is written through it. */

@@ -88,6 +88,7 @@ fn run_checks(daemon: &Daemon, exe: &Path, release: u32) {
         "ok wr_api",
         "ok post",
         "ok in_order",
+        "ok placement",
     ];
     if release >= 59 {
         checks.push("ok reg_mr_ex");

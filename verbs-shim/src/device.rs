@@ -382,6 +382,11 @@ pub extern "C" fn ibv_query_device(
     })
 }
 
+/// `IB_UVERBS_DEVICE_FLUSH_GLOBAL | _FLUSH_PERSISTENT | _ATOMIC_WRITE` (bits 38, 39, 40
+/// of `device_cap_flags_ex`), as rxe reports them; siw has none. Persistent is reported
+/// as rxe reports it, though no MR of ordinary memory may grant it (docs/compatibility.md).
+const PLACEMENT_CAPS: u64 = (1 << 38) | (1 << 39) | (1 << 40);
+
 unsafe extern "C" fn vctx_query_device_ex(
     context: *mut ibv_context,
     input: *const c_void,
@@ -412,6 +417,10 @@ unsafe extern "C" fn vctx_query_device_ex(
             per_transport_caps: [odp.rc_odp_caps, odp.uc_odp_caps, odp.ud_odp_caps],
         };
         ex.xrc_odp_caps = odp.xrc_odp_caps;
+        // SAFETY: a context this library opened has its device.
+        if unsafe { (*(*context).device).transport_type } != IBV_TRANSPORT_IWARP {
+            ex.device_cap_flags_ex |= PLACEMENT_CAPS;
+        }
         // SAFETY: the caller gave attr_size writable bytes.
         unsafe { copy_prefix(&ex, attr as *mut c_void, attr_size) };
         Ok(())

@@ -107,6 +107,8 @@ pub struct RecvQueue {
 pub struct Qp {
     /// `ibv_qp_ex` starts with `ibv_qp`; plain QPs simply leave the `wr_*` table unused.
     pub qpx: ibv_qp_ex,
+    /// What newer `ibv_qp_ex` layouts have after v44's members (`wr_flush`).
+    pub qpx_tail: ibv_qp_ex_tail,
     pub handle: Handle,
     pub ring: Mapping,
     pub cap: QpCap,

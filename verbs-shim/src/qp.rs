@@ -94,6 +94,7 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
     };
     let qp = Box::into_raw(Box::new(Qp {
         qpx,
+        qpx_tail: crate::wr_api::qp_ex_tail(),
         handle,
         ring,
         cap,
@@ -152,7 +153,9 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
             return Err(Errno::EINVAL);
         }
         let extended = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
-        if extended && a.send_ops_flags & !crate::wr_api::SUPPORTED_SEND_OPS != 0 {
+        // SAFETY: a context this library opened has its device.
+        let iwarp = unsafe { (*(*context).device).transport_type } == IBV_TRANSPORT_IWARP;
+        if extended && a.send_ops_flags & !crate::wr_api::supported_send_ops(iwarp) != 0 {
             return Err(Errno::EOPNOTSUPP);
         }
         let mut init = ibv_qp_init_attr {

@@ -10,18 +10,52 @@ use core::ffi::{c_int, c_void};
 use wire::client::slot::{SendData, SendWqeRepr, Sge, SgeList};
 use wire::client::verbs::wr_opcode as op;
 
-/// `ibv_qp_create_send_ops_flags` the shim implements (everything but TSO and atomic
-/// write).
-pub const SUPPORTED_SEND_OPS: u64 = (1 << 0)
-    | (1 << 8)
-    | (1 << 1)
-    | (1 << 2)
-    | (1 << 3)
-    | (1 << 4)
-    | (1 << 5)
-    | (1 << 6)
-    | (1 << 7)
-    | (1 << 9);
+/// `ibv_qp_create_send_ops_flags` the shim implements: everything but TSO, and on iWARP
+/// devices neither FLUSH nor ATOMIC WRITE (siw has neither; RFC 5040 names no such
+/// message).
+pub fn supported_send_ops(iwarp: bool) -> u64 {
+    use send_ops::*;
+    let all = RDMA_WRITE
+        | RDMA_WRITE_WITH_IMM
+        | SEND
+        | SEND_WITH_IMM
+        | RDMA_READ
+        | ATOMIC_CMP_AND_SWP
+        | ATOMIC_FETCH_AND_ADD
+        | LOCAL_INV
+        | BIND_MW
+        | SEND_WITH_INV
+        | FLUSH
+        | ATOMIC_WRITE;
+    if iwarp {
+        all & !(FLUSH | ATOMIC_WRITE)
+    } else {
+        all
+    }
+}
+
+/// `enum ibv_qp_create_send_ops_flags` (rdma-core v59's `verbs.h`).
+mod send_ops {
+    pub const RDMA_WRITE: u64 = 1 << 0;
+    pub const RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+    pub const SEND: u64 = 1 << 2;
+    pub const SEND_WITH_IMM: u64 = 1 << 3;
+    pub const RDMA_READ: u64 = 1 << 4;
+    pub const ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+    pub const ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+    pub const LOCAL_INV: u64 = 1 << 7;
+    pub const BIND_MW: u64 = 1 << 8;
+    pub const SEND_WITH_INV: u64 = 1 << 9;
+    pub const FLUSH: u64 = 1 << 11;
+    pub const ATOMIC_WRITE: u64 = 1 << 12;
+}
+
+/// The members after v44's `ibv_qp_ex` ([`ibv_qp_ex_tail`]).
+pub fn qp_ex_tail() -> ibv_qp_ex_tail {
+    ibv_qp_ex_tail {
+        wr_flush: Some(wr_flush),
+    }
+}
 
 /// A fresh `ibv_qp_ex` with the function table filled (the base QP is set by the caller).
 pub fn qp_ex_table() -> ibv_qp_ex {
@@ -257,14 +291,44 @@ unsafe extern "C" fn wr_send_tso(qp: *mut ibv_qp_ex, _hdr: *mut c_void, _hdr_sz:
     })
 }
 
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` travel in `compare_add`, read as a
+/// little-endian `u64` so that the wire carries them in the application's byte order.
 unsafe extern "C" fn wr_atomic_write(
     qp: *mut ibv_qp_ex,
-    _rkey: u32,
-    _addr: u64,
-    _wr: *const c_void,
+    rkey: u32,
+    addr: u64,
+    atomic_wr: *const c_void,
 ) {
-    with_sq(qp, |sq, _| {
-        sq.error.get_or_insert(Errno::EOPNOTSUPP);
+    if atomic_wr.is_null() {
+        return with_sq(qp, |sq, _| {
+            sq.error.get_or_insert(Errno::EINVAL);
+        });
+    }
+    // SAFETY: the application passes 8 readable bytes (verbs.h: `const void *atomic_wr`,
+    // "8 bytes"); they need not be aligned.
+    let value = unsafe { core::ptr::read_unaligned(atomic_wr as *const [u8; 8]) };
+    begin(qp, op::ATOMIC_WRITE, |p| {
+        p.rkey = rkey;
+        p.remote_addr = addr;
+        p.compare_add = u64::from_le_bytes(value);
+    })
+}
+
+/// `ibv_wr_flush`: the length travels in `compare_add`, the placement type and the
+/// selectivity level in `swap` (`type | level << 8`; `wire::client::slot`).
+unsafe extern "C" fn wr_flush(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    ptype: u8,
+    level: u8,
+) {
+    begin(qp, op::FLUSH, |p| {
+        p.rkey = rkey;
+        p.remote_addr = addr;
+        p.compare_add = len as u64;
+        p.swap = u64::from(ptype) | u64::from(level) << 8;
     })
 }
 
@@ -347,4 +411,28 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, list: *
             .collect()
     };
     modify(qp, |p| p.sges = sges)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_flush_sits_where_newer_headers_put_it() {
+        // v57+ `struct ibv_qp_ex` is v44's followed by `wr_flush`: all members are
+        // pointers, so it starts at v44's size, where the shim's tail is.
+        assert_eq!(
+            core::mem::offset_of!(crate::objects::Qp, qpx_tail),
+            core::mem::size_of::<ibv_qp_ex>()
+        );
+        assert_eq!(core::mem::offset_of!(ibv_qp_ex_tail, wr_flush), 0);
+    }
+
+    #[test]
+    fn iwarp_devices_take_neither_flush_nor_atomic_write() {
+        let both = send_ops::FLUSH | send_ops::ATOMIC_WRITE;
+        assert_eq!(supported_send_ops(false) & both, both);
+        assert_eq!(supported_send_ops(true) & both, 0);
+        assert_eq!(supported_send_ops(true) | both, supported_send_ops(false));
+    }
 }

@@ -184,17 +184,30 @@ pub struct RdmaInfo {
     pub rkey: Rkey,
 }
 
-/// Atomic fields of a send WR.
+/// Atomic fields of a send WR (also of ATOMIC WRITE).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct AtomicInfo {
     /// Remote virtual address (8-byte aligned).
     pub remote_addr: u64,
-    /// Compare (CmpSwap) or add (FetchAdd) operand.
+    /// Compare (CmpSwap) or add (FetchAdd) operand; ATOMIC WRITE: the 8 bytes to write,
+    /// as `u64::from_le_bytes` of the application's buffer (they go on the wire in that
+    /// byte order, unchanged, as rxe copies them).
     pub compare_add: u64,
     /// Swap operand (CmpSwap).
     pub swap: u64,
     /// Remote key.
     pub rkey: Rkey,
+}
+
+/// FLUSH fields of a send WR (`ibv_wr_flush`); the target is in [`SendWr::rdma`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FlushInfo {
+    /// Bytes from the remote address (ignored for a whole-region FLUSH).
+    pub len: u64,
+    /// `enum ibv_placement_type` bits: 1 global visibility, 2 persistence.
+    pub placement: u8,
+    /// `enum ibv_selectivity_level`: 0 the range, 1 the whole memory region.
+    pub selectivity: u8,
 }
 
 /// UD fields of a send WR.
@@ -252,6 +265,8 @@ pub struct SendWr {
     pub ud: UdInfo,
     /// Bind fields.
     pub bind_mw: BindMwInfo,
+    /// FLUSH fields.
+    pub flush: FlushInfo,
 }
 
 impl SendWr {
@@ -269,6 +284,7 @@ impl SendWr {
             atomic: AtomicInfo::default(),
             ud: UdInfo::default(),
             bind_mw: BindMwInfo::default(),
+            flush: FlushInfo::default(),
         }
     }
 }

@@ -462,6 +462,15 @@ impl Completer<'_> {
         };
         let w = &qp.sq[i];
         let Some(first) = w.first_psn else { return };
+        if w.wr.opcode == WrOpcode::Flush && psn == first && payload.is_empty() {
+            // A FLUSH answered with a zero-length READ response, as the first drafts of
+            // rxe did and its completer still takes: as good as the ACK ours send.
+            req.una = psn.wrapping_add(1);
+            qp.sq[i].done = Some(WcStatus::Success);
+            self.progress(now, qpn, true);
+            self.retire(qpn);
+            return;
+        }
         if w.wr.opcode != WrOpcode::RdmaRead {
             return;
         }

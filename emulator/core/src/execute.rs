@@ -7,6 +7,7 @@ use crate::attr::*;
 use crate::dma::scatter;
 use crate::memory::Memory;
 use crate::objects::Objects;
+use crate::outcome::Outcome;
 use crate::qp::*;
 use crate::types::*;
 use wire::roce::Header;
@@ -240,7 +241,7 @@ pub(crate) fn execute(
             conn.resp.resources.push_back(RdAtomicRes {
                 psn: h.psn,
                 npkts,
-                atomic_orig: None,
+                kind: ResKind::Read,
             });
             let msn = conn.resp.msn;
             conn.resp.out.push_back(RespOut::Read {
@@ -254,6 +255,8 @@ pub(crate) fn execute(
             });
             Outcome::Done(npkts)
         }
+        Request::Flush(f, reth) => crate::mpe::flush(qp, o, h.psn, f, reth),
+        Request::AtomicWrite(reth) => crate::mpe::atomic_write(qp, o, h.psn, reth, payload, mem),
         Request::CompareSwap(a) | Request::FetchAdd(a) => {
             if conn.resp.cur.is_some() || max_dest == 0 {
                 return inv_req;
@@ -302,7 +305,7 @@ pub(crate) fn execute(
             conn.resp.resources.push_back(RdAtomicRes {
                 psn: h.psn,
                 npkts: 1,
-                atomic_orig: Some(orig),
+                kind: ResKind::Atomic(orig),
             });
             let msn = conn.resp.msn;
             conn.resp.out.push_back(RespOut::AtomicAck {
@@ -313,19 +316,6 @@ pub(crate) fn execute(
             Outcome::Done(1)
         }
     }
-}
-
-/// What to do after a request packet.
-pub(crate) enum Outcome {
-    /// Processed; advance the expected PSN by this many and maybe ACK.
-    Done(u32),
-    /// Send an RNR NAK (no receive WQE); the PSN stays.
-    Rnr,
-    /// Send a PSN sequence error NAK for this very PSN (forced by fault injection); the
-    /// PSN stays and the requester retransmits from it.
-    Sequence,
-    /// Fatal: NAK with this code, raise this event, move to error.
-    Fatal(NakCode, Option<AsyncEvent>),
 }
 
 /// `ibv_wc.imm_data` from the wire value: in-memory bytes equal the wire bytes.

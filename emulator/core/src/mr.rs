@@ -26,7 +26,12 @@ pub(crate) fn check_registration(
     access: AccessFlags,
     max_mr_size: u64,
 ) -> Result<(), Errno> {
-    let known = AccessFlags(0x3f) | AccessFlags::ON_DEMAND | AccessFlags::HUGETLB;
+    // IBV_ACCESS_FLUSH_PERSISTENT is not here: rxe refuses it on pages that are not
+    // persistent memory, and process memory never is (see `mpe.rs`).
+    let known = AccessFlags(0x3f)
+        | AccessFlags::ON_DEMAND
+        | AccessFlags::HUGETLB
+        | AccessFlags::FLUSH_GLOBAL;
     if !known.contains(access)
         || (access.contains(AccessFlags::HUGETLB) && !access.contains(AccessFlags::ON_DEMAND))
     {

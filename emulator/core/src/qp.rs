@@ -27,11 +27,20 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
+    /// Whether only a response completes the WR (READ, CmpSwap, FetchAdd): an ACK past
+    /// it means its responses were lost.
     pub fn is_rd_atomic(&self) -> bool {
         matches!(
             self.wr.opcode,
             WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
         )
+    }
+    /// Whether the WR takes one of the responder's READ/atomic resources: the READ and
+    /// atomics, and FLUSH and ATOMIC WRITE (annex A19). These count against
+    /// `max_rd_atomic`, so that the responder never drops the resource of a READ still
+    /// to be answered again, and a fenced WR waits for them.
+    pub fn takes_resource(&self) -> bool {
+        self.is_rd_atomic() || matches!(self.wr.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite)
     }
     pub fn last_psn(&self) -> Option<Psn> {
         self.first_psn.map(|p| p.wrapping_add(self.npkts - 1))
@@ -68,13 +77,24 @@ pub(crate) struct Requester {
     pub ack_timeout: Option<Duration>,
 }
 
-/// A READ/atomic the responder keeps for duplicates (IBA 9.7.5.1.5).
+/// A READ/atomic the responder keeps for duplicates (IBA 9.7.5.1.5); FLUSH and ATOMIC
+/// WRITE take one too (Memory Placement Extensions annex, as rxe's `rxe_prepare_res`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RdAtomicRes {
     pub psn: Psn,
     pub npkts: u32,
-    /// For atomics: the original value returned.
-    pub atomic_orig: Option<u64>,
+    pub kind: ResKind,
+}
+
+/// What a responder resource was taken for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResKind {
+    /// An RDMA READ: a duplicate is executed again.
+    Read,
+    /// CmpSwap/FetchAdd: a duplicate gets this original value again, never re-executed.
+    Atomic(u64),
+    /// FLUSH or ATOMIC WRITE: executed once; a duplicate is answered with an ACK.
+    Placement,
 }
 
 /// A response waiting to leave.

@@ -17,8 +17,9 @@ use crate::qp::*;
 use crate::state;
 use crate::types::*;
 
-/// `IBV_ACCESS_FLUSH_GLOBAL | IBV_ACCESS_FLUSH_PERSISTENT` (rdma-core v57's `verbs.h`).
-const FLUSH_ACCESS: u32 = (1 << 8) | (1 << 9);
+/// The access flags a QP may be granted: local write, the remote rights, MW bind, zero
+/// based, and both FLUSH placement types (rxe takes them all on a QP).
+const QP_ACCESS: u32 = 0x3f | AccessFlags::FLUSH_GLOBAL.0 | AccessFlags::FLUSH_PERSISTENT.0;
 
 /// What the QP verbs touch: the QPs and objects, the limits and GIDs of the
 /// configuration, the next QPN to hand out and the multicast groups (a QP attached to one
@@ -262,12 +263,6 @@ impl VerbParts<'_> {
     }
 
     fn check_values(&self, t: QpType, a: &QpAttr, mask: QpAttrMask) -> Result<(), Errno> {
-        if mask.contains(QpAttrMask::ACCESS_FLAGS) && a.qp_access_flags.0 & FLUSH_ACCESS != 0 {
-            // FLUSH is not implemented (docs/compatibility.md): a QP may not be granted it.
-            // EOPNOTSUPP, not EINVAL, so that programs probing for it (rdma-core's suite
-            // since v57 asks for FLUSH access on every RC QP) learn it is missing.
-            return Err(Errno::EOPNOTSUPP);
-        }
         let l = &self.cfg.limits;
         let bad = (mask.contains(QpAttrMask::PORT) && a.port_num != 1)
             || (mask.contains(QpAttrMask::PKEY_INDEX) && a.pkey_index != 0)
@@ -284,7 +279,7 @@ impl VerbParts<'_> {
             // ON_DEMAND means nothing on a QP; rxe and mlx5 ignore it (pyverbs' ODP
             // tests grant it with the remote rights).
             || (mask.contains(QpAttrMask::ACCESS_FLAGS)
-                && a.qp_access_flags.0 & !(0x3f | AccessFlags::ON_DEMAND.0) != 0)
+                && a.qp_access_flags.0 & !(QP_ACCESS | AccessFlags::ON_DEMAND.0) != 0)
             || (mask.contains(QpAttrMask::AV)
                 && t != QpType::Ud
                 && check_ah(self.cfg, &a.ah_attr).is_err());
@@ -476,6 +471,7 @@ pub(crate) fn enqueue_send(
     use WrOpcode::*;
     let allowed = match qp.qp_type {
         QpType::Rc => true,
+        // FLUSH and ATOMIC WRITE are RC (and XRC) only (annex A19).
         QpType::Uc => matches!(
             wr.opcode,
             Send | SendWithImm | RdmaWrite | RdmaWriteWithImm | LocalInv | BindMw
@@ -504,6 +500,15 @@ pub(crate) fn enqueue_send(
         wr.inline_data = Some(data);
     }
     let len: u64 = match (&wr.inline_data, wr.opcode) {
+        // FLUSH has no payload (oA19-2); its length is the RETH's.
+        (_, Flush) => wr.flush.len,
+        // ATOMIC WRITE's 8 bytes travel as the packet's payload: they become the WQE's
+        // inline data, gathered like any other (alignment is the responder's to check,
+        // as on rxe).
+        (_, AtomicWrite) => {
+            wr.inline_data = Some(wr.atomic.compare_add.to_le_bytes().to_vec());
+            8
+        }
         (_, AtomicCmpAndSwp | AtomicFetchAndAdd) => {
             let l: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
             if l != 8 || wr.atomic.remote_addr & 7 != 0 {

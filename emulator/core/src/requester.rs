@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use wire::roce::{
-    packet, AtomicEthRepr, Body, DethRepr, Header, ImmDt, Request, SendSeg, UcRequest, UcSendSeg,
-    WriteSeg, ICRC_LEN,
+    packet, AtomicEthRepr, Body, DethRepr, FethRepr, Header, ImmDt, PlacementType, Request,
+    Selectivity, SendSeg, UcRequest, UcSendSeg, WriteSeg, ICRC_LEN,
 };
 
 use crate::attr::*;
@@ -143,12 +143,13 @@ impl RequesterParts<'_> {
                     .sq
                     .iter()
                     .take(i)
-                    .filter(|w| w.is_rd_atomic() && w.done.is_none())
+                    .filter(|w| w.takes_resource() && w.done.is_none())
                     .count();
                 if wqe.wr.send_flags.contains(SendFlags::FENCE) && outstanding_rd > 0 {
                     return None;
                 }
-                if wqe.is_rd_atomic() && outstanding_rd >= usize::from(qp.attr.max_rd_atomic.max(1))
+                if wqe.takes_resource()
+                    && outstanding_rd >= usize::from(qp.attr.max_rd_atomic.max(1))
                 {
                     return None;
                 }
@@ -199,7 +200,10 @@ impl RequesterParts<'_> {
                     return None;
                 }
                 let npkts = match wqe.wr.opcode {
-                    WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+                    WrOpcode::AtomicCmpAndSwp
+                    | WrOpcode::AtomicFetchAndAdd
+                    | WrOpcode::Flush
+                    | WrOpcode::AtomicWrite => 1,
                     _ => packets_for(wqe.len, mtu),
                 };
                 let first = req.next_psn;
@@ -357,6 +361,30 @@ impl RequesterParts<'_> {
                     } else {
                         Body::RcRequest(Request::FetchAdd(a))
                     }
+                }
+                (_, WrOpcode::Flush) => {
+                    range = (0, 0);
+                    let f = &wqe.wr.flush;
+                    Body::RcRequest(Request::Flush(
+                        FethRepr {
+                            placement: PlacementType(f.placement),
+                            selectivity: Selectivity::from_bits(f.selectivity),
+                        },
+                        wire::roce::RethRepr {
+                            va: wqe.wr.rdma.remote_addr,
+                            rkey: wqe.wr.rdma.rkey,
+                            dma_len: wqe.len,
+                        },
+                    ))
+                }
+                // The 8 bytes are the WQE's inline data (`enqueue_send`), gathered as
+                // a one-packet message's payload.
+                (_, WrOpcode::AtomicWrite) => {
+                    Body::RcRequest(Request::AtomicWrite(wire::roce::RethRepr {
+                        va: wqe.wr.rdma.remote_addr,
+                        rkey: wqe.wr.rdma.rkey,
+                        dma_len: 8,
+                    }))
                 }
                 (_, WrOpcode::LocalInv | WrOpcode::BindMw) => return None,
             };

@@ -12,9 +12,10 @@ use wire::roce::{
 use crate::attr::*;
 use crate::completer::Completer;
 use crate::dma::{finish_icrc, scatter};
-use crate::execute::{execute, imm_to_wc, take_rwqe, Outcome};
+use crate::execute::{execute, imm_to_wc, take_rwqe};
 use crate::memory::Memory;
 use crate::objects::Objects;
+use crate::outcome::Outcome;
 use crate::qp::*;
 use crate::types::*;
 use wire::roce::Qpn;
@@ -102,7 +103,15 @@ impl ResponderParts<'_> {
             Outcome::Done(n) => {
                 conn.resp.nak_sent = false;
                 conn.resp.epsn = psn.wrapping_add(n);
-                if h.ack_req && matches!(r, Request::Send(_) | Request::Write(_)) {
+                if h.ack_req
+                    && matches!(
+                        r,
+                        Request::Send(_)
+                            | Request::Write(_)
+                            | Request::Flush(..)
+                            | Request::AtomicWrite(_)
+                    )
+                {
                     let msn = conn.resp.msn;
                     push_ack(
                         &mut conn.resp,
@@ -490,6 +499,8 @@ fn takes_forced(f: ForcedResponse, r: &Request) -> bool {
                     | Request::Read(_)
                     | Request::CompareSwap(_)
                     | Request::FetchAdd(_)
+                    | Request::Flush(..)
+                    | Request::AtomicWrite(_)
             )
         }
     }
@@ -512,7 +523,10 @@ fn forced_outcome(qpn: u32, f: ForcedResponse) -> Outcome {
 }
 
 /// Handles a duplicate request (IBA 9.7.5.1.2): re-ACK SEND/WRITE, re-execute READ,
-/// replay atomics from the resource cache.
+/// replay atomics from the resource cache. A duplicate FLUSH or ATOMIC WRITE is never
+/// executed again (an ATOMIC WRITE replayed after a later WRITE to the same bytes would
+/// undo it): it was executed, so the ACK of the last executed PSN answers it, as the
+/// annex's oA19-14/15 ask (rxe re-ACKs from its resource).
 fn duplicate(qp: &mut Qp, o: &mut Objects, psn: Psn, r: &Request) {
     let pd = qp.init.pd;
     let qpn = qp.qpn.0;
@@ -523,7 +537,7 @@ fn duplicate(qp: &mut Qp, o: &mut Objects, psn: Psn, r: &Request) {
         Request::Read(reth) => {
             let found = conn.resp.resources.iter().any(|res| {
                 let d = psn.distance(res.psn);
-                res.atomic_orig.is_none() && d >= 0 && (d as u32) < res.npkts
+                res.kind == ResKind::Read && d >= 0 && (d as u32) < res.npkts
             });
             if !found || !access.contains(AccessFlags::REMOTE_READ) {
                 return;
@@ -571,7 +585,10 @@ fn duplicate(qp: &mut Qp, o: &mut Objects, psn: Psn, r: &Request) {
                 .resources
                 .iter()
                 .find(|res| res.psn == psn)
-                .and_then(|res| res.atomic_orig)
+                .and_then(|res| match res.kind {
+                    ResKind::Atomic(orig) => Some(orig),
+                    _ => None,
+                })
             {
                 conn.resp
                     .out

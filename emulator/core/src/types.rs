@@ -204,6 +204,11 @@ flags!(
         /// IBV_ACCESS_HUGETLB: the ODP region is backed by huge pages (a hint, only with
         /// ON_DEMAND).
         HUGETLB = 128,
+        /// IBV_ACCESS_FLUSH_GLOBAL: FLUSH with the global visibility placement type
+        /// may target the MR, or be executed by the QP.
+        FLUSH_GLOBAL = 1 << 8,
+        /// IBV_ACCESS_FLUSH_PERSISTENT: FLUSH with the persistence placement type.
+        FLUSH_PERSISTENT = 1 << 9,
     }
 );
 
@@ -399,6 +404,10 @@ pub enum WcOpcode {
     BindMw = 5,
     /// IBV_WC_LOCAL_INV: a local invalidate completed.
     LocalInv = 6,
+    /// IBV_WC_FLUSH: a FLUSH completed (rdma-core v41 on).
+    Flush = 8,
+    /// IBV_WC_ATOMIC_WRITE: an ATOMIC WRITE completed.
+    AtomicWrite = 9,
     /// IBV_WC_RECV: a receive consumed by a SEND (bit 7: receive side).
     Recv = 128,
     /// IBV_WC_RECV_RDMA_WITH_IMM: a receive consumed by an RDMA WRITE with immediate.
@@ -428,6 +437,12 @@ pub enum WrOpcode {
     BindMw = 8,
     /// IBV_WR_SEND_WITH_INV: a SEND that invalidates the responder's rkey.
     SendWithInv = 9,
+    /// IBV_WR_FLUSH: make a remote range or region globally visible or persistent
+    /// (Memory Placement Extensions); RC only.
+    Flush = 14,
+    /// IBV_WR_ATOMIC_WRITE: write 8 bytes at a remote address as one (Memory Placement
+    /// Extensions); RC only.
+    AtomicWrite = 15,
 }
 
 impl WrOpcode {
@@ -445,6 +460,8 @@ impl WrOpcode {
             7 => LocalInv,
             8 => BindMw,
             9 => SendWithInv,
+            14 => Flush,
+            15 => AtomicWrite,
             _ => return None,
         })
     }
@@ -458,6 +475,8 @@ impl WrOpcode {
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
             WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::Flush => WcOpcode::Flush,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
     }
 }

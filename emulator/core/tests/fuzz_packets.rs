@@ -35,7 +35,7 @@ impl Memory for Checked<'_> {
 const OPCODES: &[u8] = &[
     0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
     0x10, 0x11, 0x12, 0x13, 0x14, 0x16, 0x17, 0x20, 0x24, 0x26, 0x2a, 0x64, 0x65, 0x81, 0x15, 0x40,
-    0xff,
+    0xff, 0x1c, 0x1d, 0x3c, 0x3d,
 ];
 
 fn random_packet(rng: &mut Rng, qpn: Qpn, psn: u32, rkey: Rkey, base: u64, len: u64) -> Vec<u8> {
@@ -55,17 +55,19 @@ fn random_packet(rng: &mut Rng, qpn: Qpn, psn: u32, rkey: Rkey, base: u64, len: 
     }
     let p = psn.wrapping_add(rng.below(6) as u32).wrapping_sub(2) & 0xff_ffff;
     b[9..12].copy_from_slice(&p.to_be_bytes()[1..]);
-    // RETH or AtomicETH right after the BTH (RC/UC): aim near the real MR half the time.
-    if hlen >= 12 + 16 && rng.chance(0.6) {
+    // RETH or AtomicETH right after the BTH (RC/UC), or after a FLUSH's FETH: aim near
+    // the real MR half the time.
+    let at = if op == 0x1c { 16 } else { 12 };
+    if hlen >= at + 16 && rng.chance(0.6) {
         let va = base + rng.below(len + 64) - 32;
-        b[12..20].copy_from_slice(&va.to_be_bytes());
-        b[20..24].copy_from_slice(&rkey.0.to_be_bytes());
+        b[at..at + 8].copy_from_slice(&va.to_be_bytes());
+        b[at + 8..at + 12].copy_from_slice(&rkey.0.to_be_bytes());
         if rng.chance(0.5) {
             // A consistent WRITE Only: the DMA length is the payload's.
-            b[24..28].copy_from_slice(&(payload as u32).to_be_bytes());
+            b[at + 12..at + 16].copy_from_slice(&(payload as u32).to_be_bytes());
             b[1] = (b[1] & 0xc0) | ((((4 - payload % 4) % 4) as u8) << 4);
         } else if rng.chance(0.7) {
-            b[24..28].copy_from_slice(&(rng.below(len / 2) as u32).to_be_bytes());
+            b[at + 12..at + 16].copy_from_slice(&(rng.below(len / 2) as u32).to_be_bytes());
         }
     }
     b
@@ -86,6 +88,7 @@ fn arbitrary_packets_into_established_qps_never_panic_nor_write_outside_mrs() {
             timeout: 3,
             retry_cnt: 1,
             rnr_retry: 1,
+            access: ConnOpts::default().access | AccessFlags::FLUSH_GLOBAL,
             ..ConnOpts::default()
         };
         let mut f = Fabric::new(seed, 2, Mtu::Mtu1024, LinkModel::default());

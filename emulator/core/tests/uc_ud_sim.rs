@@ -6,28 +6,6 @@ use std::time::Duration;
 use emu_core::sim::*;
 use emu_core::*;
 
-/// Seeds to run: `SIM_SEEDS` of them (1000 by default) from `SIM_SEED_START` (0).
-fn seeds() -> std::ops::Range<u64> {
-    let var = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let start = var("SIM_SEED_START", 0);
-    start..start + var("SIM_SEEDS", 1000)
-}
-
-fn link(rng: &mut Rng) -> LinkModel {
-    LinkModel {
-        loss: rng.unit() * 0.2,
-        duplicate: rng.unit() * 0.2,
-        reorder: rng.unit() * 0.2,
-        corrupt: rng.unit() * 0.02,
-        ..LinkModel::default()
-    }
-}
-
 /// Message `i`: bytes derived from its number, so any mix-up shows.
 fn message(i: u64, len: u32) -> Vec<u8> {
     (0..len)
@@ -37,7 +15,7 @@ fn message(i: u64, len: u32) -> Vec<u8> {
 
 fn run_uc(seed: u64) {
     let mut rng = Rng::new(seed);
-    let link = link(&mut rng);
+    let link = LinkModel::lossy(&mut rng);
     let mtu = [Mtu::Mtu256, Mtu::Mtu1024, Mtu::Mtu4096][rng.below(3) as usize];
     let psn = if seed & 3 == 0 {
         0x00ff_fff0
@@ -176,7 +154,7 @@ fn run_uc(seed: u64) {
 
 fn run_ud(seed: u64) {
     let mut rng = Rng::new(seed);
-    let link = link(&mut rng);
+    let link = LinkModel::lossy(&mut rng);
     let mtu = [Mtu::Mtu256, Mtu::Mtu1024, Mtu::Mtu4096][rng.below(3) as usize];
     let odp = seed & 1 == 1;
     let opts = ConnOpts {
@@ -285,14 +263,14 @@ fn run_ud(seed: u64) {
 
 #[test]
 fn uc_loses_only_whole_messages() {
-    for seed in seeds() {
+    for seed in seed_range() {
         run_uc(seed);
     }
 }
 
 #[test]
 fn ud_delivers_whole_datagrams_with_the_grh() {
-    for seed in seeds() {
+    for seed in seed_range() {
         run_ud(seed);
     }
 }

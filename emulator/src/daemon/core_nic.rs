@@ -278,6 +278,12 @@ pub(super) fn send_wr(w: &SendWqeRepr<'_>, ah: Option<u32>) -> Result<core::Send
         remote_qpn: Qpn(w.remote_qpn & 0xff_ffff),
         remote_qkey: Qkey(w.remote_qkey),
     };
+    // FLUSH reuses fields (wire::client::slot): the length, the type and the level.
+    wr.flush = core::FlushInfo {
+        len: w.compare_add,
+        placement: w.swap as u8,
+        selectivity: (w.swap >> 8) as u8,
+    };
     // Bind MW reuses fields (wire::client::slot): see SendWqeRepr's documentation.
     wr.bind_mw = core::BindMwInfo {
         mw_rkey: Rkey(w.rkey),

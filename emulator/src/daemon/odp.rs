@@ -23,16 +23,22 @@ use super::nic::Nic;
 use wire::client::verbs::{advise, odp};
 use wire::client::{AdviseRange, OdpCaps};
 
-/// What an rdma-emu RoCE device reports: ODP with implicit regions; RC every operation
-/// but through an SRQ included; UC sends, receives and WRITEs; UD sends and receives; XRC
-/// none (no XRC yet). The kernel's rxe reports the same RC and UD bits (with FLUSH and
-/// ATOMIC_WRITE, which rdma-emu lacks), no UC, and no implicit ODP: its implicit regions
-/// need the page tables of a real MMU notifier per chunk, ours need nothing. When XRC,
-/// FLUSH or ATOMIC_WRITE land, their bits belong here too (they reach memory the same
-/// way); without `xrc_odp_caps`, pyverbs' `test_odp_xrc_traffic` would skip with a reason
-/// docs/compatibility.md does not list.
+/// What an rdma-emu RoCE device reports: ODP with implicit regions; RC every operation,
+/// FLUSH and ATOMIC WRITE and receives through an SRQ included; UC sends, receives and
+/// WRITEs; UD sends and receives; XRC none (no XRC yet). The kernel's rxe reports the same
+/// RC and UD bits, no UC, and no implicit ODP: its implicit regions need the page tables
+/// of a real MMU notifier per chunk, ours need nothing. When XRC lands, its bits belong
+/// here too (it reaches memory the same way); without `xrc_odp_caps`, pyverbs'
+/// `test_odp_xrc_traffic` skips with a reason docs/compatibility.md lists under XRC.
 pub fn roce_caps() -> OdpCaps {
-    let rc = odp::SEND | odp::RECV | odp::WRITE | odp::READ | odp::ATOMIC | odp::SRQ_RECV;
+    let rc = odp::SEND
+        | odp::RECV
+        | odp::WRITE
+        | odp::READ
+        | odp::ATOMIC
+        | odp::SRQ_RECV
+        | odp::FLUSH
+        | odp::ATOMIC_WRITE;
     OdpCaps {
         general_caps: odp::SUPPORT | odp::SUPPORT_IMPLICIT,
         rc_odp_caps: rc,

@@ -270,7 +270,15 @@ fn ext_summary(body: &Body) -> String {
         }
         Request::Write(WriteSeg::LastImm(i)) => imm(s, i),
         Request::Write(_) => {}
-        Request::Read(r) => reth(s, r),
+        Request::Read(r) | Request::AtomicWrite(r) => reth(s, r),
+        Request::Flush(f, r) => {
+            let _ = write!(
+                s,
+                " FETH placement={:#x} level={:?}",
+                f.placement.0, f.selectivity
+            );
+            reth(s, r);
+        }
         Request::CompareSwap(a) | Request::FetchAdd(a) => {
             let _ = write!(
                 s,

@@ -273,6 +273,15 @@ pub struct ibv_qp_ex {
     pub wr_atomic_write: Option<unsafe extern "C" fn(QpEx, u32, u64, *const c_void)>,
 }
 
+/// The members later releases appended to `struct ibv_qp_ex` (v44's is the one above):
+/// `wr_flush` since rdma-core v41's FLUSH, absent from Debian 12's v44 headers. The shim
+/// places this right after its `ibv_qp_ex` (`objects::Qp`), where a program built against
+/// newer headers reads it.
+#[repr(C)]
+pub struct ibv_qp_ex_tail {
+    pub wr_flush: Option<unsafe extern "C" fn(QpEx, u32, u64, usize, u8, u8)>,
+}
+
 #[repr(C)]
 pub struct ibv_comp_channel {
     pub context: *mut ibv_context,

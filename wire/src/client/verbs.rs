@@ -33,8 +33,13 @@ pub mod wr_opcode {
     /// IBV_WR_TSO: TCP segmentation offload on raw packet QPs; the core has no such
     /// opcode, so the WQE completes in error.
     pub const TSO: u8 = 10;
-    /// IBV_WR_ATOMIC_WRITE: an 8-byte atomic write at `remote_addr` (IBA 1.5); the core
-    /// does not implement it, so the WQE completes in error.
+    /// IBV_WR_FLUSH: make `remote_addr` .. + `compare_add` (or the whole region, by the
+    /// level in `swap`) globally visible or persistent at the responder (IBA Memory
+    /// Placement Extensions); RC only.
+    pub const FLUSH: u8 = 14;
+    /// IBV_WR_ATOMIC_WRITE: write the 8 bytes in `compare_add` (little-endian: the
+    /// application's byte order) at `remote_addr` as one (IBA Memory Placement
+    /// Extensions); RC only.
     pub const ATOMIC_WRITE: u8 = 15;
 }
 
@@ -321,6 +326,10 @@ pub mod odp {
     pub const ATOMIC: u32 = 1 << 4;
     /// IBV_ODP_SUPPORT_SRQ_RECV: receive through an SRQ into ODP memory.
     pub const SRQ_RECV: u32 = 1 << 5;
+    /// IBV_ODP_SUPPORT_FLUSH: FLUSH targeting ODP memory (rdma-core v44 lacks the name).
+    pub const FLUSH: u32 = 1 << 6;
+    /// IBV_ODP_SUPPORT_ATOMIC_WRITE: ATOMIC WRITE to ODP memory.
+    pub const ATOMIC_WRITE: u32 = 1 << 7;
 }
 
 /// `enum ibv_advise_mr_advice` and `IBV_ADVISE_MR_FLAG_*` (`AdviseMr`).

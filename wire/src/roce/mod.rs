@@ -3,7 +3,7 @@
 //! One file per header, in smoltcp's style (see the crate docs for the contract of every
 //! view): [`bth`] (Base Transport Header), [`reth`] (RDMA Extended Transport Header),
 //! [`aeth`] (ACK Extended Transport Header), [`atomic_eth`], [`atomic_ack_eth`],
-//! [`immdt`] (Immediate Data), [`ieth`] (Invalidate), [`deth`] (Datagram), [`xrceth`]
+//! [`feth`] (FLUSH, Memory Placement Extensions), [`immdt`] (Immediate Data), [`ieth`] (Invalidate), [`deth`] (Datagram), [`xrceth`]
 //! (XRC), [`cnp`] (the RoCE v2 Congestion Notification Packet). [`opcode`] is the one
 //! table that says which extension headers follow a BTH; [`packet`] is the whole IB
 //! transport packet (BTH, extension headers, payload, pad, ICRC) as a view and a repr;
@@ -55,6 +55,7 @@ pub mod atomic_eth;
 pub mod bth;
 pub mod cnp;
 pub mod deth;
+pub mod feth;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
@@ -75,6 +76,7 @@ pub use atomic_eth::AtomicEthRepr;
 pub use bth::BthRepr;
 pub use cnp::CnpRepr;
 pub use deth::DethRepr;
+pub use feth::{FethRepr, PlacementType, Selectivity};
 pub use icrc::IcrcCheck;
 pub use ieth::IethRepr;
 pub use immdt::ImmDt;

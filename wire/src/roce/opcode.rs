@@ -81,6 +81,10 @@ pub enum Op {
     FetchAdd,
     SendLastInv,
     SendOnlyInv,
+    /// FLUSH (Memory Placement Extensions): FETH and RETH, no payload.
+    Flush,
+    /// ATOMIC WRITE (Memory Placement Extensions): RETH and an 8-byte payload.
+    AtomicWrite,
     /// A reserved or not-yet-supported operation code (5 bits).
     Unknown(u8),
 }
@@ -112,6 +116,8 @@ impl Op {
             Op::FetchAdd => 0x14,
             Op::SendLastInv => 0x16,
             Op::SendOnlyInv => 0x17,
+            Op::Flush => 0x1c,
+            Op::AtomicWrite => 0x1d,
             Op::Unknown(b) => b & 0x1f,
         }
     }
@@ -142,6 +148,8 @@ impl Op {
             0x14 => Op::FetchAdd,
             0x16 => Op::SendLastInv,
             0x17 => Op::SendOnlyInv,
+            0x1c => Op::Flush,
+            0x1d => Op::AtomicWrite,
             b => Op::Unknown(b),
         }
     }
@@ -163,7 +171,7 @@ impl Op {
 
 /// Which headers follow the BTH, in wire order (IBA 9.2, Table 35; Annex A17.9.3 for CNP).
 ///
-/// Order on the wire: BTH, RDETH, DETH, XRCETH, RETH | AtomicETH | AETH, AtomicAckETH,
+/// Order on the wire: BTH, RDETH, DETH, XRCETH, FETH, RETH | AtomicETH | AETH, AtomicAckETH,
 /// ImmDt | IETH, payload, pad, ICRC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Layout {
@@ -173,6 +181,8 @@ pub struct Layout {
     pub deth: bool,
     /// XRC ETH (4 bytes).
     pub xrceth: bool,
+    /// FLUSH ETH (4 bytes; before the RETH).
+    pub feth: bool,
     /// RDMA ETH (16 bytes).
     pub reth: bool,
     /// Atomic ETH (28 bytes).
@@ -203,6 +213,9 @@ impl Layout {
         }
         if self.xrceth {
             n += super::xrceth::HEADER_LEN;
+        }
+        if self.feth {
+            n += super::feth::HEADER_LEN;
         }
         if self.reth {
             n += super::reth::HEADER_LEN;
@@ -257,7 +270,7 @@ impl Opcode {
     ///
     /// This is the one opcode table of rdma-emu. RC carries every operation; UC only
     /// SEND and RDMA WRITE (no invalidate); UD only SEND Only (with Immediate); RD every
-    /// RC operation with an RDETH, requests also with a DETH; XRC every RC operation,
+    /// RC operation but SEND with Invalidate, FLUSH and ATOMIC WRITE, with an RDETH, requests also with a DETH; XRC every RC operation,
     /// requests with an XRCETH; the CNP transport only 0x81.
     pub const fn layout(self) -> Option<Layout> {
         let op = self.op();
@@ -295,7 +308,10 @@ impl Opcode {
                 l.deth = true;
             }
             TransportType::Rd => {
-                if matches!(op, Op::SendLastInv | Op::SendOnlyInv) {
+                if matches!(
+                    op,
+                    Op::SendLastInv | Op::SendOnlyInv | Op::Flush | Op::AtomicWrite
+                ) {
                     return None;
                 }
                 l.rdeth = true;
@@ -312,6 +328,7 @@ impl Opcode {
                     rdeth: false,
                     deth: false,
                     xrceth: false,
+                    feth: false,
                     reth: false,
                     atomic_eth: false,
                     aeth: false,
@@ -334,6 +351,7 @@ const fn op_layout(op: Op) -> Option<Layout> {
         rdeth: false,
         deth: false,
         xrceth: false,
+        feth: false,
         reth: false,
         atomic_eth: false,
         aeth: false,
@@ -380,6 +398,12 @@ const fn op_layout(op: Op) -> Option<Layout> {
             atomic_eth: true,
             ..none
         },
+        Op::Flush => Layout {
+            feth: true,
+            reth: true,
+            ..none
+        },
+        Op::AtomicWrite => Layout { reth: true, ..data },
         Op::Unknown(_) => return None,
     })
 }

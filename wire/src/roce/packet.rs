@@ -8,9 +8,9 @@
 //! an opcode that has none.
 
 use super::{
-    aeth, atomic_ack_eth, atomic_eth, bth, cnp, deth, ieth, immdt, reth, xrceth, AethRepr,
-    AtomicAckEthRepr, AtomicEthRepr, DethRepr, Error, IethRepr, ImmDt, Layout, Op, Opcode, Pkey,
-    Psn, Qpn, Result, RethRepr, Rkey, TransportType, XrcEthRepr, ICRC_LEN,
+    aeth, atomic_ack_eth, atomic_eth, bth, cnp, deth, feth, ieth, immdt, reth, xrceth, AethRepr,
+    AtomicAckEthRepr, AtomicEthRepr, DethRepr, Error, FethRepr, IethRepr, ImmDt, Layout, Op,
+    Opcode, Pkey, Psn, Qpn, Result, RethRepr, Rkey, TransportType, XrcEthRepr, ICRC_LEN,
 };
 
 /// A view of a whole IB transport packet (BTH through ICRC).
@@ -259,6 +259,11 @@ pub enum Request {
     CompareSwap(AtomicEthRepr),
     /// ATOMIC FetchAdd (no payload).
     FetchAdd(AtomicEthRepr),
+    /// FLUSH (Memory Placement Extensions; no payload): what to make visible or
+    /// persistent, and the range or the region (the RETH's R_Key).
+    Flush(FethRepr, RethRepr),
+    /// ATOMIC WRITE (Memory Placement Extensions; payload: the 8 bytes, written as one).
+    AtomicWrite(RethRepr),
 }
 
 /// An RC or XRC response packet.
@@ -317,6 +322,8 @@ fn request_op(r: &Request) -> Op {
         Request::Read(_) => Op::ReadRequest,
         Request::CompareSwap(_) => Op::CompareSwap,
         Request::FetchAdd(_) => Op::FetchAdd,
+        Request::Flush(..) => Op::Flush,
+        Request::AtomicWrite(_) => Op::AtomicWrite,
     }
 }
 
@@ -434,7 +441,13 @@ fn emit_request(out: &mut Out<'_>, r: &Request) {
         }
         Request::Send(_) => {}
         Request::Write(w) => emit_write(out, w),
-        Request::Read(r) => r.emit(&mut reth::Packet::new_unchecked(out.take(reth::HEADER_LEN))),
+        Request::Read(r) | Request::AtomicWrite(r) => {
+            r.emit(&mut reth::Packet::new_unchecked(out.take(reth::HEADER_LEN)))
+        }
+        Request::Flush(f, r) => {
+            f.emit(&mut feth::Packet::new_unchecked(out.take(feth::HEADER_LEN)));
+            r.emit(&mut reth::Packet::new_unchecked(out.take(reth::HEADER_LEN)));
+        }
         Request::CompareSwap(a) | Request::FetchAdd(a) => a.emit(
             &mut atomic_eth::Packet::new_unchecked(out.take(atomic_eth::HEADER_LEN)),
         ),
@@ -627,6 +640,11 @@ fn parse_body(opcode: Opcode, mut ext: &[u8]) -> Result<Body> {
         (_, _, Op::ReadRequest) => Some(Request::Read(take!(reth, RethRepr))),
         (_, _, Op::CompareSwap) => Some(Request::CompareSwap(take!(atomic_eth, AtomicEthRepr))),
         (_, _, Op::FetchAdd) => Some(Request::FetchAdd(take!(atomic_eth, AtomicEthRepr))),
+        (_, _, Op::Flush) => {
+            let f = take!(feth, FethRepr);
+            Some(Request::Flush(f, take!(reth, RethRepr)))
+        }
+        (_, _, Op::AtomicWrite) => Some(Request::AtomicWrite(take!(reth, RethRepr))),
         _ => None,
     };
     let response = match op {

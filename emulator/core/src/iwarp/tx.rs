@@ -643,7 +643,10 @@ impl SendQueue {
                 self.retire(out);
                 Ok(true)
             }
-            WrOpcode::BindMw => Err(self.local_error(idx, WcStatus::LocQpOpErr)),
+            // siw has neither FLUSH nor ATOMIC WRITE (RFC 5040 names no such message).
+            WrOpcode::BindMw | WrOpcode::Flush | WrOpcode::AtomicWrite => {
+                Err(self.local_error(idx, WcStatus::LocQpOpErr))
+            }
         }
     }
 }

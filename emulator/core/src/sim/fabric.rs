@@ -36,6 +36,43 @@ pub struct LinkModel {
     pub bandwidth: Option<u64>,
 }
 
+impl LinkModel {
+    /// The loss suites' link: up to 20 % loss, duplication and reordering and 2 %
+    /// corruption, drawn from `rng`.
+    pub fn lossy(rng: &mut Rng) -> Self {
+        LinkModel {
+            loss: rng.unit() * 0.2,
+            duplicate: rng.unit() * 0.2,
+            reorder: rng.unit() * 0.2,
+            corrupt: rng.unit() * 0.02,
+            ..LinkModel::default()
+        }
+    }
+}
+
+/// The seeds a loss suite runs: `SIM_SEEDS` of them (1000 by default) from
+/// `SIM_SEED_START` (0).
+pub fn seed_range() -> std::ops::Range<u64> {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    };
+    let start = var("SIM_SEED_START", 0);
+    start..start + var("SIM_SEEDS", 1000)
+}
+
+/// A first PSN for seed `seed`: every fourth seed right below the 24-bit wrap, the
+/// others anywhere.
+pub fn start_psn(seed: u64, rng: &mut Rng) -> u32 {
+    if seed & 3 == 0 {
+        0x00ff_ffff - rng.below(40) as u32
+    } else {
+        rng.below(1 << 24) as u32
+    }
+}
+
 impl Default for LinkModel {
     fn default() -> Self {
         LinkModel {
@@ -510,6 +547,15 @@ impl Fabric {
         let until = now + n.stall();
         self.stalled_until[pkt.to] = until;
         self.delivered += 1;
+    }
+
+    /// Runs as [`Fabric::run`] and asserts that the fabric went idle with no timer left
+    /// armed on any node; `ctx` (the seed and what it drew) goes into the panic message.
+    pub fn settle(&mut self, limit: Duration, ctx: &str) {
+        assert!(self.run(limit), "not idle: {ctx}");
+        for n in &self.nodes {
+            assert_eq!(n.dev.armed_timers(), 0, "timers left: {ctx}");
+        }
     }
 
     /// Steps until nothing is left or `limit` simulated time passed; returns whether idle.

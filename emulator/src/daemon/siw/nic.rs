@@ -336,6 +336,12 @@ impl Nic for SiwNic {
         iova: u64,
         access: u32,
     ) -> Result<(u32, u32), Errno> {
+        // siw has no FLUSH: an MR may not grant it. EINVAL, as Debian 12's kernel (6.1,
+        // before FLUSH) answers for every device; rdma-core's suite skips on it.
+        let flush = core::AccessFlags::FLUSH_GLOBAL.0 | core::AccessFlags::FLUSH_PERSISTENT.0;
+        if access & flush != 0 {
+            return Err(libc::EINVAL);
+        }
         crate::daemon::core_nic::reg_mr_on(&mut self.dev, owner, pd, addr, length, iova, access)
     }
     fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {

@@ -2,4 +2,5 @@
 
 mod corpus;
 mod errors;
+mod mpe;
 mod props;

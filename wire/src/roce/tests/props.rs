@@ -78,6 +78,14 @@ fn request_s() -> impl Strategy<Value = Request> {
         reth_s().prop_map(Request::Read),
         atomic_s().prop_map(Request::CompareSwap),
         atomic_s().prop_map(Request::FetchAdd),
+        (0u8..16, 0u8..4, reth_s()).prop_map(|(p, s, r)| Request::Flush(
+            FethRepr {
+                placement: PlacementType(p),
+                selectivity: Selectivity::from_bits(s),
+            },
+            r
+        )),
+        reth_s().prop_map(Request::AtomicWrite),
     ]
 }
 fn response_s() -> impl Strategy<Value = Response> {
