@@ -432,7 +432,7 @@ impl Engine {
                     .nic
                     .modify_qp(now, qpn, &attr, mask)?;
                 // A reset drops the queued receives without completions.
-                self.release_recv_slots(qp);
+                super::datapath::release_recv_slots_of(&self.objects, &self.devices, qp);
                 ok(ReplyBody::Ok)
             }
             R::QueryQp { qp, mask: _ } => {
@@ -569,7 +569,7 @@ impl Engine {
                 let d = self.devices[i].as_mut().ok_or(libc::ENODEV)?;
                 let cap = super::link::capture::Capture::new(w, d.netdev.mac)
                     .map_err(|_| libc::EINVAL)?;
-                d.udp.add_capture(cap);
+                d.port_mut().add_capture(cap);
                 ok(ReplyBody::Ok)
             }
             R::LinkDel { name } => {

@@ -1,13 +1,15 @@
 //! The data path: draining SQ/RQ/SRQ rings into the core, driving the core's timers and
 //! output (transmits, completions into CQ rings, async events into pipes).
 
+use super::device::ServedDevice;
 use super::device_io::transmit;
-use super::engine::Engine;
-use super::nic::{EventElement, Nic};
+use super::memory::ProcMem;
+use super::nic::{EventElement, Nic, TxMeta};
 use super::notify::{deliver_cqe, send_event};
 use super::objects::{Kind, Object, Qp, Ring};
+use super::sessions::DaemonCounters;
 use super::sys::Mapping;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::slot::{CqeRepr, RecvWqe, RecvWqeRepr, SendData, SendWqe, SendWqeRepr};
@@ -91,32 +93,66 @@ fn release_recv_slots(objects: &BTreeMap<Handle, Object>, nic: &dyn Nic, h: Hand
     }
 }
 
-impl Engine {
-    /// Whether any SQ/RQ/SRQ ring holds unconsumed work (checked before sleeping).
-    pub(super) fn rings_pending(&self) -> bool {
-        let pending = |ring: &Ring, map: &Mapping| {
-            !ring.broken.get()
-                && !ring.blocked.get()
-                && ring.view(map).is_some_and(|v| {
-                    Consumer::with_index(v, ring.index.get())
-                        .available()
-                        .map_or(true, |n| n > 0)
-                })
-        };
-        self.rings
-            .iter()
-            .any(|h| match self.objects.get(h).map(|o| &o.kind) {
-                Some(Kind::Qp(qp)) => {
-                    pending(&qp.sq, &qp.map)
-                        || qp.rq.as_ref().is_some_and(|rq| pending(rq, &qp.map))
-                }
-                Some(Kind::Srq(srq)) => pending(&srq.ring, &srq.map),
-                _ => false,
+/// Whether any SQ/RQ/SRQ ring of `rings` holds unconsumed work (checked before sleeping).
+pub(super) fn rings_pending(objects: &BTreeMap<Handle, Object>, rings: &BTreeSet<Handle>) -> bool {
+    let pending = |ring: &Ring, map: &Mapping| {
+        !ring.broken.get()
+            && !ring.blocked.get()
+            && ring.view(map).is_some_and(|v| {
+                Consumer::with_index(v, ring.index.get())
+                    .available()
+                    .map_or(true, |n| n > 0)
             })
-    }
+    };
+    rings.iter().any(|h| match objects.get(h).map(|o| &o.kind) {
+        Some(Kind::Qp(qp)) => {
+            pending(&qp.sq, &qp.map) || qp.rq.as_ref().is_some_and(|rq| pending(rq, &qp.map))
+        }
+        Some(Kind::Srq(srq)) => pending(&srq.ring, &srq.map),
+        _ => false,
+    })
+}
 
+/// The device index of context `ctx`.
+fn ctx_dev(objects: &BTreeMap<Handle, Object>, ctx: Handle) -> Option<usize> {
+    match objects.get(&ctx) {
+        Some(Object {
+            kind: Kind::Ctx(c), ..
+        }) => Some(c.dev),
+        _ => None,
+    }
+}
+
+/// [`release_recv_slots`] for QP or SRQ `h` (after a reset dropped its receives).
+pub(super) fn release_recv_slots_of(
+    objects: &BTreeMap<Handle, Object>,
+    devices: &[Option<ServedDevice>],
+    h: Handle,
+) {
+    let dev = objects.get(&h).and_then(|o| ctx_dev(objects, o.ctx));
+    if let Some(Some(d)) = dev.and_then(|i| devices.get(i)) {
+        release_recv_slots(objects, &*d.nic, h);
+    }
+}
+
+/// What the data path touches, lent by the engine for one pass: the objects and their
+/// rings, the devices, the client memory, the counters of broken input, and the staging
+/// buffers of transmits.
+pub(super) struct DataPath<'a> {
+    pub objects: &'a BTreeMap<Handle, Object>,
+    pub rings: &'a BTreeSet<Handle>,
+    pub devices: &'a mut [Option<ServedDevice>],
+    pub mem: &'a mut ProcMem,
+    pub counters: &'a mut DaemonCounters,
+    pub tx_bufs: &'a mut [Vec<u8>],
+    pub tx_meta: &'a mut Vec<TxMeta>,
+    /// The daemon's `local_path` option.
+    pub local_path: bool,
+}
+
+impl DataPath<'_> {
     /// Moves posted work from every ring into the cores. Whether any was found.
-    pub(super) fn drain_rings(&mut self, now: Instant) -> bool {
+    pub fn drain_rings(&mut self, now: Instant) -> bool {
         let handles: Vec<Handle> = self.rings.iter().copied().collect();
         let mut worked = false;
         // Receives first and whole: a process that posts a receive and then a send
@@ -131,22 +167,13 @@ impl Engine {
         worked
     }
 
-    fn ctx_dev(&self, ctx: Handle) -> Option<usize> {
-        match self.objects.get(&ctx) {
-            Some(Object {
-                kind: Kind::Ctx(c), ..
-            }) => Some(c.dev),
-            _ => None,
-        }
-    }
-
     /// A ring's indices went wild: the QP goes to error and its owner hears of it.
     fn ring_broken(&mut self, now: Instant, h: Handle) {
         self.counters.broken_rings += 1;
         let Some(obj) = self.objects.get(&h) else {
             return;
         };
-        let dev = self.ctx_dev(obj.ctx);
+        let dev = ctx_dev(self.objects, obj.ctx);
         let (event, qpn) = match &obj.kind {
             Kind::Qp(qp) => (event_type::QP_FATAL, Some(qp.qpn)),
             _ => (event_type::SRQ_ERR, None),
@@ -159,7 +186,7 @@ impl Engine {
         ) {
             d.nic.qp_to_error(now, qpn);
         }
-        send_event(&self.objects, obj.ctx, event, h.0);
+        send_event(self.objects, obj.ctx, event, h.0);
     }
 
     fn drain_sq(&mut self, now: Instant, h: Handle) -> bool {
@@ -173,7 +200,7 @@ impl Engine {
             let Kind::Qp(qp) = &obj.kind else {
                 return false;
             };
-            let Some(dev) = self.ctx_dev(obj.ctx) else {
+            let Some(dev) = ctx_dev(self.objects, obj.ctx) else {
                 return false;
             };
             if qp.sq.broken.get() || qp.sq.blocked.get() {
@@ -222,7 +249,7 @@ impl Engine {
                             return Err((wc_status::FATAL_ERR, libc::ENODEV));
                         };
                         d.nic
-                            .post_send(now, qp.qpn, &repr, ah, &mut self.mem)
+                            .post_send(now, qp.qpn, &repr, ah, self.mem)
                             .map_err(|r| (r.status as u32, r.errno.0))
                     }),
                 };
@@ -237,7 +264,7 @@ impl Engine {
                     self.counters.bad_wqes += 1;
                     tracing::debug!(qpn = qp.qpn, wr_id, errno, "send WQE refused");
                     deliver_cqe(
-                        &self.objects,
+                        self.objects,
                         qp.send_cq,
                         &error_cqe(wr_id, wc_of_wr(op), status, errno, qp.qpn),
                     );
@@ -260,7 +287,7 @@ impl Engine {
             let Some(obj) = self.objects.get(&h) else {
                 return false;
             };
-            let Some(dev) = self.ctx_dev(obj.ctx) else {
+            let Some(dev) = ctx_dev(self.objects, obj.ctx) else {
                 return false;
             };
             let (ring, map, max_sge, target) = match &obj.kind {
@@ -314,21 +341,21 @@ impl Engine {
                     // Its slot goes back before the owner can see the completion and post.
                     ring.index.set(cons.index());
                     if let Some(Some(d)) = self.devices.get(dev) {
-                        release_recv_slots(&self.objects, &*d.nic, h);
+                        release_recv_slots(self.objects, &*d.nic, h);
                     }
                     match target {
                         Ok((qpn, cq)) => deliver_cqe(
-                            &self.objects,
+                            self.objects,
                             cq,
                             &error_cqe(wr_id, wc_opcode::RECV, wc_status::LOC_LEN_ERR, errno, qpn),
                         ),
-                        Err(_) => send_event(&self.objects, obj.ctx, event_type::SRQ_ERR, h.0),
+                        Err(_) => send_event(self.objects, obj.ctx, event_type::SRQ_ERR, h.0),
                     }
                 }
             }
             ring.index.set(cons.index());
             if let Some(Some(d)) = self.devices.get(dev) {
-                release_recv_slots(&self.objects, &*d.nic, h);
+                release_recv_slots(self.objects, &*d.nic, h);
             }
         }
         if broken {
@@ -338,20 +365,20 @@ impl Engine {
     }
 
     /// Timers, transmits, completions and events of every device. Whether any happened.
-    pub(super) fn drive_cores(&mut self, now: Instant) -> bool {
+    pub fn drive_cores(&mut self, now: Instant) -> bool {
         let mut worked = false;
         let mut unblock = false;
         for d in self.devices.iter_mut().flatten() {
             if d.nic.poll_timeout().is_some_and(|t| t <= now) {
-                d.nic.handle_timeout(now, &mut self.mem);
+                d.nic.handle_timeout(now, self.mem);
                 worked = true;
             }
             // siw: TCP output of what the rings just posted, engine events (no-op on RoCE).
-            worked |= d.nic.handle_streams(now, false, &mut self.mem);
+            worked |= d.nic.handle_streams(now, false, self.mem);
             for _ in 0..TX_ROUNDS {
                 self.tx_meta.clear();
                 for buf in self.tx_bufs.iter_mut() {
-                    let Some(addrs) = d.nic.poll_transmit(now, &mut self.mem, buf) else {
+                    let Some(addrs) = d.nic.poll_transmit(now, self.mem, buf) else {
                         break;
                     };
                     self.tx_meta.push(addrs);
@@ -363,11 +390,11 @@ impl Engine {
                 worked = true;
                 let delivered_locally = transmit(
                     d,
-                    &self.tx_bufs[..staged],
-                    &self.tx_meta,
-                    self.cfg.local_path,
+                    &mut self.tx_bufs[..staged],
+                    self.tx_meta,
+                    self.local_path,
                     now,
-                    &mut self.mem,
+                    self.mem,
                 );
                 // A short batch means the core is drained, unless local delivery just
                 // made new output: the responder's ACK must leave before the requester's
@@ -377,18 +404,18 @@ impl Engine {
                     break;
                 }
             }
-            d.udp.flush_captures();
+            d.port_mut().flush_captures();
             while let Some((cq, cqe)) = d.nic.poll_completion() {
                 worked = true;
                 unblock = true;
                 // The slot first: the application may post again as soon as it polls.
                 if cqe.opcode & wc_opcode::RECV != 0 {
                     if let Some(&qp) = d.qp_by_qpn.get(&cqe.qp_num) {
-                        release_recv_slots(&self.objects, &*d.nic, qp);
+                        release_recv_slots(self.objects, &*d.nic, qp);
                     }
                 }
                 if let Some(h) = d.cq_by_id.get(&cq) {
-                    deliver_cqe(&self.objects, *h, &cqe);
+                    deliver_cqe(self.objects, *h, &cqe);
                 }
             }
             while let Some((owner, event, element)) = d.nic.poll_event() {
@@ -401,7 +428,7 @@ impl Engine {
                     EventElement::Device => Some(0),
                 };
                 if let Some(element) = element {
-                    send_event(&self.objects, Handle(owner), event, element);
+                    send_event(self.objects, Handle(owner), event, element);
                 }
             }
         }
@@ -411,17 +438,9 @@ impl Engine {
         worked
     }
 
-    /// [`release_recv_slots`] for QP or SRQ `h` (after a reset dropped its receives).
-    pub(super) fn release_recv_slots(&self, h: Handle) {
-        let dev = self.objects.get(&h).and_then(|o| self.ctx_dev(o.ctx));
-        if let Some(Some(d)) = dev.and_then(|i| self.devices.get(i)) {
-            release_recv_slots(&self.objects, &*d.nic, h);
-        }
-    }
-
     /// Completions made room in the cores' queues: retry rings that were full.
     fn unblock_rings(&self) {
-        for h in &self.rings {
+        for h in self.rings {
             match self.objects.get(h).map(|o| &o.kind) {
                 Some(Kind::Qp(qp)) => {
                     qp.sq.blocked.set(false);

@@ -6,6 +6,9 @@ use super::config::DeviceSpec;
 use super::gid_table::{GidTable, GID_TBL_LEN};
 use super::link::backend::Backend;
 use super::link::datagram::{BoundSocket, ROCE_V2_PORT};
+use super::link::fault::Faults;
+use super::link::faulty::Faulty;
+use super::link::local::Local;
 use super::link::packet::PacketLink;
 use super::link::udp::UdpBackend;
 use super::link::xdp::XdpLink;
@@ -49,12 +52,13 @@ pub struct ServedDevice {
     pub spec: DeviceSpec,
     pub netdev: Netdev,
     /// GID table: index → address (all RoCE v2), indices stable while addresses come and
-    /// go; the 4791 socket of each address sits at the same index in `udp`.
+    /// go; the 4791 socket of each address sits at the same index in `port()`.
     pub gids: GidTable,
     /// IB MTU in bytes.
     pub mtu: u32,
     pub node_guid: u64,
-    pub udp: UdpBackend,
+    /// The link stack: fault rules over the local path over the sockets and the backend.
+    pub link: Stack,
     pub nic: Box<dyn Nic + Send>,
     /// Core identifiers → protocol handles, to route completions and events.
     pub cq_by_id: HashMap<u32, Handle>,
@@ -77,11 +81,13 @@ pub struct ServedDevice {
     /// REQs and SIDR_REQs for a service nobody listens on yet, held for a moment
     /// (`cm::gsi::LISTEN_GRACE`) before the agent rejects them.
     pub(in crate::daemon) parked_reqs: ParkedReqs,
-    /// Fault injection (`rdma-emu fault`): rules, held packets, the link state.
-    pub faults: super::link::fault::Faults,
     /// With `backend packet`: the socket 802.3 PAUSE / 802.1Qbb PFC frames arrive on.
     pub pause: Option<super::link::pause::PauseReceiver>,
 }
+
+/// A RoCE device's link stack (`link/stack.rs`): fault injection (`rdma-emu fault`)
+/// over the local path over the device's sockets and backend.
+pub type Stack = Faulty<Local<UdpBackend>>;
 
 /// What following the interface's addresses changed: sockets to deregister and drop, and
 /// GID indices whose new 4791 socket must be registered.
@@ -229,7 +235,7 @@ impl ServedDevice {
             netdev,
             gids,
             mtu,
-            udp,
+            link: Faulty::new(Local::new(udp)),
             nic,
             cq_by_id: HashMap::new(),
             qp_by_qpn: HashMap::new(),
@@ -243,7 +249,6 @@ impl ServedDevice {
             gsi_psn: 0,
             gsi_rx_dropped: 0,
             parked_reqs: ParkedReqs::default(),
-            faults: Default::default(),
             pause,
         })
     }
@@ -286,7 +291,7 @@ impl ServedDevice {
         for (i, a) in before.iter() {
             if !present.contains(&a) {
                 self.gids.remove(a);
-                change.closed.extend(self.udp.close_slot(i));
+                change.closed.extend(self.port_mut().close_slot(i));
             }
         }
         for &a in present {
@@ -297,7 +302,7 @@ impl ServedDevice {
                 tracing::warn!(device = self.name(), addr = %a, "GID table full ({GID_TBL_LEN}), address not served");
                 continue;
             };
-            match self.udp.open_slot(slot, a) {
+            match self.port_mut().open_slot(slot, a) {
                 Ok(()) => {
                     self.gids.insert(a);
                     change.opened.push(slot);
@@ -342,10 +347,9 @@ impl ServedDevice {
             gsi_psn: 0,
             gsi_rx_dropped: 0,
             parked_reqs: ParkedReqs::default(),
-            faults: Default::default(),
             pause: None,
             mtu,
-            udp: UdpBackend::default(),
+            link: Stack::default(),
             nic: Box::new(nic),
             cq_by_id: HashMap::new(),
             qp_by_qpn: HashMap::new(),
@@ -399,6 +403,26 @@ impl ServedDevice {
 
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// The device's sockets and backend, at the bottom of its link stack.
+    pub fn port(&self) -> &UdpBackend {
+        self.link.inner().inner()
+    }
+
+    /// The device's sockets and backend, at the bottom of its link stack.
+    pub fn port_mut(&mut self) -> &mut UdpBackend {
+        self.link.inner_mut().inner_mut()
+    }
+
+    /// The fault rules, held packets and link state (`rdma-emu fault`).
+    pub fn faults(&self) -> &Faults {
+        self.link.faults()
+    }
+
+    /// The fault rules, held packets and link state (`rdma-emu fault`).
+    pub fn faults_mut(&mut self) -> &mut Faults {
+        self.link.faults_mut()
     }
 
     pub fn summary(&self) -> DeviceSummary {
@@ -476,7 +500,7 @@ impl ServedDevice {
     /// `ibv_query_port` for port 1.
     pub fn port_attr(&self) -> PortAttr {
         let mut attr = self.port_attr_up();
-        if self.faults.link_down {
+        if self.faults().link_down {
             attr.state = port_state::DOWN;
             attr.phys_state = 3; // Disabled
         }
@@ -550,11 +574,11 @@ impl ServedDevice {
             gids: self.gid_entries(),
             mpa_crc: self.is_siw().then(|| self.spec.mpa().crc),
             mpa_markers: self.is_siw().then(|| self.spec.mpa().markers),
-            backend: match self.udp.xdp_mode() {
+            backend: match self.port().xdp_mode() {
                 _ if self.is_siw() => self.spec.backend().unwrap_or(Backend::Tcp).to_string(),
                 // How the program runs, as `ip link` tells it apart (xdp / xdpgeneric).
                 Some(mode) => format!("xdp mode {}", mode.name()),
-                None => self.udp.backend().to_string(),
+                None => self.port().backend().to_string(),
             },
             default_tos: (!self.is_siw()).then(|| self.spec.default_tos()),
             cnp_dscp: (!self.is_siw()).then(|| self.spec.cnp_dscp()),

@@ -2,6 +2,7 @@
 //! the shared-memory rings and the network, with adaptive polling.
 
 use super::config::{Config, PollMode};
+use super::datapath::DataPath;
 use super::device::{NicFactory, ServedDevice};
 use super::memory::ProcMem;
 use super::objects::{Kind, Object, SessionId};
@@ -53,6 +54,8 @@ pub struct Engine {
     pub(super) tx_meta: Vec<super::nic::TxMeta>,
     /// Datagrams received in batches (recvmmsg).
     rx: super::link::mmsg::RecvBatch,
+    /// What one receive brought up a device's link stack (reused).
+    arrivals: super::link::stack::Arrivals,
     msg_buf: Vec<u8>,
     /// RDMA CM channels, ids, port spaces.
     pub(super) cm: super::cm::CmTables,
@@ -122,6 +125,7 @@ impl Engine {
             tx_bufs: (0..TX_STAGE).map(|_| Vec::with_capacity(4352)).collect(),
             tx_meta: Vec::with_capacity(TX_STAGE),
             rx: super::link::mmsg::RecvBatch::new(32, 9216),
+            arrivals: Default::default(),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
             cm: super::cm::CmTables::new(cfg_seed),
             reload: None,
@@ -144,7 +148,7 @@ impl Engine {
             .iter()
             .position(Option::is_none)
             .unwrap_or(self.devices.len());
-        for (slot, fd) in dev.udp.fds() {
+        for (slot, fd) in dev.port().fds() {
             self.epoll.add(fd, udp_token(index, slot))?;
         }
         if let Some(p) = &dev.pause {
@@ -220,7 +224,7 @@ impl Engine {
         if d.open_ctxs > 0 {
             return Err(libc::EBUSY);
         }
-        for (_, fd) in d.udp.fds() {
+        for (_, fd) in d.port().fds() {
             self.epoll.remove(fd);
         }
         self.cm_device_removed(i);
@@ -240,6 +244,20 @@ impl Engine {
     }
 
     /// The parts of the engine a request that creates or finds objects touches.
+    /// The data path's parts, lent for one call.
+    pub(super) fn datapath(&mut self) -> DataPath<'_> {
+        DataPath {
+            objects: &self.objects,
+            rings: &self.rings,
+            devices: &mut self.devices,
+            mem: &mut self.mem,
+            counters: &mut self.counters,
+            tx_bufs: &mut self.tx_bufs,
+            tx_meta: &mut self.tx_meta,
+            local_path: self.cfg.local_path,
+        }
+    }
+
     pub(super) fn clients(&mut self) -> Clients<'_> {
         Clients {
             sessions: &mut self.sessions,
@@ -284,7 +302,7 @@ impl Engine {
             }
             // Sleep: tell clients to ring the doorbell, then look once more (no lost wake-up).
             self.set_sleeping(true);
-            if self.rings_pending() {
+            if super::datapath::rings_pending(&self.objects, &self.rings) {
                 self.set_sleeping(false);
                 self.epoll.wait(&mut ready, Some(Duration::ZERO))?;
                 continue;
@@ -303,7 +321,7 @@ impl Engine {
                         d.nic.poll_timeout(),
                         d.cm.poll_timeout(),
                         d.parked_deadline(),
-                        d.faults.next_release(),
+                        d.faults().next_release(),
                     ]
                 })
                 .flatten()
@@ -364,14 +382,14 @@ impl Engine {
             }
             worked = true;
         }
-        worked |= self.drain_rings(now);
+        worked |= self.datapath().drain_rings(now);
         for d in self.devices.iter_mut().flatten() {
-            if d.faults.next_release().is_some_and(|t| t <= now) {
+            if d.faults().next_release().is_some_and(|t| t <= now) {
                 worked |=
                     super::device_io::release_held(d, self.cfg.local_path, now, &mut self.mem);
             }
         }
-        worked |= self.drive_cores(now);
+        worked |= self.datapath().drive_cores(now);
         worked |= self.drive_cm(now);
         Ok(worked)
     }
@@ -388,31 +406,14 @@ impl Engine {
             }
             return;
         }
-        for _ in 0..8 {
-            let (n, dst) = match d.udp.recv_batch(sock, &mut self.rx) {
-                Ok(got) => got,
-                Err(e) => {
-                    tracing::debug!(device = d.name(), error = %e, "UDP receive error");
-                    break;
-                }
-            };
-            for i in 0..n {
-                d.rx_datagrams += 1;
-                let (Some(len), Some(src)) = (self.rx.lens[i], self.rx.srcs[i]) else {
-                    d.rx_truncated += 1;
-                    continue;
-                };
-                let dst = self.rx.dsts[i].unwrap_or(dst);
-                let payload = self.rx.payload(i, len);
-                super::device_io::receive(d, now, src, dst, payload, &mut self.mem);
-                if self.rx.tos[i].is_some_and(|t| t & 0b11 == super::link::mmsg::ECN_CE) {
-                    d.nic.congestion_experienced(now, src, dst, payload);
-                }
-            }
-            if n < self.rx.bufs.len() {
-                break;
-            }
-        }
+        super::device_io::receive(
+            d,
+            now,
+            sock,
+            &mut self.rx,
+            &mut self.arrivals,
+            &mut self.mem,
+        );
     }
 
     fn set_sleeping(&self, sleeping: bool) {
@@ -498,8 +499,8 @@ impl Engine {
     /// take away what that work needs.
     fn catch_up_rings(&mut self) {
         let now = Instant::now();
-        if self.drain_rings(now) {
-            self.drive_cores(now);
+        if self.datapath().drain_rings(now) {
+            self.datapath().drive_cores(now);
         }
     }
 
@@ -589,7 +590,7 @@ impl Engine {
         self.forget(ctx);
         self.mem.remove(ctx.0);
         // The core may have completions or events for objects now gone: they are dropped.
-        self.drive_cores(now);
+        self.datapath().drive_cores(now);
         tracing::debug!(session, ctx = ctx.0, "device context closed");
     }
 
@@ -663,9 +664,9 @@ impl Engine {
                 d.nic.qp_to_error(now, qpn);
             }
         }
-        self.drain_rings(now);
+        self.datapath().drain_rings(now);
         for _ in 0..4 {
-            self.drive_cores(now);
+            self.datapath().drive_cores(now);
         }
         // Connections end as the CM ends them for a consumer that is gone: peers hear a
         // DREQ (or REJ) now instead of timing out.

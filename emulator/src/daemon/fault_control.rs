@@ -1,7 +1,7 @@
 //! `rdma-emu fault add|list|clear` and the faults a daemon starts with: the requests that
-//! change the devices' fault rules (`fault.rs` holds the rules of one device and applies
-//! them to its packets). A handler borrows the parts of the engine it touches
-//! ([`FaultCtx`]) and answers the request.
+//! change the devices' fault rules (`link/fault.rs` holds the rules of one device, the
+//! `Faulty` layer of its link stack applies them to its packets). A handler borrows the
+//! parts of the engine it touches ([`FaultCtx`]) and answers the request.
 
 use super::answer::{ok, Answer};
 use super::device::{index_of, ServedDevice};
@@ -17,7 +17,7 @@ use wire::client::verbs::event_type;
 use wire::client::ReplyBody;
 
 /// The rule ids of fault injection: the one part of it that is the daemon's rather than a
-/// device's (each device's rules, link state and held packets are its `faults`).
+/// device's (each device's rules, link state and held packets are its `faults()`).
 #[derive(Debug)]
 pub(super) struct FaultIds {
     /// The id the next rule gets (`rdma-emu fault add`), unique in the daemon.
@@ -61,7 +61,7 @@ impl FaultCtx<'_> {
                 let mut out = Vec::new();
                 for d in self.devices.iter().flatten() {
                     if device.as_deref().is_none_or(|n| n == d.name()) {
-                        out.extend(d.faults.list(d.name()));
+                        out.extend(d.faults().list(d.name()));
                     }
                 }
                 if out.is_empty()
@@ -84,7 +84,7 @@ impl FaultCtx<'_> {
                 for d in self.devices.iter_mut().flatten() {
                     if device.as_deref().is_none_or(|n| n == d.name()) {
                         let name = d.name().to_string();
-                        out.extend(d.faults.clear(&name, id));
+                        out.extend(d.faults_mut().clear(&name, id));
                     }
                 }
                 if id.is_some() && out.is_empty() {
@@ -109,10 +109,10 @@ impl FaultCtx<'_> {
             return Err(libc::EOPNOTSUPP);
         }
         self.ids.next += 1;
-        d.faults.add(id, rule, seed);
+        d.faults_mut().add(id, rule, seed);
         tracing::info!(device = d.name(), id, rule = %rule, "fault added");
         let name = d.name().to_string();
-        Ok(d.faults.list(&name).pop().expect("just added"))
+        Ok(d.faults().list(&name).pop().expect("just added"))
     }
 
     /// Link down/up and QP kills happen at once.
@@ -125,10 +125,10 @@ impl FaultCtx<'_> {
         match action {
             FaultAction::LinkDown | FaultAction::LinkUp => {
                 let down = action == FaultAction::LinkDown;
-                if d.faults.link_down == down {
+                if d.faults().link_down == down {
                     return Ok(());
                 }
-                d.faults.link_down = down;
+                d.faults_mut().link_down = down;
                 tracing::info!(device = d.name(), down, "link state changed by a fault");
                 let event = if down {
                     event_type::PORT_ERR

@@ -97,14 +97,14 @@ pub(super) fn sync_mcast(
     let wanted: Vec<IpAddr> = d.nic.mcast_groups().into_iter().map(group_ip).collect();
     let ifindex = d.netdev.index;
     let stale: Vec<usize> = d
-        .udp
+        .port()
         .mcast
         .joined()
         .filter(|(_, ip)| !wanted.contains(ip))
         .map(|(i, _)| i)
         .collect();
     for i in stale {
-        if let Some(s) = d.udp.mcast.slots[i].take() {
+        if let Some(s) = d.port_mut().mcast.slots[i].take() {
             epoll.remove(s.socket.as_raw_fd());
             let _ = sys::mcast_membership(s.socket.as_raw_fd(), s.local.ip(), ifindex, false);
             tracing::debug!(device = d.name(), group = %s.local.ip(), "left multicast group");
@@ -112,14 +112,14 @@ pub(super) fn sync_mcast(
     }
     let mut result = Ok(());
     for group in wanted {
-        if d.udp.mcast.joined().any(|(_, ip)| ip == group) {
+        if d.port().mcast.joined().any(|(_, ip)| ip == group) {
             continue;
         }
-        let slot = match d.udp.mcast.slots.iter().position(Option::is_none) {
+        let slot = match d.port().mcast.slots.iter().position(Option::is_none) {
             Some(i) => i,
-            None if d.udp.mcast.slots.len() < 0x10000 - MCAST_BASE => {
-                d.udp.mcast.slots.push(None);
-                d.udp.mcast.slots.len() - 1
+            None if d.port().mcast.slots.len() < 0x10000 - MCAST_BASE => {
+                d.port_mut().mcast.slots.push(None);
+                d.port_mut().mcast.slots.len() - 1
             }
             None => {
                 result = result.and(Err(std::io::Error::from_raw_os_error(libc::ENOMEM)));
@@ -133,7 +133,7 @@ pub(super) fn sync_mcast(
         match opened {
             Ok(s) => {
                 tracing::debug!(device = d.name(), %group, "joined multicast group");
-                d.udp.mcast.slots[slot] = Some(s);
+                d.port_mut().mcast.slots[slot] = Some(s);
             }
             Err(e) => {
                 tracing::info!(device = d.name(), %group, error = %e, "cannot join multicast group");

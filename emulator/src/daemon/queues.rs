@@ -422,10 +422,10 @@ pub(super) fn stat(
                 counters.push(("udp_tx_datagrams".into(), d.tx_datagrams));
                 counters.push(("udp_tx_errors".into(), d.tx_errors));
                 counters.push(("udp_rx_truncated".into(), d.rx_truncated));
-                counters.extend(d.udp.counters());
+                counters.extend(d.port().counters());
                 if let Some(p) = &d.pause {
                     // `packet_…` or `xdp_…`, as the backend's other counters.
-                    let b = d.udp.backend().name();
+                    let b = d.port().backend().name();
                     let c = p.counters(std::time::Instant::now());
                     let all = [
                         ("rx_pause_frames", c.rx_pause),
@@ -455,7 +455,7 @@ pub(super) fn stat(
                 counters.push(("cm_rx_dropped".into(), cm.rx_dropped + d.gsi_rx_dropped));
                 counters.push(("cm_connections".into(), d.cm.connection_count() as u64));
                 counters.extend(
-                    d.faults
+                    d.faults()
                         .counter_list()
                         .iter()
                         .map(|&(n, v)| (n.to_string(), v)),

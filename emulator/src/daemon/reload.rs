@@ -130,7 +130,7 @@ pub(super) fn follow_addresses(
             epoll.remove(s.socket.as_raw_fd());
         }
         for &slot in &change.opened {
-            let Some(fd) = d.udp.fd(slot) else {
+            let Some(fd) = d.port().fd(slot) else {
                 continue;
             };
             if let Err(e) = epoll.add(fd, udp_token(index, slot)) {

@@ -77,7 +77,7 @@ impl Engine {
                         break;
                     }
                     sent = true;
-                    let bufs = &self.tx_bufs[..staged];
+                    let bufs = &mut self.tx_bufs[..staged];
                     transmit(
                         d,
                         bufs,

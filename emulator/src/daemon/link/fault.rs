@@ -1,6 +1,7 @@
 //! Fault injection on one device (`rdma-emu fault`, docs/faults.md): the packet rules
 //! with their seeded generators, the packets they hold back (delay, reorder), the link
-//! state, and the counters.
+//! state, and the counters. `faulty.rs`'s `Faulty` layer takes a device's packets
+//! through them.
 //!
 //! A rule sees RoCE packets as they leave the device (`tx`, before the socket or the local
 //! path) and as they arrive (`rx`, after the socket, before the core). Each rule draws from
@@ -272,6 +273,11 @@ impl Faults {
             copies: 1 + u8::from(fate.duplicate),
             force: fate.force,
         }
+    }
+
+    /// The local QPs the rules' `--qp` filters name.
+    pub(crate) fn filtered_qps(&self) -> impl Iterator<Item = u32> + '_ {
+        self.rules.iter().filter_map(|r| r.rule.filter.qp)
     }
 
     /// A forced response no request took (a duplicate or out-of-order PSN).

@@ -1,6 +1,6 @@
 //! The words of the API the RDMA CM driver calls to set up iWARP connections on a siw
-//! device: ids, parameters and events. The calls are `SiwNic`'s (`tcp/service.rs`, beside
-//! the TCP service they drive), so this file names nothing of the device.
+//! device: ids, parameters and events. The calls are `SiwNic`'s (`nic.rs`), carried out by
+//! the TCP service (`tcp/service.rs`), so this file names nothing of the device.
 //!
 //! iWARP connects through TCP, and the RDMA CM port of an iWARP id is the TCP port (as
 //! the kernel's iw_cm with siw: `IW_F_NO_PORT_MAP`): `rdma_listen` on port P listens on

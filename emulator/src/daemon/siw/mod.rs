@@ -24,6 +24,7 @@ pub mod limits;
 mod link;
 mod net;
 mod nic;
+mod qp;
 mod smol;
 mod sock;
 mod tcp;

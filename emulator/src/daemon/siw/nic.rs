@@ -8,15 +8,15 @@
 //! returns to Idle (read RESET); ERROR closes it and flushes. This file carries out the
 //! connection actions the machine returns.
 
-use super::cm::{ConnId, ConnParams, SiwCmEvent};
+use super::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 use super::limits;
 use super::net::{KernelNet, StreamNet};
-use super::tcp::{ConnPhase, Streams};
+use super::qp::{SiwCounters, SiwQp};
+use super::tcp::{ConnPhase, Service, Streams};
 use crate::daemon::config::MpaOptions;
-use crate::daemon::core_nic::{refused, send_wr, sges, Bridge};
+use crate::daemon::core_nic::{refused, send_wr, sges};
 use crate::daemon::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
 use emu_core as core;
-use emu_core::iwarp::{Connection, IwarpConfig};
 use emu_core::siw_state::{SiwAction, SiwQpState};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -26,36 +26,6 @@ use std::time::Instant;
 use wire::client::slot::{CqeRepr, SendWqeRepr, SgeList};
 use wire::client::verbs::{access, mtu, qp_attr_mask, qp_type, wc_opcode, wc_status};
 use wire::client::{self as proto};
-use wire::roce::Qpn;
-
-/// One RC QP of a siw device.
-#[derive(Debug)]
-pub(super) struct SiwQp {
-    pub owner: Owner,
-    pub pd: u32,
-    pub send_cq: u32,
-    pub recv_cq: u32,
-    pub cap: proto::QpCap,
-    pub sq_sig_all: bool,
-    /// The iWARP state (read back as `ibv_qp_state`).
-    pub state: SiwQpState,
-    pub access: u32,
-    /// The TCP connection the RDMA CM bound (connect or accept).
-    pub conn: Option<ConnId>,
-    /// Receives posted before the connection's engine exists.
-    pub pending_recvs: Vec<core::RecvWr>,
-}
-
-/// Counters of the device (`rdma-emu stat siw0`).
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct SiwCounters {
-    pub connections: u64,
-    pub rx_bytes: u64,
-    pub tx_bytes: u64,
-    pub terminates_sent: u64,
-    pub terminates_rcvd: u64,
-    pub mpa_failures: u64,
-}
 
 /// The siw device's engine.
 pub struct SiwNic {
@@ -148,96 +118,19 @@ impl SiwNic {
         self.mpa
     }
 
-    /// The QP may be bound to a new connection with `params`.
-    pub(super) fn check_bindable(&self, qpn: u32, params: &ConnParams) -> Result<(), Errno> {
-        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
-        if qp.conn.is_some() {
-            return Err(libc::EISCONN);
+    /// The TCP service (`tcp/service.rs`) over the device's parts: the RDMA CM's calls
+    /// (listen, connect, accept…) and the streams' work.
+    pub fn service(&mut self) -> Service<'_> {
+        Service {
+            dev: &mut self.dev,
+            qps: &mut self.qps,
+            io: &mut self.io,
+            completions: &mut self.completions,
+            events: &mut self.events,
+            cm_events: &mut self.cm_events,
+            counters: &mut self.counters,
+            mpa: self.mpa,
         }
-        if !qp.state.bindable() {
-            return Err(libc::EINVAL);
-        }
-        // RFC 5044 §7.1 / RFC 6581: 512 octets with the 4-octet IRD/ORD word.
-        if params.private_data.len() > 508 {
-            return Err(libc::EINVAL);
-        }
-        Ok(())
-    }
-
-    /// The engine configuration of QP `qpn` for a connection with `params`: the device's
-    /// MPA options are what it asks for; the engine adds whatever the peer asks for
-    /// (RFC 5044 §7.1).
-    pub(super) fn iwarp_config(&self, qpn: u32, params: &ConnParams, mss: u32) -> IwarpConfig {
-        let max = limits::MAX_IRD as u16;
-        let mut cfg = IwarpConfig {
-            qpn: Qpn(qpn),
-            ird: params.ird.min(max),
-            ord: params.ord.min(max),
-            mss,
-            private_data: params.private_data.clone(),
-            crc: self.mpa.crc,
-            markers: self.mpa.markers,
-            ..IwarpConfig::default()
-        };
-        if let Some(qp) = self.qps.get(&qpn) {
-            cfg.pd = core::PdHandle(qp.pd);
-            cfg.send_cq = core::CqHandle(qp.send_cq);
-            cfg.recv_cq = core::CqHandle(qp.recv_cq);
-            cfg.sq_sig_all = qp.sq_sig_all;
-            cfg.max_send_wr = qp.cap.max_send_wr.max(1);
-            cfg.max_recv_wr = qp.cap.max_recv_wr;
-            cfg.max_inline_data = qp.cap.max_inline_data;
-            cfg.inline_space = core::AddrSpace(qp.owner);
-        }
-        cfg
-    }
-
-    /// Builds the engine of connection `id` for QP `qpn` (TCP is up: the active side's
-    /// connect finished, or the passive side accepts) and hands it the QP's receives.
-    pub(super) fn start_connection(
-        &mut self,
-        now: Instant,
-        id: ConnId,
-        qpn: u32,
-        cfg: IwarpConfig,
-        // `Some(private data of the Reply)` when accepting, `None` when connecting.
-        accept: Option<&[u8]>,
-        mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        let SiwNic { io, dev, qps, .. } = self;
-        let Some(conn) = io.conns.get_mut(&id) else {
-            return Err(libc::ENOENT);
-        };
-        let mut c = match accept {
-            None => Connection::initiator(now, cfg),
-            Some(reply_private_data) => {
-                let ConnPhase::RequestPending { raw } = &conn.phase else {
-                    return Err(libc::EINVAL);
-                };
-                let mut c = Connection::responder(now, cfg);
-                c.handle_stream(now, raw, dev, &mut Bridge(mem));
-                while c.poll_event().is_some() {}
-                c.accept(reply_private_data).map_err(e)?;
-                c
-            }
-        };
-        if let Some(qp) = qps.get_mut(&qpn) {
-            for wr in qp.pending_recvs.drain(..) {
-                let _ = c.post_recv(wr);
-            }
-            qp.conn = Some(id);
-        }
-        // Bytes that arrived after the Request, and a FIN seen while it was pending.
-        c.handle_stream(now, &[], dev, &mut Bridge(mem));
-        if conn.eof {
-            c.handle_stream_closed(now);
-        }
-        conn.qpn = Some(qpn);
-        conn.phase = ConnPhase::Running(Box::new(c));
-        io.set_interest(id);
-        self.counters.connections += 1;
-        self.pump(id);
-        Ok(())
     }
 
     /// A receive completion with `status` for a WR the engine never saw.
@@ -269,7 +162,7 @@ impl SiwNic {
         if let Some(conn) = conn {
             let _ = self.io.disconnect(conn);
         }
-        self.pump_all();
+        self.service().pump_all();
     }
 
     /// A send WQE for QP `qpn`: to its connection, flushed in ERROR, refused before the
@@ -306,8 +199,117 @@ impl SiwNic {
             // siw: "QP out of state" before the connection is up.
             _ => return Err(libc::ENOTCONN),
         }
-        self.pump_qp(qpn);
+        self.service().pump_qp(qpn);
         Ok(())
+    }
+}
+
+/// The RDMA CM's calls (`siw::cm` has the protocol and the words they use), carried out
+/// by the TCP service.
+impl SiwNic {
+    /// `rdma_listen`: listens on TCP `local` (port 0: an ephemeral port). Returns the
+    /// listener and the bound address. Errors: EADDRINUSE, EADDRNOTAVAIL, EACCES (the
+    /// kernel's errors for the bind).
+    pub fn listen(
+        &mut self,
+        local: SocketAddr,
+        backlog: u32,
+    ) -> Result<(ListenerId, SocketAddr), Errno> {
+        self.io.listen(local, backlog)
+    }
+
+    /// Stops listening (`rdma_destroy_id` of a listening id). Connections it accepted
+    /// stay until accepted, rejected or disconnected. Errors: ENOENT.
+    pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), Errno> {
+        self.io.unlisten(listener)
+    }
+
+    /// `rdma_connect`: binds QP `qpn` to a new TCP connection from `src` (port 0: an
+    /// ephemeral port) to `dst`; the MPA Request (with `params`) leaves once TCP is up.
+    /// Returns the connection and its local address. Errors: EINVAL (no such QP, not
+    /// RC, in ERROR, or private data too long), EISCONN (the QP has a connection),
+    /// and the socket's errors (EADDRINUSE, EADDRNOTAVAIL, ENETUNREACH...).
+    pub fn connect(
+        &mut self,
+        qpn: u32,
+        src: SocketAddr,
+        dst: SocketAddr,
+        params: &ConnParams,
+    ) -> Result<(ConnId, SocketAddr), Errno> {
+        self.service().check_bindable(qpn, params)?;
+        let (conn, local) = self.service().open_connection(qpn, src, dst, params)?;
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            qp.conn = Some(conn);
+        }
+        Ok((conn, local))
+    }
+
+    /// `rdma_accept`: answers the MPA Request of `conn` with a Reply carrying `params`
+    /// and binds QP `qpn` to it; the QP is in RTS on return (`Established` follows).
+    /// Errors: ENOENT (no such connection), EINVAL (no Request pending, bad QP, private
+    /// data too long), EISCONN (the QP has a connection).
+    pub fn accept(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        qpn: u32,
+        params: &ConnParams,
+        mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno> {
+        self.service().check_bindable(qpn, params)?;
+        if !matches!(
+            self.io.conns.get(&conn).map(|c| &c.phase),
+            Some(ConnPhase::RequestPending { .. })
+        ) {
+            return Err(if self.io.conns.contains_key(&conn) {
+                libc::EINVAL
+            } else {
+                libc::ENOENT
+            });
+        }
+        let mss = self.io.mss_of(conn);
+        let cfg = self.service().iwarp_config(qpn, params, mss);
+        self.service()
+            .start_connection(now, conn, qpn, cfg, Some(&params.private_data), mem)?;
+        Ok(())
+    }
+
+    /// `rdma_reject`: answers the MPA Request of `conn` with a Reply with the R bit and
+    /// `private_data`, then closes. Errors: ENOENT, EINVAL (no Request pending, private
+    /// data too long).
+    pub fn reject(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        private_data: &[u8],
+        mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno> {
+        self.service().reject_request(now, conn, private_data, mem)
+    }
+
+    /// `rdma_disconnect`: closes the connection (iWARP has no disconnect message: the
+    /// TCP stream is closed after what is queued left); its QP's outstanding WRs are
+    /// flushed. Any phase; a connection not yet established fails with `ConnectError`
+    /// (ECONNRESET) at the active side. Errors: ENOENT.
+    pub fn disconnect(&mut self, conn: ConnId) -> Result<(), Errno> {
+        self.io.disconnect(conn)?;
+        self.service().pump_all();
+        Ok(())
+    }
+
+    /// The next event for the RDMA CM driver.
+    pub fn poll_cm_event(&mut self) -> Option<SiwCmEvent> {
+        self.cm_events.pop_front()
+    }
+
+    /// (local, peer) addresses of a connection.
+    pub fn conn_addrs(&self, conn: ConnId) -> Option<(SocketAddr, SocketAddr)> {
+        self.io.conns.get(&conn).map(|c| (c.local, c.peer))
+    }
+
+    /// The QP bound to a connection, if any.
+    pub fn conn_qpn(&self, conn: ConnId) -> Option<u32> {
+        self.io.conns.get(&conn).and_then(|c| c.qpn)
     }
 }
 
@@ -475,7 +477,7 @@ impl Nic for SiwNic {
                 if let Some(conn) = qp.conn {
                     let _ = self.io.disconnect(conn);
                 }
-                self.pump_all();
+                self.service().pump_all();
             }
             SiwAction::FlushAndDrop => self.qp_error(qpn),
         }
@@ -554,7 +556,7 @@ impl Nic for SiwNic {
                 qp.pending_recvs.push(wr);
             }
         }
-        self.pump_qp(qpn);
+        self.service().pump_qp(qpn);
         Ok(())
     }
     fn qp_to_error(&mut self, _now: Instant, qpn: u32) {
@@ -583,7 +585,7 @@ impl Nic for SiwNic {
     ) {
     }
     fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory) {
-        self.stream_timeouts(now, mem);
+        self.service().stream_timeouts(now, mem);
     }
     fn poll_transmit(
         &mut self,
@@ -644,13 +646,14 @@ impl Nic for SiwNic {
         Some(self.io.raw_fd())
     }
     fn handle_streams(&mut self, now: Instant, readable: bool, mem: &mut dyn AppMemory) -> bool {
-        self.service_streams(now, readable, mem)
+        self.service().service_streams(now, readable, mem)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wire::roce::Qpn;
 
     fn params() -> ConnParams {
         ConnParams {
@@ -663,14 +666,14 @@ mod tests {
     #[test]
     fn connections_ask_for_the_devices_mpa_options() {
         let lo = [IpAddr::from([127, 0, 0, 1])];
-        let plain = SiwNic::new("siw0", &lo, 4096, 1).expect("siw device");
-        let cfg = plain.iwarp_config(7, &params(), 1460);
+        let mut plain = SiwNic::new("siw0", &lo, 4096, 1).expect("siw device");
+        let cfg = plain.service().iwarp_config(7, &params(), 1460);
         assert_eq!((cfg.crc, cfg.markers), (false, false), "off, as Linux siw");
         for (crc, markers) in [(true, false), (false, true), (true, true)] {
-            let nic = SiwNic::new("siw0", &lo, 4096, 1)
+            let mut nic = SiwNic::new("siw0", &lo, 4096, 1)
                 .expect("siw device")
                 .with_mpa(MpaOptions { crc, markers });
-            let cfg = nic.iwarp_config(7, &params(), 1460);
+            let cfg = nic.service().iwarp_config(7, &params(), 1460);
             assert_eq!((cfg.crc, cfg.markers), (crc, markers));
             // The rest is the connection's, whatever the options.
             assert_eq!((cfg.qpn, cfg.ird, cfg.ord), (Qpn(7), 4, 128));

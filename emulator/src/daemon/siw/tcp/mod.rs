@@ -16,9 +16,12 @@
 //! timeout) are part of `poll_timeout` and served by `stream_timeouts`.
 //!
 //! `streams.rs` owns the socket table; `service.rs` is the per-pass work that moves bytes
-//! between the sockets and the engines.
+//! between the sockets and the engines, and the connections' setup: its `Service` takes
+//! the parts of the device it touches (the core, the QPs of `qp.rs`, the streams, the
+//! completion and event queues), lent by `SiwNic::service`, and names no `SiwNic`.
 
 mod service;
 mod streams;
 
+pub(super) use service::Service;
 pub(super) use streams::{ConnPhase, Streams};

@@ -5,18 +5,25 @@
 //! (`streams.rs`); this file owns only the constants that pace the I/O.
 
 use super::streams::{Conn, ConnPhase, Origin, Outcome, Streams};
+use crate::daemon::config::MpaOptions;
 use crate::daemon::core_nic::{cqe_out, Bridge};
+use crate::daemon::nic::Owner;
 use crate::daemon::nic::{AppMemory, Errno, EventElement};
 use crate::daemon::siw::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
+use crate::daemon::siw::limits;
 use crate::daemon::siw::net::{Ready, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER};
-use crate::daemon::siw::nic::SiwNic;
+use crate::daemon::siw::qp::{SiwCounters, SiwQp};
+use emu_core as core;
 use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent};
 use emu_core::siw_state::LlpEvent;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+use wire::client::slot::CqeRepr;
 use wire::client::verbs::event_type;
 use wire::iwarp::terminate::{TermLayer, TerminateError};
+use wire::roce::Qpn;
 
 /// How long a closed connection waits for the peer's FIN before the socket is closed.
 const LINGER: Duration = Duration::from_secs(2);
@@ -46,7 +53,122 @@ fn terminate_event(error: TerminateError, local: bool) -> u32 {
     }
 }
 
-impl SiwNic {
+/// The TCP service of a siw device over the parts of its `SiwNic` it touches, lent for
+/// one call: connections in and out, their streams, and the RDMA CM's calls.
+pub struct Service<'a> {
+    pub(in crate::daemon::siw) dev: &'a mut core::Device,
+    pub(in crate::daemon::siw) qps: &'a mut HashMap<u32, SiwQp>,
+    pub(in crate::daemon::siw) io: &'a mut Streams,
+    pub(in crate::daemon::siw) completions: &'a mut VecDeque<(u32, CqeRepr)>,
+    pub(in crate::daemon::siw) events: &'a mut VecDeque<(Owner, u32, EventElement)>,
+    pub(in crate::daemon::siw) cm_events: &'a mut VecDeque<SiwCmEvent>,
+    pub(in crate::daemon::siw) counters: &'a mut SiwCounters,
+    /// What the device asks for in MPA (every connection's `IwarpConfig`).
+    pub(in crate::daemon::siw) mpa: MpaOptions,
+}
+
+impl Service<'_> {
+    /// The QP may be bound to a new connection with `params`.
+    pub(in crate::daemon::siw) fn check_bindable(
+        &self,
+        qpn: u32,
+        params: &ConnParams,
+    ) -> Result<(), Errno> {
+        let qp = self.qps.get(&qpn).ok_or(libc::EINVAL)?;
+        if qp.conn.is_some() {
+            return Err(libc::EISCONN);
+        }
+        if !qp.state.bindable() {
+            return Err(libc::EINVAL);
+        }
+        // RFC 5044 §7.1 / RFC 6581: 512 octets with the 4-octet IRD/ORD word.
+        if params.private_data.len() > 508 {
+            return Err(libc::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// The engine configuration of QP `qpn` for a connection with `params`: the device's
+    /// MPA options are what it asks for; the engine adds whatever the peer asks for
+    /// (RFC 5044 §7.1).
+    pub(in crate::daemon::siw) fn iwarp_config(
+        &self,
+        qpn: u32,
+        params: &ConnParams,
+        mss: u32,
+    ) -> IwarpConfig {
+        let max = limits::MAX_IRD as u16;
+        let mut cfg = IwarpConfig {
+            qpn: Qpn(qpn),
+            ird: params.ird.min(max),
+            ord: params.ord.min(max),
+            mss,
+            private_data: params.private_data.clone(),
+            crc: self.mpa.crc,
+            markers: self.mpa.markers,
+            ..IwarpConfig::default()
+        };
+        if let Some(qp) = self.qps.get(&qpn) {
+            cfg.pd = core::PdHandle(qp.pd);
+            cfg.send_cq = core::CqHandle(qp.send_cq);
+            cfg.recv_cq = core::CqHandle(qp.recv_cq);
+            cfg.sq_sig_all = qp.sq_sig_all;
+            cfg.max_send_wr = qp.cap.max_send_wr.max(1);
+            cfg.max_recv_wr = qp.cap.max_recv_wr;
+            cfg.max_inline_data = qp.cap.max_inline_data;
+            cfg.inline_space = core::AddrSpace(qp.owner);
+        }
+        cfg
+    }
+
+    /// Builds the engine of connection `id` for QP `qpn` (TCP is up: the active side's
+    /// connect finished, or the passive side accepts) and hands it the QP's receives.
+    pub(in crate::daemon::siw) fn start_connection(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        qpn: u32,
+        cfg: IwarpConfig,
+        // `Some(private data of the Reply)` when accepting, `None` when connecting.
+        accept: Option<&[u8]>,
+        mem: &mut dyn AppMemory,
+    ) -> Result<(), Errno> {
+        let Service { io, dev, qps, .. } = self;
+        let Some(conn) = io.conns.get_mut(&id) else {
+            return Err(libc::ENOENT);
+        };
+        let mut c = match accept {
+            None => Connection::initiator(now, cfg),
+            Some(reply_private_data) => {
+                let ConnPhase::RequestPending { raw } = &conn.phase else {
+                    return Err(libc::EINVAL);
+                };
+                let mut c = Connection::responder(now, cfg);
+                c.handle_stream(now, raw, &mut **dev, &mut Bridge(mem));
+                while c.poll_event().is_some() {}
+                c.accept(reply_private_data).map_err(|e| e.0)?;
+                c
+            }
+        };
+        if let Some(qp) = qps.get_mut(&qpn) {
+            for wr in qp.pending_recvs.drain(..) {
+                let _ = c.post_recv(wr);
+            }
+            qp.conn = Some(id);
+        }
+        // Bytes that arrived after the Request, and a FIN seen while it was pending.
+        c.handle_stream(now, &[], &mut **dev, &mut Bridge(mem));
+        if conn.eof {
+            c.handle_stream_closed(now);
+        }
+        conn.qpn = Some(qpn);
+        conn.phase = ConnPhase::Running(Box::new(c));
+        io.set_interest(id);
+        self.counters.connections += 1;
+        self.pump(id);
+        Ok(())
+    }
+
     /// The TCP backend's work of one engine pass: ready sockets (`readable`: the
     /// engine saw the epoll set ready), then every connection's output, engine events
     /// and completions, then closed connections. Whether anything happened.
@@ -89,14 +211,14 @@ impl SiwNic {
     /// once one was posted: the held Send and the octets buffered behind it are
     /// processed and the socket is read again. Whether it went on.
     fn resume_input(&mut self, now: Instant, id: ConnId, mem: &mut dyn AppMemory) -> bool {
-        let SiwNic { io, dev, .. } = self;
+        let Service { io, dev, .. } = self;
         let Some(ConnPhase::Running(engine)) = io.conns.get_mut(&id).map(|c| &mut c.phase) else {
             return false;
         };
         if !engine.is_waiting_for_recv() {
             return false;
         }
-        engine.handle_stream(now, &[], dev, &mut Bridge(mem));
+        engine.handle_stream(now, &[], &mut **dev, &mut Bridge(mem));
         let resumed = !engine.is_waiting_for_recv();
         if resumed {
             tracing::debug!(conn = id.0, "siw: receive WR posted, input resumed");
@@ -209,7 +331,7 @@ impl SiwNic {
     }
 
     fn read(&mut self, now: Instant, id: ConnId, mem: &mut dyn AppMemory) {
-        let SiwNic {
+        let Service {
             io,
             dev,
             cm_events,
@@ -253,11 +375,11 @@ impl SiwNic {
             let data = &rx_buf[..n];
             match &mut conn.phase {
                 ConnPhase::Running(engine) => {
-                    engine.handle_stream(now, data, dev, &mut Bridge(mem));
+                    engine.handle_stream(now, data, &mut **dev, &mut Bridge(mem));
                 }
                 ConnPhase::AwaitRequest { probe, raw } => {
                     raw.extend_from_slice(data);
-                    probe.handle_stream(now, data, dev, &mut Bridge(mem));
+                    probe.handle_stream(now, data, &mut **dev, &mut Bridge(mem));
                     let mut offer = None;
                     let mut failed = false;
                     while let Some(ev) = probe.poll_event() {
@@ -301,7 +423,7 @@ impl SiwNic {
     /// Writes what the connection's engine produced; shuts the writing half down when
     /// the engine is over. Whether any octet left.
     fn flush(&mut self, now: Instant, id: ConnId, mem: &mut dyn AppMemory) -> bool {
-        let SiwNic {
+        let Service {
             io, dev, counters, ..
         } = self;
         let Some(conn) = io.conns.get_mut(&id) else {
@@ -322,7 +444,7 @@ impl SiwNic {
                     break;
                 }
                 while conn.tx.len() < TX_CHUNK
-                    && engine.poll_stream_transmit(&mut conn.tx, dev, &mut Bridge(mem)) > 0
+                    && engine.poll_stream_transmit(&mut conn.tx, &mut **dev, &mut Bridge(mem)) > 0
                 {
                 }
                 if conn.tx.is_empty() {
@@ -367,7 +489,7 @@ impl SiwNic {
     /// Moves the engine's completions and events of connection `id` out: completions
     /// to the device's queue, QP state changes, async events, RDMA CM events.
     pub(in crate::daemon::siw) fn pump(&mut self, id: ConnId) -> bool {
-        let SiwNic {
+        let Service {
             io,
             qps,
             completions,
@@ -524,7 +646,7 @@ impl SiwNic {
     }
 }
 
-impl SiwNic {
+impl Service<'_> {
     /// `reject`'s socket half: the held MPA Request is replayed into an engine with no
     /// QP, which answers it with a rejecting Reply carrying `private_data`.
     pub(in crate::daemon::siw) fn reject_request(
@@ -539,7 +661,7 @@ impl SiwNic {
             return Err(libc::EINVAL);
         };
         let mut probe = Connection::responder(now, IwarpConfig::default());
-        probe.handle_stream(now, raw, &mut self.dev, &mut Bridge(mem));
+        probe.handle_stream(now, raw, self.dev, &mut Bridge(mem));
         while probe.poll_event().is_some() {}
         probe.reject(private_data).map_err(|e| e.0)?;
         tracing::debug!(conn = id.0, "siw: MPA Request rejected");
@@ -561,111 +683,5 @@ impl SiwNic {
             c.qpn = Some(qpn);
         }
         Ok((id, local))
-    }
-}
-
-/// The RDMA CM's calls (`siw::cm` has the protocol and the words they use).
-impl SiwNic {
-    /// `rdma_listen`: listens on TCP `local` (port 0: an ephemeral port). Returns the
-    /// listener and the bound address. Errors: EADDRINUSE, EADDRNOTAVAIL, EACCES (the
-    /// kernel's errors for the bind).
-    pub fn listen(
-        &mut self,
-        local: SocketAddr,
-        backlog: u32,
-    ) -> Result<(ListenerId, SocketAddr), Errno> {
-        self.io.listen(local, backlog)
-    }
-
-    /// Stops listening (`rdma_destroy_id` of a listening id). Connections it accepted
-    /// stay until accepted, rejected or disconnected. Errors: ENOENT.
-    pub fn unlisten(&mut self, listener: ListenerId) -> Result<(), Errno> {
-        self.io.unlisten(listener)
-    }
-
-    /// `rdma_connect`: binds QP `qpn` to a new TCP connection from `src` (port 0: an
-    /// ephemeral port) to `dst`; the MPA Request (with `params`) leaves once TCP is up.
-    /// Returns the connection and its local address. Errors: EINVAL (no such QP, not
-    /// RC, in ERROR, or private data too long), EISCONN (the QP has a connection),
-    /// and the socket's errors (EADDRINUSE, EADDRNOTAVAIL, ENETUNREACH...).
-    pub fn connect(
-        &mut self,
-        qpn: u32,
-        src: SocketAddr,
-        dst: SocketAddr,
-        params: &ConnParams,
-    ) -> Result<(ConnId, SocketAddr), Errno> {
-        self.check_bindable(qpn, params)?;
-        let (conn, local) = self.open_connection(qpn, src, dst, params)?;
-        if let Some(qp) = self.qps.get_mut(&qpn) {
-            qp.conn = Some(conn);
-        }
-        Ok((conn, local))
-    }
-
-    /// `rdma_accept`: answers the MPA Request of `conn` with a Reply carrying `params`
-    /// and binds QP `qpn` to it; the QP is in RTS on return (`Established` follows).
-    /// Errors: ENOENT (no such connection), EINVAL (no Request pending, bad QP, private
-    /// data too long), EISCONN (the QP has a connection).
-    pub fn accept(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        qpn: u32,
-        params: &ConnParams,
-        mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        self.check_bindable(qpn, params)?;
-        if !matches!(
-            self.io.conns.get(&conn).map(|c| &c.phase),
-            Some(ConnPhase::RequestPending { .. })
-        ) {
-            return Err(if self.io.conns.contains_key(&conn) {
-                libc::EINVAL
-            } else {
-                libc::ENOENT
-            });
-        }
-        let cfg = self.iwarp_config(qpn, params, self.io.mss_of(conn));
-        self.start_connection(now, conn, qpn, cfg, Some(&params.private_data), mem)?;
-        Ok(())
-    }
-
-    /// `rdma_reject`: answers the MPA Request of `conn` with a Reply with the R bit and
-    /// `private_data`, then closes. Errors: ENOENT, EINVAL (no Request pending, private
-    /// data too long).
-    pub fn reject(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        private_data: &[u8],
-        mem: &mut dyn AppMemory,
-    ) -> Result<(), Errno> {
-        self.reject_request(now, conn, private_data, mem)
-    }
-
-    /// `rdma_disconnect`: closes the connection (iWARP has no disconnect message: the
-    /// TCP stream is closed after what is queued left); its QP's outstanding WRs are
-    /// flushed. Any phase; a connection not yet established fails with `ConnectError`
-    /// (ECONNRESET) at the active side. Errors: ENOENT.
-    pub fn disconnect(&mut self, conn: ConnId) -> Result<(), Errno> {
-        self.io.disconnect(conn)?;
-        self.pump_all();
-        Ok(())
-    }
-
-    /// The next event for the RDMA CM driver.
-    pub fn poll_cm_event(&mut self) -> Option<SiwCmEvent> {
-        self.cm_events.pop_front()
-    }
-
-    /// (local, peer) addresses of a connection.
-    pub fn conn_addrs(&self, conn: ConnId) -> Option<(SocketAddr, SocketAddr)> {
-        self.io.conns.get(&conn).map(|c| (c.local, c.peer))
-    }
-
-    /// The QP bound to a connection, if any.
-    pub fn conn_qpn(&self, conn: ConnId) -> Option<u32> {
-        self.io.conns.get(&conn).and_then(|c| c.qpn)
     }
 }
