@@ -6,7 +6,6 @@
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-
 use wire::roce::{Lkey, Qpn, Rkey};
 
 use crate::attr::*;

@@ -36,8 +36,8 @@ mod paging;
 mod rng;
 
 pub use fabric::{
-    bring_up, connect, connect_nodes, make_end, node_config, seed_range, start_psn, write_wr,
-    ConnOpts, End, Fabric, LinkModel, MarkingQueue, Node, QueueStats,
+    bring_up, connect, connect_nodes, make_end, node_config, write_wr, ConnOpts, End, Fabric,
+    LinkModel, MarkingQueue, Node, QueueStats,
 };
 pub use paging::{Paged, Paging};
-pub use rng::Rng;
+pub use rng::{seed_range, start_psn, Rng};

@@ -50,29 +50,6 @@ impl LinkModel {
     }
 }
 
-/// The seeds a loss suite runs: `SIM_SEEDS` of them (1000 by default) from
-/// `SIM_SEED_START` (0).
-pub fn seed_range() -> std::ops::Range<u64> {
-    let var = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default)
-    };
-    let start = var("SIM_SEED_START", 0);
-    start..start + var("SIM_SEEDS", 1000)
-}
-
-/// A first PSN for seed `seed`: every fourth seed right below the 24-bit wrap, the
-/// others anywhere.
-pub fn start_psn(seed: u64, rng: &mut Rng) -> u32 {
-    if seed & 3 == 0 {
-        0x00ff_ffff - rng.below(40) as u32
-    } else {
-        rng.below(1 << 24) as u32
-    }
-}
-
 impl Default for LinkModel {
     fn default() -> Self {
         LinkModel {
