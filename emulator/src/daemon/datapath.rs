@@ -157,12 +157,19 @@ impl DataPath<'_> {
         let mut worked = false;
         // Receives first and whole: a process that posts a receive and then a send
         // expects, as on a NIC, the receive to be in place before anything the send
-        // provokes can arrive (a peer's answer, or an iWARP Send with no buffer).
+        // provokes can arrive (a peer's answer, or its own Send to a QP of its own).
+        // So the send rings are read only up to where they stood before the receive
+        // rings were read: a send seen then was posted before the receive drain
+        // began, and every receive its poster made before it is drained too. Sends
+        // posted later wait for the next pass (the rings still read as pending).
+        let ends: Vec<Option<u64>> = handles.iter().map(|h| self.sq_producer(*h)).collect();
         for &h in &handles {
             worked |= self.drain_rq(h);
         }
-        for h in handles {
-            worked |= self.drain_sq(now, h);
+        for (h, end) in handles.into_iter().zip(ends) {
+            if let Some(end) = end {
+                worked |= self.drain_sq(now, h, end);
+            }
         }
         worked
     }
@@ -189,7 +196,17 @@ impl DataPath<'_> {
         send_event(self.objects, obj.ctx, event, h.0);
     }
 
-    fn drain_sq(&mut self, now: Instant, h: Handle) -> bool {
+    /// Where QP `h`'s send ring's producer stands now (`Acquire`), if `h` is a QP with a
+    /// mapped send ring.
+    fn sq_producer(&self, h: Handle) -> Option<u64> {
+        match &self.objects.get(&h)?.kind {
+            Kind::Qp(qp) => qp.sq.view(&qp.map).map(|v| v.producer_index()),
+            _ => None,
+        }
+    }
+
+    /// Moves QP `h`'s posted sends into its core, up to producer index `end`.
+    fn drain_sq(&mut self, now: Instant, h: Handle, end: u64) -> bool {
         let mut slot = [0u8; MAX_SLOT];
         let mut worked = false;
         let mut broken = false;
@@ -212,6 +229,9 @@ impl DataPath<'_> {
             let size = (qp.sq.layout.slot_size as usize).min(MAX_SLOT);
             let mut cons = Consumer::with_index(view, qp.sq.index.get());
             for _ in 0..RING_BATCH {
+                if cons.index() == end {
+                    break;
+                }
                 match cons.peek(&mut slot[..size]) {
                     Ok(true) => {}
                     Ok(false) => break,
