@@ -14,20 +14,11 @@ use crate::types::U32Map;
 
 use crate::types::{AccessFlags, AddrSpace, ClientId, Errno, PdHandle};
 
-/// Checks a registration's range and access flags (`ibv_reg_mr`, as the kernel's
-/// `ib_check_mr_access` and the drivers do): EINVAL for an unknown flag, remote write or
-/// atomic without local write (IBA 10.6.3.1), HUGETLB without ON_DEMAND, a region longer
-/// than `max_mr_size` or wrapping the address space. An implicit ODP region (ON_DEMAND,
-/// address 0, length `u64::MAX`) must have IOVA 0, as the kernel's rxe and mlx5 require.
-pub(crate) fn check_registration(
-    addr: u64,
-    length: u64,
-    iova: u64,
-    access: AccessFlags,
-    max_mr_size: u64,
-) -> Result<(), Errno> {
-    // IBV_ACCESS_FLUSH_PERSISTENT is not here: rxe refuses it on pages that are not
-    // persistent memory, and process memory never is (see `mpe.rs`).
+/// The rights `ibv_reg_mr` and `ibv_rereg_mr` accept, else EINVAL: only known bits,
+/// `HUGETLB` only with `ON_DEMAND`, and (IBA 10.6.3.1) remote write or atomic only with
+/// local write. `IBV_ACCESS_FLUSH_PERSISTENT` is not known: rxe refuses it on pages that
+/// are not persistent memory, and process memory never is (see `mpe.rs`).
+pub(crate) fn check_rights(access: AccessFlags) -> Result<(), Errno> {
     let known = AccessFlags(0x3f)
         | AccessFlags::ON_DEMAND
         | AccessFlags::HUGETLB
@@ -42,6 +33,22 @@ pub(crate) fn check_registration(
     {
         return Err(Errno::EINVAL);
     }
+    Ok(())
+}
+
+/// Checks a registration's range and access flags (`ibv_reg_mr`, as the kernel's
+/// `ib_check_mr_access` and the drivers do): EINVAL for an unknown flag, remote write or
+/// atomic without local write (IBA 10.6.3.1), HUGETLB without ON_DEMAND, a region longer
+/// than `max_mr_size` or wrapping the address space. An implicit ODP region (ON_DEMAND,
+/// address 0, length `u64::MAX`) must have IOVA 0, as the kernel's rxe and mlx5 require.
+pub(crate) fn check_registration(
+    addr: u64,
+    length: u64,
+    iova: u64,
+    access: AccessFlags,
+    max_mr_size: u64,
+) -> Result<(), Errno> {
+    check_rights(access)?;
     if access.contains(AccessFlags::ON_DEMAND) && addr == 0 && length == u64::MAX {
         return if iova == 0 {
             Ok(())

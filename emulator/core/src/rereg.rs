@@ -7,6 +7,7 @@
 //! rkey on a message's first packet; every later check sees the new PD and rights.
 
 use crate::attr::MrKeys;
+use crate::mr::check_rights;
 use crate::objects::Objects;
 use crate::types::{AccessFlags, Errno, PdHandle};
 use wire::roce::{Lkey, Rkey};
@@ -42,7 +43,7 @@ const WRITABLE: AccessFlags = AccessFlags(
 /// Changes the MR named by `lkey`; nothing changes when the answer is an error. In
 /// uverbs' and rxe's order: `flags` of 0 or unknown bits, rights `ibv_reg_mr` refuses,
 /// a PD that is not the region owner's, or an unknown MR: EINVAL; a change of
-/// translation, or of `ZERO_BASED` (which moves the region's addresses): EOPNOTSUPP;
+/// translation, of `ZERO_BASED` or of `ON_DEMAND`: EOPNOTSUPP;
 /// a write right on memory not pinned writable: EACCES.
 pub(crate) fn rereg_mr(o: &mut Objects, lkey: Lkey, r: ReregMr) -> Result<MrKeys, Errno> {
     let known = REREG_TRANSLATION | REREG_PD | REREG_ACCESS;
@@ -56,14 +57,8 @@ pub(crate) fn rereg_mr(o: &mut Objects, lkey: Lkey, r: ReregMr) -> Result<MrKeys
         .ok_or(Errno::EINVAL)?;
     let (owner, old_pd, key, old_access) = (region.owner, region.pd, region.key, region.access);
     let access = r.flags & REREG_ACCESS != 0;
-    // IBA 10.6.3.1: remote write or atomic requires local write; unknown rights are
-    // refused as at registration.
-    let needs_local = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-    if access
-        && (r.access.0 & !0x3f != 0
-            || (r.access.intersects(needs_local) && !r.access.contains(AccessFlags::LOCAL_WRITE)))
-    {
-        return Err(Errno::EINVAL);
+    if access {
+        check_rights(r.access)?;
     }
     let change_pd = r.flags & REREG_PD != 0;
     if change_pd && o.pds.get(&r.pd.0).is_none_or(|p| p.owner != owner) {
@@ -72,7 +67,10 @@ pub(crate) fn rereg_mr(o: &mut Objects, lkey: Lkey, r: ReregMr) -> Result<MrKeys
     if r.flags & REREG_TRANSLATION != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
-    if access && (r.access.0 ^ old_access.0) & AccessFlags::ZERO_BASED.0 != 0 {
+    // ZERO_BASED moves the region's addresses; ON_DEMAND changes how its pages are
+    // reached and what it counts against the memory limit. Neither changes in place.
+    let fixed = AccessFlags::ZERO_BASED.0 | AccessFlags::ON_DEMAND.0;
+    if access && (r.access.0 ^ old_access.0) & fixed != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
     if access && r.access.intersects(WRITABLE) && !r.pinned_writable {

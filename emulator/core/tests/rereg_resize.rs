@@ -111,7 +111,23 @@ fn rereg_refusals_change_nothing() {
         err(dev, change_access(AccessFlags::REMOTE_WRITE)),
         Errno::EINVAL
     );
-    assert_eq!(err(dev, change_access(AccessFlags(1 << 6))), Errno::EINVAL);
+    assert_eq!(err(dev, change_access(AccessFlags(1 << 12))), Errno::EINVAL);
+    // HUGETLB is a hint for ODP regions only, as at registration.
+    assert_eq!(
+        err(
+            dev,
+            change_access(AccessFlags::LOCAL_WRITE | AccessFlags::HUGETLB)
+        ),
+        Errno::EINVAL
+    );
+    // ON_DEMAND changes how the pages are reached: not in place.
+    assert_eq!(
+        err(
+            dev,
+            change_access(AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND)
+        ),
+        Errno::EOPNOTSUPP
+    );
     // ZERO_BASED would move the region's addresses: a translation change.
     assert_eq!(
         err(
@@ -169,4 +185,19 @@ fn resize_cq_takes_one_to_max_cqe_and_keeps_what_is_queued() {
     assert_eq!(dev.resize_cq(cq, 5, 6), Err(Errno::EINVAL));
     assert_eq!(dev.resize_cq(cq, 6, 6), Ok(6));
     assert_eq!(dev.resize_cq(CqHandle(cq.0 + 77), 6, 0), Err(Errno::EINVAL));
+}
+
+#[test]
+fn rereg_takes_every_right_ibv_reg_mr_takes() {
+    let mut f = Fabric::new(15, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &opts());
+    let rights = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+        | AccessFlags::MW_BIND
+        | AccessFlags::FLUSH_GLOBAL;
+    let keys = f.nodes[1].dev.rereg_mr(b.mr.lkey, change_access(rights));
+    assert_eq!(keys.map(|k| k.rkey), Ok(b.mr.rkey));
+    assert_eq!(write(&mut f, &a, &b, 2), [(2, WcStatus::Success)]);
 }
