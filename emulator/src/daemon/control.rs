@@ -491,7 +491,7 @@ impl Engine {
                 {
                     self.cm_qp_not_foreign(session, *id, param.qp_num, now)?;
                 }
-                self.cm_request(session, req, fds, now)
+                super::cm::cm_request(&mut self.cm(), session, req, fds, now)
             }
             R::LinkShow => ok(ReplyBody::Links(
                 self.devices
@@ -646,7 +646,13 @@ impl Engine {
         now: Instant,
     ) -> Result<(), i32> {
         use wire::client::cm::{CmReply, CmRequest};
-        let info = match self.cm_request(session, CmRequest::Query { id }, Vec::new(), now)? {
+        let info = match super::cm::cm_request(
+            &mut self.cm(),
+            session,
+            CmRequest::Query { id },
+            Vec::new(),
+            now,
+        )? {
             (ReplyBody::Cm(CmReply::Info(info)), _) => info,
             _ => return Err(libc::EINVAL),
         };

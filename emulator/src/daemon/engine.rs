@@ -58,7 +58,7 @@ pub struct Engine {
     arrivals: super::link::stack::Arrivals,
     msg_buf: Vec<u8>,
     /// RDMA CM channels, ids, port spaces.
-    pub(super) cm: super::cm::CmTables,
+    cm_tables: super::cm::CmTables,
     /// SIGHUP's eventfd and where a new configuration comes from (`reload.rs`).
     pub(super) reload: Option<Reload>,
     /// rtnetlink address notifications (None: the kernel refused the socket).
@@ -127,7 +127,7 @@ impl Engine {
             rx: super::link::mmsg::RecvBatch::new(32, 9216),
             arrivals: Default::default(),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
-            cm: super::cm::CmTables::new(cfg_seed),
+            cm_tables: super::cm::CmTables::new(cfg_seed),
             reload: None,
             netlink,
             fault_ids: super::fault_control::FaultIds::new(),
@@ -164,7 +164,7 @@ impl Engine {
         } else {
             self.devices[index] = Some(dev);
         }
-        self.cm_device_added(index);
+        super::cm::cm_device_added(&mut self.cm(), index);
         Ok(index)
     }
 
@@ -227,7 +227,7 @@ impl Engine {
         for (_, fd) in d.port().fds() {
             self.epoll.remove(fd);
         }
-        self.cm_device_removed(i);
+        super::cm::cm_device_removed(&mut self.cm(), i);
         tracing::info!(device = %name, "device removed");
         self.devices[i] = None;
         Ok(())
@@ -258,6 +258,26 @@ impl Engine {
         }
     }
 
+    /// The RDMA CM with what it touches ([`super::cm::Cm`]).
+    pub(super) fn cm(&mut self) -> super::cm::Cm<'_> {
+        super::cm::Cm {
+            tables: &mut self.cm_tables,
+            clients: Clients {
+                sessions: &mut self.sessions,
+                objects: &mut self.objects,
+                rings: &mut self.rings,
+                users: &mut self.users,
+                limits: &self.cfg.user_limits,
+                next_handle: &mut self.next_handle,
+                devices: &mut self.devices,
+                mem: &mut self.mem,
+            },
+            cfg: &self.cfg,
+            tx_bufs: &mut self.tx_bufs,
+            tx_meta: &mut self.tx_meta,
+        }
+    }
+
     pub(super) fn clients(&mut self) -> Clients<'_> {
         Clients {
             sessions: &mut self.sessions,
@@ -267,6 +287,7 @@ impl Engine {
             limits: &self.cfg.user_limits,
             next_handle: &mut self.next_handle,
             devices: &mut self.devices,
+            mem: &mut self.mem,
         }
     }
 
@@ -309,7 +330,7 @@ impl Engine {
             }
             // Pipes owed CM event tokens are retried soon (they drain when read).
             let token_retry = self
-                .cm
+                .cm_tables
                 .tokens_owed()
                 .then(|| Instant::now() + Duration::from_millis(10));
             let deadline = self
@@ -390,7 +411,7 @@ impl Engine {
             }
         }
         worked |= self.datapath().drive_cores(now);
-        worked |= self.drive_cm(now);
+        worked |= super::cm::drive_cm(&mut self.cm(), now);
         Ok(worked)
     }
 
@@ -549,7 +570,7 @@ impl Engine {
         for ctx in ctxs {
             self.release_ctx(ctx);
         }
-        self.cm_release_session(id);
+        super::cm::cm_release_session(&mut self.cm(), id);
         tracing::debug!(
             session = id,
             pid = session.pid,
@@ -596,49 +617,7 @@ impl Engine {
 
     /// Removes an object from the tables (the core already destroyed or released it).
     pub(super) fn forget(&mut self, h: Handle) {
-        let Some(obj) = self.objects.remove(&h) else {
-            return;
-        };
-        self.rings.remove(&h);
-        if let Kind::Mr { shared, .. } = &obj.kind {
-            for &(addr, len) in shared {
-                self.mem.detach_shared(obj.ctx.0, addr, len);
-            }
-        }
-        if let Some(s) = self.sessions.get_mut(&obj.session) {
-            s.objects = s.objects.saturating_sub(1);
-        }
-        if let Some(r) = super::users::Resource::of(&obj.kind) {
-            self.users.release(obj.uid, r);
-        }
-        let dev = match self.objects.get(&obj.ctx) {
-            Some(Object {
-                kind: Kind::Ctx(c), ..
-            }) => Some(c.dev),
-            _ => None,
-        };
-        let d = dev
-            .and_then(|i| self.devices.get_mut(i))
-            .and_then(Option::as_mut);
-        match (&obj.kind, d) {
-            (Kind::Cq(cq), Some(d)) => {
-                d.cq_by_id.remove(&cq.id);
-                if let Some(Object {
-                    kind: Kind::Channel(ch),
-                    ..
-                }) = cq.channel.and_then(|c| self.objects.get(&c))
-                {
-                    ch.users.set(ch.users.get().saturating_sub(1));
-                }
-            }
-            (Kind::Qp(qp), Some(d)) => {
-                d.qp_by_qpn.remove(&qp.qpn);
-            }
-            (Kind::Srq(srq), Some(d)) => {
-                d.srq_by_id.remove(&srq.id);
-            }
-            _ => {}
-        }
+        self.clients().forget(h);
     }
 
     /// SIGTERM: QPs to error, completions flushed into the rings, DEVICE_FATAL to every
@@ -670,11 +649,11 @@ impl Engine {
         }
         // Connections end as the CM ends them for a consumer that is gone: peers hear a
         // DREQ (or REJ) now instead of timing out.
-        let ids: Vec<Handle> = self.cm_ids();
+        let ids: Vec<Handle> = super::cm::cm_ids(&self.cm());
         for h in ids {
-            self.cm_destroy_id(now, h);
+            super::cm::cm_destroy_id(&mut self.cm(), now, h);
         }
-        self.drive_cm(now);
+        super::cm::drive_cm(&mut self.cm(), now);
         let ctxs: Vec<Handle> = self
             .objects
             .iter()

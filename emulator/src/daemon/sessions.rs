@@ -5,6 +5,7 @@
 //! session's handle is ENOENT, as if it did not exist) of the right kind (else EINVAL).
 
 use super::device::ServedDevice;
+use super::memory::ProcMem;
 use super::objects::{Kind, Object, SessionId};
 use super::users::{Resource, UserLimits, Users};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -39,9 +40,9 @@ pub struct DaemonCounters {
     pub refused_credentials: u64,
 }
 
-/// The parts of the engine a request that creates or finds objects touches, lent for
-/// one request: the sessions, their objects, the rings the engine drains, the per-user
-/// accounts and the devices the objects live on.
+/// The parts of the engine a request that creates, finds or forgets objects touches,
+/// lent for one request: the sessions, their objects, the rings the engine drains, the
+/// per-user accounts, the devices the objects live on and the clients' memory.
 pub(super) struct Clients<'a> {
     pub(super) sessions: &'a mut HashMap<SessionId, Session>,
     pub(super) objects: &'a mut BTreeMap<Handle, Object>,
@@ -50,6 +51,7 @@ pub(super) struct Clients<'a> {
     pub(super) limits: &'a UserLimits,
     pub(super) next_handle: &'a mut u32,
     pub(super) devices: &'a mut [Option<ServedDevice>],
+    pub(super) mem: &'a mut ProcMem,
 }
 
 impl Clients<'_> {
@@ -109,6 +111,53 @@ impl Clients<'_> {
             },
         );
         Ok(h)
+    }
+
+    /// Removes an object from the tables (the core already destroyed or released it).
+    pub(super) fn forget(&mut self, h: Handle) {
+        let Some(obj) = self.objects.remove(&h) else {
+            return;
+        };
+        self.rings.remove(&h);
+        if let Kind::Mr { shared, .. } = &obj.kind {
+            for &(addr, len) in shared {
+                self.mem.detach_shared(obj.ctx.0, addr, len);
+            }
+        }
+        if let Some(s) = self.sessions.get_mut(&obj.session) {
+            s.objects = s.objects.saturating_sub(1);
+        }
+        if let Some(r) = Resource::of(&obj.kind) {
+            self.users.release(obj.uid, r);
+        }
+        let dev = match self.objects.get(&obj.ctx) {
+            Some(Object {
+                kind: Kind::Ctx(c), ..
+            }) => Some(c.dev),
+            _ => None,
+        };
+        let d = dev
+            .and_then(|i| self.devices.get_mut(i))
+            .and_then(Option::as_mut);
+        match (&obj.kind, d) {
+            (Kind::Cq(cq), Some(d)) => {
+                d.cq_by_id.remove(&cq.id);
+                if let Some(Object {
+                    kind: Kind::Channel(ch),
+                    ..
+                }) = cq.channel.and_then(|c| self.objects.get(&c))
+                {
+                    ch.users.set(ch.users.get().saturating_sub(1));
+                }
+            }
+            (Kind::Qp(qp), Some(d)) => {
+                d.qp_by_qpn.remove(&qp.qpn);
+            }
+            (Kind::Srq(srq), Some(d)) => {
+                d.srq_by_id.remove(&srq.id);
+            }
+            _ => {}
+        }
     }
 
     /// A fresh handle, never 0, never one in use.
