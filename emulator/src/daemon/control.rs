@@ -6,10 +6,10 @@
 //! says.
 
 use super::answer::{ok, Answer};
-use super::engine::Engine;
 use super::nic::Rereg;
 use super::objects::{Channel, Ctx, Kind, Object, SessionId};
 use super::queues;
+use super::served::Served;
 use super::sessions;
 use super::sys::{self, Mapping};
 use super::{config, device::ServedDevice};
@@ -64,659 +64,641 @@ fn check_proc_mem(fd: &OwnedFd, peer_pid: u32) -> Result<(), i32> {
     Ok(())
 }
 
-impl Engine {
-    /// An object of the session, or ENOENT.
-    pub(super) fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
-        sessions::lookup(&self.objects, session, h)
-    }
+/// An object of the session, or ENOENT.
+pub(super) fn lookup(st: &Served, session: SessionId, h: Handle) -> Result<&Object, i32> {
+    sessions::lookup(&st.objects, session, h)
+}
 
-    pub(super) fn device_of(
-        &mut self,
-        session: SessionId,
-        ctx: Handle,
-    ) -> Result<&mut ServedDevice, i32> {
-        let dev = sessions::ctx_device(&self.objects, session, ctx)?;
-        self.devices
-            .get_mut(dev)
-            .and_then(Option::as_mut)
-            .ok_or(libc::ENODEV)
-    }
+pub(super) fn device_of(
+    st: &mut Served,
+    session: SessionId,
+    ctx: Handle,
+) -> Result<&mut ServedDevice, i32> {
+    let dev = sessions::ctx_device(&st.objects, session, ctx)?;
+    st.devices
+        .get_mut(dev)
+        .and_then(Option::as_mut)
+        .ok_or(libc::ENODEV)
+}
 
-    /// (ctx, core PD id) of a PD handle.
-    pub(super) fn pd(&self, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
-        sessions::pd_of(&self.objects, session, pd)
-    }
+/// (ctx, core PD id) of a PD handle.
+pub(super) fn pd_of(st: &Served, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
+    sessions::pd_of(&st.objects, session, pd)
+}
 
-    pub(super) fn insert(
-        &mut self,
-        session: SessionId,
-        ctx: Option<Handle>,
-        kind: Kind,
-    ) -> Result<Handle, i32> {
-        self.clients().insert(session, ctx, kind)
-    }
+pub(super) fn insert(
+    st: &mut Served,
+    session: SessionId,
+    ctx: Option<Handle>,
+    kind: Kind,
+) -> Result<Handle, i32> {
+    st.clients().insert(session, ctx, kind)
+}
 
-    pub(super) fn dispatch(
-        &mut self,
-        session: SessionId,
-        body: RequestBody,
-        mut fds: Vec<OwnedFd>,
-    ) -> Answer {
-        let hello = self.sessions.get(&session).is_some_and(|s| s.hello);
-        let fds_wanted = match &body {
-            RequestBody::OpenDevice { .. }
-            | RequestBody::CreateCompChannel { .. }
-            | RequestBody::Capture { .. }
-            | RequestBody::Cm(wire::client::cm::CmRequest::CreateChannel) => 1,
-            RequestBody::RegMr { shared, .. } if shared.len() <= MAX_SHARED_PAGES => shared.len(),
-            RequestBody::RegMr { .. } => return Err(libc::EINVAL),
-            _ => 0,
-        };
-        if fds.len() != fds_wanted {
-            return Err(libc::EINVAL);
+pub(super) fn dispatch(
+    st: &mut Served,
+    session: SessionId,
+    body: RequestBody,
+    mut fds: Vec<OwnedFd>,
+) -> Answer {
+    let hello = st.sessions.get(&session).is_some_and(|s| s.hello);
+    let fds_wanted = match &body {
+        RequestBody::OpenDevice { .. }
+        | RequestBody::CreateCompChannel { .. }
+        | RequestBody::Capture { .. }
+        | RequestBody::Cm(wire::client::cm::CmRequest::CreateChannel) => 1,
+        RequestBody::RegMr { shared, .. } if shared.len() <= MAX_SHARED_PAGES => shared.len(),
+        RequestBody::RegMr { .. } => return Err(libc::EINVAL),
+        _ => 0,
+    };
+    if fds.len() != fds_wanted {
+        return Err(libc::EINVAL);
+    }
+    if !hello && !matches!(body, RequestBody::Hello { .. }) {
+        return Err(libc::EPROTO);
+    }
+    // Changing devices, faults or watching every client's traffic is for
+    // administrators, not for everyone the socket lets in (users.rs).
+    if super::users::is_privileged(&body) {
+        let admin = st.sessions.get(&session).is_some_and(|s| {
+            super::users::is_admin(s.uid, s.gid, &s.groups, sys::euid(), st.cfg.admin_group)
+        });
+        if !admin {
+            st.counters.refused_privileged += 1;
+            tracing::info!(session, "privileged request refused");
+            return Err(libc::EACCES);
         }
-        if !hello && !matches!(body, RequestBody::Hello { .. }) {
-            return Err(libc::EPROTO);
+    }
+    let now = Instant::now();
+    use RequestBody as R;
+    match body {
+        R::Hello { version, pid } => {
+            if version != PROTOCOL_VERSION {
+                return Err(libc::EPROTONOSUPPORT);
+            }
+            // The pid a client names must be its own (the kernel's SO_PEERCRED).
+            let peer = st.sessions.get(&session).map_or(0, |s| s.pid);
+            if !super::users::is_own_pid(peer, pid) {
+                st.counters.refused_credentials += 1;
+                tracing::info!(session, peer, claimed = pid, "Hello with another pid");
+                return Err(libc::EPERM);
+            }
+            if let Some(s) = st.sessions.get_mut(&session) {
+                s.hello = true;
+            }
+            let devices = st
+                .devices
+                .iter()
+                .flatten()
+                .map(ServedDevice::summary)
+                .collect();
+            ok(ReplyBody::Hello {
+                version: PROTOCOL_VERSION,
+                devices,
+            })
         }
-        // Changing devices, faults or watching every client's traffic is for
-        // administrators, not for everyone the socket lets in (users.rs).
-        if super::users::is_privileged(&body) {
-            let admin = self.sessions.get(&session).is_some_and(|s| {
-                super::users::is_admin(s.uid, s.gid, &s.groups, sys::euid(), self.cfg.admin_group)
-            });
-            if !admin {
-                self.counters.refused_privileged += 1;
-                tracing::info!(session, "privileged request refused");
-                return Err(libc::EACCES);
+        R::OpenDevice { name } => open_device(st, session, &name, fds.pop().ok_or(libc::EINVAL)?),
+        R::CloseDevice { ctx } => {
+            if !matches!(lookup(st, session, ctx)?.kind, Kind::Ctx(_)) {
+                return Err(libc::EINVAL);
             }
+            st.release_ctx(ctx);
+            ok(ReplyBody::Ok)
         }
-        let now = Instant::now();
-        use RequestBody as R;
-        match body {
-            R::Hello { version, pid } => {
-                if version != PROTOCOL_VERSION {
-                    return Err(libc::EPROTONOSUPPORT);
-                }
-                // The pid a client names must be its own (the kernel's SO_PEERCRED).
-                let peer = self.sessions.get(&session).map_or(0, |s| s.pid);
-                if !super::users::is_own_pid(peer, pid) {
-                    self.counters.refused_credentials += 1;
-                    tracing::info!(session, peer, claimed = pid, "Hello with another pid");
-                    return Err(libc::EPERM);
-                }
-                if let Some(s) = self.sessions.get_mut(&session) {
-                    s.hello = true;
-                }
-                let devices = self
-                    .devices
-                    .iter()
-                    .flatten()
-                    .map(ServedDevice::summary)
-                    .collect();
-                ok(ReplyBody::Hello {
-                    version: PROTOCOL_VERSION,
-                    devices,
-                })
+        R::QueryDevice { ctx } => ok(ReplyBody::DeviceAttr(
+            device_of(st, session, ctx)?.device_attr(),
+        )),
+        R::QueryPort { ctx, port } => {
+            let d = device_of(st, session, ctx)?;
+            if port != 1 {
+                return Err(libc::EINVAL);
             }
-            R::OpenDevice { name } => {
-                self.open_device(session, &name, fds.pop().ok_or(libc::EINVAL)?)
+            ok(ReplyBody::PortAttr(d.port_attr()))
+        }
+        R::QueryGid { ctx, port, index } => {
+            let d = device_of(st, session, ctx)?;
+            if port != 1 || index as usize >= super::gid_table::GID_TBL_LEN {
+                return Err(libc::EINVAL);
             }
-            R::CloseDevice { ctx } => {
-                if !matches!(self.lookup(session, ctx)?.kind, Kind::Ctx(_)) {
-                    return Err(libc::EINVAL);
-                }
-                self.release_ctx(ctx);
-                ok(ReplyBody::Ok)
+            // An empty slot (its address went away, or never was) is the zero GID.
+            ok(ReplyBody::Gid(d.gid_entry(index)))
+        }
+        R::AllocPd { ctx } => {
+            let d = device_of(st, session, ctx)?;
+            let id = d.nic.alloc_pd(ctx.0)?;
+            let handle = insert(st, session, Some(ctx), Kind::Pd { id })?;
+            ok(ReplyBody::Pd { handle })
+        }
+        R::DeallocPd { pd } => {
+            let (ctx, id) = pd_of(st, session, pd)?;
+            device_of(st, session, ctx)?.nic.dealloc_pd(id)?;
+            st.forget(pd);
+            ok(ReplyBody::Ok)
+        }
+        R::RegMr {
+            pd,
+            addr,
+            length,
+            iova,
+            access,
+            shared,
+        } => {
+            let (ctx, pd_id) = pd_of(st, session, pd)?;
+            // ODP (docs/compatibility.md): EOPNOTSUPP where the device has none; an ODP
+            // region's pages need not be mapped yet and are never shared.
+            let odp = access & wire::client::verbs::access::ON_DEMAND != 0;
+            if odp
+                && device_of(st, session, ctx)?
+                    .device_attr()
+                    .odp_caps
+                    .general_caps
+                    == 0
+            {
+                return Err(libc::EOPNOTSUPP);
             }
-            R::QueryDevice { ctx } => ok(ReplyBody::DeviceAttr(
-                self.device_of(session, ctx)?.device_attr(),
-            )),
-            R::QueryPort { ctx, port } => {
-                let d = self.device_of(session, ctx)?;
-                if port != 1 {
-                    return Err(libc::EINVAL);
-                }
-                ok(ReplyBody::PortAttr(d.port_attr()))
+            if odp && !shared.is_empty() {
+                return Err(libc::EINVAL);
             }
-            R::QueryGid { ctx, port, index } => {
-                let d = self.device_of(session, ctx)?;
-                if port != 1 || index as usize >= super::gid_table::GID_TBL_LEN {
-                    return Err(libc::EINVAL);
-                }
-                // An empty slot (its address went away, or never was) is the zero GID.
-                ok(ReplyBody::Gid(d.gid_entry(index)))
+            // Shared pages must lie inside the region they are offered for.
+            let inside = |p: &wire::client::SharedPages| {
+                p.addr >= addr
+                    && p.addr.checked_add(p.len).is_some_and(|end| {
+                        addr.checked_add(length).is_some_and(|mr_end| end <= mr_end)
+                    })
+            };
+            if !shared.iter().all(inside) {
+                return Err(libc::EINVAL);
             }
-            R::AllocPd { ctx } => {
-                let d = self.device_of(session, ctx)?;
-                let id = d.nic.alloc_pd(ctx.0)?;
-                let handle = self.insert(session, Some(ctx), Kind::Pd { id })?;
-                ok(ReplyBody::Pd { handle })
+            if !odp && !st.mem.probe(ctx.0, addr, length) {
+                return Err(libc::EFAULT);
             }
-            R::DeallocPd { pd } => {
-                let (ctx, id) = self.pd(session, pd)?;
-                self.device_of(session, ctx)?.nic.dealloc_pd(id)?;
-                self.forget(pd);
-                ok(ReplyBody::Ok)
+            let (lkey, rkey) = device_of(st, session, ctx)?
+                .nic
+                .reg_mr(ctx.0, pd_id, addr, length, iova, access)?;
+            let mut attached = Vec::new();
+            for (p, fd) in shared.into_iter().zip(fds) {
+                if st.mem.attach_shared(ctx.0, p, fd) {
+                    attached.push((p.addr, p.len));
+                }
             }
-            R::RegMr {
-                pd,
-                addr,
-                length,
-                iova,
-                access,
-                shared,
-            } => {
-                let (ctx, pd_id) = self.pd(session, pd)?;
-                // ODP (docs/compatibility.md): EOPNOTSUPP where the device has none; an ODP
-                // region's pages need not be mapped yet and are never shared.
-                let odp = access & wire::client::verbs::access::ON_DEMAND != 0;
-                if odp
-                    && self
-                        .device_of(session, ctx)?
-                        .device_attr()
-                        .odp_caps
-                        .general_caps
-                        == 0
-                {
-                    return Err(libc::EOPNOTSUPP);
-                }
-                if odp && !shared.is_empty() {
-                    return Err(libc::EINVAL);
-                }
-                // Shared pages must lie inside the region they are offered for.
-                let inside = |p: &wire::client::SharedPages| {
-                    p.addr >= addr
-                        && p.addr.checked_add(p.len).is_some_and(|end| {
-                            addr.checked_add(length).is_some_and(|mr_end| end <= mr_end)
-                        })
-                };
-                if !shared.iter().all(inside) {
-                    return Err(libc::EINVAL);
-                }
-                if !odp && !self.mem.probe(ctx.0, addr, length) {
-                    return Err(libc::EFAULT);
-                }
-                let (lkey, rkey) = self
-                    .device_of(session, ctx)?
-                    .nic
-                    .reg_mr(ctx.0, pd_id, addr, length, iova, access)?;
-                let mut attached = Vec::new();
-                for (p, fd) in shared.into_iter().zip(fds) {
-                    if self.mem.attach_shared(ctx.0, p, fd) {
-                        attached.push((p.addr, p.len));
+            let mr = Kind::Mr {
+                lkey,
+                // An ODP region pins nothing: the kernel charges it nothing against
+                // RLIMIT_MEMLOCK, so it counts no bytes toward `max_mr_bytes`.
+                length: if odp { 0 } else { length },
+                shared: attached.clone(),
+                writable: access & WRITE_RIGHTS != 0,
+            };
+            let handle = match insert(st, session, Some(ctx), mr) {
+                Ok(h) => h,
+                Err(e) => {
+                    // The MR never became an object: undo the registration.
+                    for (a, len) in attached {
+                        st.mem.detach_shared(ctx.0, a, len);
                     }
+                    let _ = device_of(st, session, ctx)?.nic.dereg_mr(lkey);
+                    return Err(e);
                 }
-                let mr = Kind::Mr {
-                    lkey,
-                    // An ODP region pins nothing: the kernel charges it nothing against
-                    // RLIMIT_MEMLOCK, so it counts no bytes toward `max_mr_bytes`.
-                    length: if odp { 0 } else { length },
-                    shared: attached.clone(),
-                    writable: access & WRITE_RIGHTS != 0,
-                };
-                let handle = match self.insert(session, Some(ctx), mr) {
-                    Ok(h) => h,
-                    Err(e) => {
-                        // The MR never became an object: undo the registration.
-                        for (a, len) in attached {
-                            self.mem.detach_shared(ctx.0, a, len);
-                        }
-                        let _ = self.device_of(session, ctx)?.nic.dereg_mr(lkey);
-                        return Err(e);
-                    }
-                };
-                ok(ReplyBody::Mr { handle, lkey, rkey })
-            }
-            R::DeregMr { mr } => {
-                let (ctx, lkey) = match self.lookup(session, mr)? {
-                    Object {
-                        kind: Kind::Mr { lkey, .. },
-                        ctx,
-                        ..
-                    } => (*ctx, *lkey),
+            };
+            ok(ReplyBody::Mr { handle, lkey, rkey })
+        }
+        R::DeregMr { mr } => {
+            let (ctx, lkey) = match lookup(st, session, mr)? {
+                Object {
+                    kind: Kind::Mr { lkey, .. },
+                    ctx,
+                    ..
+                } => (*ctx, *lkey),
+                _ => return Err(libc::EINVAL),
+            };
+            device_of(st, session, ctx)?.nic.dereg_mr(lkey)?;
+            st.forget(mr);
+            ok(ReplyBody::Ok)
+        }
+        R::ReregMr {
+            mr,
+            flags,
+            pd,
+            access,
+            ..
+        } => {
+            let (ctx, lkey, writable) = match lookup(st, session, mr)? {
+                Object {
+                    kind: Kind::Mr { lkey, writable, .. },
+                    ctx,
+                    ..
+                } => (*ctx, *lkey, *writable),
+                _ => return Err(libc::EINVAL),
+            };
+            // The new PD: one of this context's (EINVAL otherwise, as uverbs' lookup).
+            let pd = match pd.filter(|_| flags & rereg_flags::CHANGE_PD != 0) {
+                Some(h) => match pd_of(st, session, h) {
+                    Ok((c, id)) if c == ctx => id,
                     _ => return Err(libc::EINVAL),
-                };
-                self.device_of(session, ctx)?.nic.dereg_mr(lkey)?;
-                self.forget(mr);
-                ok(ReplyBody::Ok)
-            }
-            R::ReregMr {
-                mr,
+                },
+                None if flags & rereg_flags::CHANGE_PD != 0 => return Err(libc::EINVAL),
+                None => 0,
+            };
+            let r = Rereg {
                 flags,
                 pd,
                 access,
-                ..
-            } => {
-                let (ctx, lkey, writable) = match self.lookup(session, mr)? {
-                    Object {
-                        kind: Kind::Mr { lkey, writable, .. },
-                        ctx,
-                        ..
-                    } => (*ctx, *lkey, *writable),
-                    _ => return Err(libc::EINVAL),
-                };
-                // The new PD: one of this context's (EINVAL otherwise, as uverbs' lookup).
-                let pd = match pd.filter(|_| flags & rereg_flags::CHANGE_PD != 0) {
-                    Some(h) => match self.pd(session, h) {
-                        Ok((c, id)) if c == ctx => id,
-                        _ => return Err(libc::EINVAL),
-                    },
-                    None if flags & rereg_flags::CHANGE_PD != 0 => return Err(libc::EINVAL),
-                    None => 0,
-                };
-                let r = Rereg {
-                    flags,
-                    pd,
-                    access,
-                    pinned_writable: writable,
-                };
-                let d = self.device_of(session, ctx)?;
-                let (lkey, rkey) = d.nic.rereg_mr(lkey, &r)?;
-                ok(ReplyBody::Mr {
-                    handle: mr,
-                    lkey,
-                    rkey,
-                })
+                pinned_writable: writable,
+            };
+            let d = device_of(st, session, ctx)?;
+            let (lkey, rkey) = d.nic.rereg_mr(lkey, &r)?;
+            ok(ReplyBody::Mr {
+                handle: mr,
+                lkey,
+                rkey,
+            })
+        }
+        R::AdviseMr {
+            pd,
+            advice,
+            flags,
+            sg_list,
+        } => {
+            let (ctx, pd_id) = pd_of(st, session, pd)?;
+            let dev = sessions::ctx_device(&st.objects, session, ctx)?;
+            let d = st.devices.get(dev).and_then(Option::as_ref);
+            let nic = &*d.ok_or(libc::ENODEV)?.nic;
+            super::odp::advise_mr(nic, &mut st.mem, pd_id, advice, flags, &sg_list)?;
+            ok(ReplyBody::Ok)
+        }
+        R::AllocMw { pd, mw_type } => {
+            let (ctx, pd_id) = pd_of(st, session, pd)?;
+            let (id, rkey) = device_of(st, session, ctx)?
+                .nic
+                .alloc_mw(ctx.0, pd_id, mw_type)?;
+            let mw = Kind::Mw {
+                id,
+                index: rkey >> 8,
+                mw_type,
+            };
+            let handle = insert(st, session, Some(ctx), mw)?;
+            ok(ReplyBody::Mw { handle, rkey })
+        }
+        R::DeallocMw { mw } => {
+            let (ctx, id) = match lookup(st, session, mw)? {
+                Object {
+                    kind: Kind::Mw { id, .. },
+                    ctx,
+                    ..
+                } => (*ctx, *id),
+                _ => return Err(libc::EINVAL),
+            };
+            device_of(st, session, ctx)?.nic.dealloc_mw(id)?;
+            st.forget(mw);
+            ok(ReplyBody::Ok)
+        }
+        R::CreateCompChannel { ctx } => {
+            device_of(st, session, ctx)?;
+            let write = fds.pop().ok_or(libc::EINVAL)?;
+            if !sys::is_pipe_write_end(&write) {
+                return Err(libc::EINVAL);
             }
-            R::AdviseMr {
-                pd,
-                advice,
-                flags,
-                sg_list,
-            } => {
-                let (ctx, pd_id) = self.pd(session, pd)?;
-                let dev = sessions::ctx_device(&self.objects, session, ctx)?;
-                let d = self.devices.get(dev).and_then(Option::as_ref);
-                let nic = &*d.ok_or(libc::ENODEV)?.nic;
-                super::odp::advise_mr(nic, &mut self.mem, pd_id, advice, flags, &sg_list)?;
+            let handle = insert(
+                st,
+                session,
+                Some(ctx),
+                Kind::Channel(Channel {
+                    write,
+                    users: Cell::new(0),
+                }),
+            )?;
+            ok(ReplyBody::CompChannel { handle })
+        }
+        R::DestroyCompChannel { channel } => match &lookup(st, session, channel)?.kind {
+            Kind::Channel(ch) if ch.users.get() > 0 => Err(libc::EBUSY),
+            Kind::Channel(_) => {
+                st.forget(channel);
                 ok(ReplyBody::Ok)
             }
-            R::AllocMw { pd, mw_type } => {
-                let (ctx, pd_id) = self.pd(session, pd)?;
-                let (id, rkey) = self
-                    .device_of(session, ctx)?
-                    .nic
-                    .alloc_mw(ctx.0, pd_id, mw_type)?;
-                let mw = Kind::Mw {
-                    id,
-                    index: rkey >> 8,
-                    mw_type,
-                };
-                let handle = self.insert(session, Some(ctx), mw)?;
-                ok(ReplyBody::Mw { handle, rkey })
+            _ => Err(libc::EINVAL),
+        },
+        R::CreateCq {
+            ctx,
+            cqe,
+            channel,
+            comp_vector,
+        } => {
+            emu_core::check_comp_vector(comp_vector).map_err(|e| e.0)?;
+            queues::create_cq(&mut st.clients(), session, ctx, cqe, channel)
+        }
+        R::DestroyCq { cq } => {
+            let (ctx, id) = match lookup(st, session, cq)? {
+                Object {
+                    kind: Kind::Cq(c),
+                    ctx,
+                    ..
+                } => (*ctx, c.id),
+                _ => return Err(libc::EINVAL),
+            };
+            device_of(st, session, ctx)?.nic.destroy_cq(id)?;
+            st.forget(cq);
+            ok(ReplyBody::Ok)
+        }
+        R::ResizeCq { cq, cqe } => queues::resize_cq(&mut st.clients(), session, cq, cqe),
+        R::CreateSrq { pd, attr } => queues::create_srq(&mut st.clients(), session, pd, attr),
+        R::ModifySrq { srq, attr, mask } => {
+            let (ctx, id) = srq_of(st, session, srq)?;
+            device_of(st, session, ctx)?
+                .nic
+                .modify_srq(id, &attr, mask)?;
+            ok(ReplyBody::Ok)
+        }
+        R::QuerySrq { srq } => {
+            let (ctx, id) = srq_of(st, session, srq)?;
+            ok(ReplyBody::SrqAttr(
+                device_of(st, session, ctx)?.nic.query_srq(id)?,
+            ))
+        }
+        R::DestroySrq { srq } => {
+            let (ctx, id) = srq_of(st, session, srq)?;
+            device_of(st, session, ctx)?.nic.destroy_srq(id)?;
+            st.forget(srq);
+            ok(ReplyBody::Ok)
+        }
+        R::CreateQp { pd, init } => queues::create_qp(&mut st.clients(), session, pd, init),
+        R::ModifyQp { qp, attr, mask } => {
+            let (ctx, qpn) = qp_of(st, session, qp)?;
+            device_of(st, session, ctx)?
+                .nic
+                .modify_qp(now, qpn, &attr, mask)?;
+            // A reset drops the queued receives without completions.
+            super::datapath::release_recv_slots_of(&st.objects, &st.devices, qp);
+            ok(ReplyBody::Ok)
+        }
+        R::QueryQp { qp, mask: _ } => {
+            let (ctx, qpn) = qp_of(st, session, qp)?;
+            let init = match &lookup(st, session, qp)?.kind {
+                Kind::Qp(q) => QpInitAttr {
+                    send_cq: q.send_cq,
+                    recv_cq: q.recv_cq,
+                    srq: q.srq,
+                    cap: q.cap,
+                    qp_type: q.qp_type,
+                    sq_sig_all: q.sq_sig_all,
+                },
+                _ => return Err(libc::EINVAL),
+            };
+            let mut attr = device_of(st, session, ctx)?.nic.query_qp(qpn)?;
+            attr.cap = init.cap;
+            ok(ReplyBody::QpAttrs { attr, init })
+        }
+        R::DestroyQp { qp } => {
+            let (ctx, qpn) = qp_of(st, session, qp)?;
+            device_of(st, session, ctx)?.nic.destroy_qp(qpn)?;
+            st.forget(qp);
+            ok(ReplyBody::Ok)
+        }
+        R::CreateAh { pd, attr } => {
+            let (ctx, pd_id) = pd_of(st, session, pd)?;
+            let id = device_of(st, session, ctx)?.nic.create_ah(pd_id, &attr)?;
+            let handle = insert(st, session, Some(ctx), Kind::Ah { id })?;
+            ok(ReplyBody::Ah { handle })
+        }
+        R::DestroyAh { ah } => {
+            let (ctx, id) = match lookup(st, session, ah)? {
+                Object {
+                    kind: Kind::Ah { id },
+                    ctx,
+                    ..
+                } => (*ctx, *id),
+                _ => return Err(libc::EINVAL),
+            };
+            device_of(st, session, ctx)?.nic.destroy_ah(id)?;
+            st.forget(ah);
+            ok(ReplyBody::Ok)
+        }
+        R::Stat { device, qpn } => {
+            queues::stat(&st.devices, &st.counters, &st.users, &st.mem, device, qpn)
+        }
+        R::Cm(req) => {
+            if let wire::client::cm::CmRequest::Connect { id, param }
+            | wire::client::cm::CmRequest::Accept { id, param } = &req
+            {
+                cm_qp_not_foreign(st, session, *id, param.qp_num, now)?;
             }
-            R::DeallocMw { mw } => {
-                let (ctx, id) = match self.lookup(session, mw)? {
-                    Object {
-                        kind: Kind::Mw { id, .. },
-                        ctx,
-                        ..
-                    } => (*ctx, *id),
-                    _ => return Err(libc::EINVAL),
-                };
-                self.device_of(session, ctx)?.nic.dealloc_mw(id)?;
-                self.forget(mw);
-                ok(ReplyBody::Ok)
-            }
-            R::CreateCompChannel { ctx } => {
-                self.device_of(session, ctx)?;
-                let write = fds.pop().ok_or(libc::EINVAL)?;
-                if !sys::is_pipe_write_end(&write) {
-                    return Err(libc::EINVAL);
-                }
-                let handle = self.insert(
-                    session,
-                    Some(ctx),
-                    Kind::Channel(Channel {
-                        write,
-                        users: Cell::new(0),
-                    }),
-                )?;
-                ok(ReplyBody::CompChannel { handle })
-            }
-            R::DestroyCompChannel { channel } => match &self.lookup(session, channel)?.kind {
-                Kind::Channel(ch) if ch.users.get() > 0 => Err(libc::EBUSY),
-                Kind::Channel(_) => {
-                    self.forget(channel);
-                    ok(ReplyBody::Ok)
-                }
-                _ => Err(libc::EINVAL),
-            },
-            R::CreateCq {
-                ctx,
-                cqe,
-                channel,
-                comp_vector,
-            } => {
-                emu_core::check_comp_vector(comp_vector).map_err(|e| e.0)?;
-                queues::create_cq(&mut self.clients(), session, ctx, cqe, channel)
-            }
-            R::DestroyCq { cq } => {
-                let (ctx, id) = match self.lookup(session, cq)? {
-                    Object {
-                        kind: Kind::Cq(c),
-                        ctx,
-                        ..
-                    } => (*ctx, c.id),
-                    _ => return Err(libc::EINVAL),
-                };
-                self.device_of(session, ctx)?.nic.destroy_cq(id)?;
-                self.forget(cq);
-                ok(ReplyBody::Ok)
-            }
-            R::ResizeCq { cq, cqe } => queues::resize_cq(&mut self.clients(), session, cq, cqe),
-            R::CreateSrq { pd, attr } => queues::create_srq(&mut self.clients(), session, pd, attr),
-            R::ModifySrq { srq, attr, mask } => {
-                let (ctx, id) = self.srq(session, srq)?;
-                self.device_of(session, ctx)?
-                    .nic
-                    .modify_srq(id, &attr, mask)?;
-                ok(ReplyBody::Ok)
-            }
-            R::QuerySrq { srq } => {
-                let (ctx, id) = self.srq(session, srq)?;
-                ok(ReplyBody::SrqAttr(
-                    self.device_of(session, ctx)?.nic.query_srq(id)?,
-                ))
-            }
-            R::DestroySrq { srq } => {
-                let (ctx, id) = self.srq(session, srq)?;
-                self.device_of(session, ctx)?.nic.destroy_srq(id)?;
-                self.forget(srq);
-                ok(ReplyBody::Ok)
-            }
-            R::CreateQp { pd, init } => queues::create_qp(&mut self.clients(), session, pd, init),
-            R::ModifyQp { qp, attr, mask } => {
-                let (ctx, qpn) = self.qp(session, qp)?;
-                self.device_of(session, ctx)?
-                    .nic
-                    .modify_qp(now, qpn, &attr, mask)?;
-                // A reset drops the queued receives without completions.
-                super::datapath::release_recv_slots_of(&self.objects, &self.devices, qp);
-                ok(ReplyBody::Ok)
-            }
-            R::QueryQp { qp, mask: _ } => {
-                let (ctx, qpn) = self.qp(session, qp)?;
-                let init = match &self.lookup(session, qp)?.kind {
-                    Kind::Qp(q) => QpInitAttr {
-                        send_cq: q.send_cq,
-                        recv_cq: q.recv_cq,
-                        srq: q.srq,
-                        cap: q.cap,
-                        qp_type: q.qp_type,
-                        sq_sig_all: q.sq_sig_all,
-                    },
-                    _ => return Err(libc::EINVAL),
-                };
-                let mut attr = self.device_of(session, ctx)?.nic.query_qp(qpn)?;
-                attr.cap = init.cap;
-                ok(ReplyBody::QpAttrs { attr, init })
-            }
-            R::DestroyQp { qp } => {
-                let (ctx, qpn) = self.qp(session, qp)?;
-                self.device_of(session, ctx)?.nic.destroy_qp(qpn)?;
-                self.forget(qp);
-                ok(ReplyBody::Ok)
-            }
-            R::CreateAh { pd, attr } => {
-                let (ctx, pd_id) = self.pd(session, pd)?;
-                let id = self.device_of(session, ctx)?.nic.create_ah(pd_id, &attr)?;
-                let handle = self.insert(session, Some(ctx), Kind::Ah { id })?;
-                ok(ReplyBody::Ah { handle })
-            }
-            R::DestroyAh { ah } => {
-                let (ctx, id) = match self.lookup(session, ah)? {
-                    Object {
-                        kind: Kind::Ah { id },
-                        ctx,
-                        ..
-                    } => (*ctx, *id),
-                    _ => return Err(libc::EINVAL),
-                };
-                self.device_of(session, ctx)?.nic.destroy_ah(id)?;
-                self.forget(ah);
-                ok(ReplyBody::Ok)
-            }
-            R::Stat { device, qpn } => queues::stat(
-                &self.devices,
-                &self.counters,
-                &self.users,
-                &self.mem,
-                device,
-                qpn,
-            ),
-            R::Cm(req) => {
-                if let wire::client::cm::CmRequest::Connect { id, param }
-                | wire::client::cm::CmRequest::Accept { id, param } = &req
-                {
-                    self.cm_qp_not_foreign(session, *id, param.qp_num, now)?;
-                }
-                super::cm::cm_request(&mut self.cm(), session, req, fds, now)
-            }
-            R::LinkShow => ok(ReplyBody::Links(
-                self.devices
-                    .iter()
-                    .flatten()
-                    .map(ServedDevice::link_info)
-                    .collect(),
-            )),
-            R::LinkAdd {
-                name,
-                link_type,
-                netdev,
+            super::cm::cm_request(&mut st.cm(), session, req, fds, now)
+        }
+        R::LinkShow => ok(ReplyBody::Links(
+            st.devices
+                .iter()
+                .flatten()
+                .map(ServedDevice::link_info)
+                .collect(),
+        )),
+        R::LinkAdd {
+            name,
+            link_type,
+            netdev,
+            mpa_crc,
+            mpa_markers,
+            backend,
+            default_tos,
+            cnp_dscp,
+            addrs,
+        } => {
+            let backend = super::link::backend::Backend::choose(&link_type, backend.as_deref())
+                .map_err(|e| {
+                    tracing::info!(error = %e, "link add refused");
+                    e.errno()
+                })?;
+            let spec = config::DeviceSpec {
                 mpa_crc,
                 mpa_markers,
-                backend,
                 default_tos,
                 cnp_dscp,
                 addrs,
-            } => {
-                let backend = super::link::backend::Backend::choose(&link_type, backend.as_deref())
+                backend: Some(backend.name().to_string()),
+                ..config::DeviceSpec::new(&name, &link_type, &netdev)
+            };
+            spec.validate().map_err(|e| {
+                tracing::info!(error = %e, "link add refused");
+                // A type this daemon does not serve is EOPNOTSUPP, a bad request EINVAL.
+                if matches!(link_type.as_str(), "rxe" | "siw") {
+                    libc::EINVAL
+                } else {
+                    libc::EOPNOTSUPP
+                }
+            })?;
+            if st.device_index(&name).is_some() {
+                return Err(libc::EEXIST);
+            }
+            let dev =
+                ServedDevice::open_on(&spec, backend, st.factory, st.cfg.seed, st.cfg.udp_src_port)
                     .map_err(|e| {
                         tracing::info!(error = %e, "link add refused");
-                        e.errno()
+                        e.raw_os_error().unwrap_or(match e.kind() {
+                            std::io::ErrorKind::NotFound => libc::ENODEV,
+                            std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+                            std::io::ErrorKind::PermissionDenied => libc::EPERM,
+                            std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+                            std::io::ErrorKind::ResourceBusy => libc::EBUSY,
+                            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+                            _ => libc::EINVAL,
+                        })
                     })?;
-                let spec = config::DeviceSpec {
-                    mpa_crc,
-                    mpa_markers,
-                    default_tos,
-                    cnp_dscp,
-                    addrs,
-                    backend: Some(backend.name().to_string()),
-                    ..config::DeviceSpec::new(&name, &link_type, &netdev)
-                };
-                spec.validate().map_err(|e| {
-                    tracing::info!(error = %e, "link add refused");
-                    // A type this daemon does not serve is EOPNOTSUPP, a bad request EINVAL.
-                    if matches!(link_type.as_str(), "rxe" | "siw") {
-                        libc::EINVAL
-                    } else {
-                        libc::EOPNOTSUPP
-                    }
-                })?;
-                if self.device_index(&name).is_some() {
-                    return Err(libc::EEXIST);
-                }
-                let dev = ServedDevice::open_on(
-                    &spec,
-                    backend,
-                    self.factory,
-                    self.cfg.seed,
-                    self.cfg.udp_src_port,
-                )
-                .map_err(|e| {
-                    tracing::info!(error = %e, "link add refused");
-                    e.raw_os_error().unwrap_or(match e.kind() {
-                        std::io::ErrorKind::NotFound => libc::ENODEV,
-                        std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
-                        std::io::ErrorKind::PermissionDenied => libc::EPERM,
-                        std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
-                        std::io::ErrorKind::ResourceBusy => libc::EBUSY,
-                        std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
-                        _ => libc::EINVAL,
-                    })
-                })?;
-                self.add_device(dev)
-                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-                ok(ReplyBody::Ok)
+            st.add_device(dev)
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            ok(ReplyBody::Ok)
+        }
+        R::Capture { device } => {
+            let i = st.device_index(&device).ok_or(libc::ENODEV)?;
+            let w = fds.pop().ok_or(libc::EINVAL)?;
+            if !sys::is_pipe_write_end(&w) {
+                return Err(libc::EINVAL);
             }
-            R::Capture { device } => {
-                let i = self.device_index(&device).ok_or(libc::ENODEV)?;
-                let w = fds.pop().ok_or(libc::EINVAL)?;
-                if !sys::is_pipe_write_end(&w) {
-                    return Err(libc::EINVAL);
-                }
-                let d = self.devices[i].as_mut().ok_or(libc::ENODEV)?;
-                let cap = super::link::capture::Capture::new(w, d.netdev.mac)
-                    .map_err(|_| libc::EINVAL)?;
-                d.port_mut().add_capture(cap);
-                ok(ReplyBody::Ok)
-            }
-            R::LinkDel { name } => {
-                self.remove_device(&name)?;
-                ok(ReplyBody::Ok)
-            }
-            R::Fault(req) => self.faults().request(now, req),
-            R::QpList { device } => {
-                queues::qp_list(&self.devices, &self.objects, &self.sessions, device)
-            }
-            R::AttachMcast { qp, gid, lid } => {
-                let (ctx, qpn) = self.qp(session, qp)?;
-                self.mcast(session, ctx, qpn, gid, lid, true)
-            }
-            R::DetachMcast { qp, gid, lid } => {
-                let (ctx, qpn) = self.qp(session, qp)?;
-                self.mcast(session, ctx, qpn, gid, lid, false)
-            }
+            let d = st.devices[i].as_mut().ok_or(libc::ENODEV)?;
+            let cap =
+                super::link::capture::Capture::new(w, d.netdev.mac).map_err(|_| libc::EINVAL)?;
+            d.port_mut().add_capture(cap);
+            ok(ReplyBody::Ok)
+        }
+        R::LinkDel { name } => {
+            st.remove_device(&name)?;
+            ok(ReplyBody::Ok)
+        }
+        R::Fault(req) => st.faults().request(now, req),
+        R::QpList { device } => queues::qp_list(&st.devices, &st.objects, &st.sessions, device),
+        R::AttachMcast { qp, gid, lid } => {
+            let (ctx, qpn) = qp_of(st, session, qp)?;
+            mcast_of(st, session, ctx, qpn, gid, lid, true)
+        }
+        R::DetachMcast { qp, gid, lid } => {
+            let (ctx, qpn) = qp_of(st, session, qp)?;
+            mcast_of(st, session, ctx, qpn, gid, lid, false)
         }
     }
+}
 
-    /// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx` (`mcast.rs`).
-    fn mcast(
-        &mut self,
-        session: SessionId,
-        ctx: Handle,
-        qpn: u32,
-        gid: [u8; 16],
-        lid: u16,
-        attach: bool,
-    ) -> Answer {
-        let dev = sessions::ctx_device(&self.objects, session, ctx)?;
-        let d = self
-            .devices
-            .get_mut(dev)
-            .and_then(Option::as_mut)
-            .ok_or(libc::ENODEV)?;
-        let token = |slot| super::tokens::udp_token(dev, slot);
-        super::mcast::mcast_verb(d, &self.epoll, token, qpn, gid, lid, attach)?;
-        ok(ReplyBody::Ok)
-    }
+/// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx` (`mcast.rs`).
+fn mcast_of(
+    st: &mut Served,
+    session: SessionId,
+    ctx: Handle,
+    qpn: u32,
+    gid: [u8; 16],
+    lid: u16,
+    attach: bool,
+) -> Answer {
+    let dev = sessions::ctx_device(&st.objects, session, ctx)?;
+    let d = st
+        .devices
+        .get_mut(dev)
+        .and_then(Option::as_mut)
+        .ok_or(libc::ENODEV)?;
+    let token = |slot| super::tokens::udp_token(dev, slot);
+    super::mcast::mcast_verb(d, &st.epoll, token, qpn, gid, lid, attach)?;
+    ok(ReplyBody::Ok)
+}
 
-    fn srq(&self, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {
-        match self.lookup(session, h)? {
-            Object {
-                kind: Kind::Srq(s),
-                ctx,
-                ..
-            } => Ok((*ctx, s.id)),
-            _ => Err(libc::EINVAL),
-        }
-    }
-
-    fn qp(&self, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {
-        match self.lookup(session, h)? {
-            Object {
-                kind: Kind::Qp(q),
-                ctx,
-                ..
-            } => Ok((*ctx, q.qpn)),
-            _ => Err(libc::EINVAL),
-        }
-    }
-
-    /// Refuses (EINVAL, as the kernel's iw_cm for a QP it cannot use) an RDMA CM
-    /// connect or accept of `id` that names QP `qpn` of another session on the id's
-    /// device: the connection would be bound to (siw) or advertise (RoCE) someone else's
-    /// QP. A number no QP has is left to the CM to refuse.
-    fn cm_qp_not_foreign(
-        &mut self,
-        session: SessionId,
-        id: Handle,
-        qpn: u32,
-        now: Instant,
-    ) -> Result<(), i32> {
-        use wire::client::cm::{CmReply, CmRequest};
-        let info = match super::cm::cm_request(
-            &mut self.cm(),
-            session,
-            CmRequest::Query { id },
-            Vec::new(),
-            now,
-        )? {
-            (ReplyBody::Cm(CmReply::Info(info)), _) => info,
-            _ => return Err(libc::EINVAL),
-        };
-        let Some(dev) = info.device.and_then(|name| self.device_index(&name)) else {
-            return Ok(());
-        };
-        let owner = self.devices[dev]
-            .as_ref()
-            .and_then(|d| d.qp_by_qpn.get(&(qpn & 0xff_ffff)))
-            .and_then(|h| self.objects.get(h))
-            .map(|o| o.session);
-        match owner {
-            Some(s) if s != session => {
-                self.counters.refused_credentials += 1;
-                tracing::info!(session, qpn, "RDMA CM named another session's QP");
-                Err(libc::EINVAL)
-            }
-            _ => Ok(()),
-        }
-    }
-
-    fn open_device(&mut self, session: SessionId, name: &str, mem: OwnedFd) -> Answer {
-        let dev = self.device_index(name).ok_or(libc::ENODEV)?;
-        let peer = self.sessions.get(&session).map_or(0, |s| s.pid);
-        if let Err(e) = check_proc_mem(&mem, peer) {
-            if e == libc::EPERM {
-                self.counters.refused_credentials += 1;
-                tracing::info!(session, peer, "memory of another process offered");
-            }
-            return Err(e);
-        }
-        let (async_r, async_w) = sys::pipe().map_err(|_| libc::EMFILE)?;
-        let doorbell = sys::eventfd().map_err(|_| libc::EMFILE)?;
-        let doorbell_copy = doorbell.try_clone().map_err(|_| libc::EMFILE)?;
-        let page_fd =
-            sys::sealed_memfd("rdma-emu-session", SESSION_PAGE_LEN).map_err(|_| libc::ENOMEM)?;
-        let page = Mapping::new(&page_fd, SESSION_PAGE_LEN).map_err(|_| libc::ENOMEM)?;
-        let ctx_obj = Ctx {
-            dev,
-            doorbell,
-            page,
-            async_w,
-            events_dropped: Cell::new(0),
-        };
-        let db_fd = ctx_obj.doorbell.as_raw_fd();
-        let ctx = self.insert(session, None, Kind::Ctx(ctx_obj))?;
-        if self
-            .epoll
-            .add(db_fd, super::tokens::T_DOORBELL | u64::from(ctx.0))
-            .is_err()
-        {
-            self.forget(ctx);
-            return Err(libc::EMFILE);
-        }
-        self.mem.insert(ctx.0, mem);
-        let d = self.devices[dev].as_mut().ok_or(libc::ENODEV)?;
-        d.open_ctxs += 1;
-        tracing::debug!(session, ctx = ctx.0, device = name, "device opened");
-        let body = ReplyBody::DeviceOpened {
+fn srq_of(st: &Served, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {
+    match lookup(st, session, h)? {
+        Object {
+            kind: Kind::Srq(s),
             ctx,
-            device_attr: d.device_attr(),
-            ports: vec![d.port_attr()],
-            gids: d.gid_entries(),
-        };
-        Ok((body, vec![async_r, doorbell_copy, page_fd]))
+            ..
+        } => Ok((*ctx, s.id)),
+        _ => Err(libc::EINVAL),
     }
+}
+
+fn qp_of(st: &Served, session: SessionId, h: Handle) -> Result<(Handle, u32), i32> {
+    match lookup(st, session, h)? {
+        Object {
+            kind: Kind::Qp(q),
+            ctx,
+            ..
+        } => Ok((*ctx, q.qpn)),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// Refuses (EINVAL, as the kernel's iw_cm for a QP it cannot use) an RDMA CM
+/// connect or accept of `id` that names QP `qpn` of another session on the id's
+/// device: the connection would be bound to (siw) or advertise (RoCE) someone else's
+/// QP. A number no QP has is left to the CM to refuse.
+fn cm_qp_not_foreign(
+    st: &mut Served,
+    session: SessionId,
+    id: Handle,
+    qpn: u32,
+    now: Instant,
+) -> Result<(), i32> {
+    use wire::client::cm::{CmReply, CmRequest};
+    let info = match super::cm::cm_request(
+        &mut st.cm(),
+        session,
+        CmRequest::Query { id },
+        Vec::new(),
+        now,
+    )? {
+        (ReplyBody::Cm(CmReply::Info(info)), _) => info,
+        _ => return Err(libc::EINVAL),
+    };
+    let Some(dev) = info.device.and_then(|name| st.device_index(&name)) else {
+        return Ok(());
+    };
+    let owner = st.devices[dev]
+        .as_ref()
+        .and_then(|d| d.qp_by_qpn.get(&(qpn & 0xff_ffff)))
+        .and_then(|h| st.objects.get(h))
+        .map(|o| o.session);
+    match owner {
+        Some(s) if s != session => {
+            st.counters.refused_credentials += 1;
+            tracing::info!(session, qpn, "RDMA CM named another session's QP");
+            Err(libc::EINVAL)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn open_device(st: &mut Served, session: SessionId, name: &str, mem: OwnedFd) -> Answer {
+    let dev = st.device_index(name).ok_or(libc::ENODEV)?;
+    let peer = st.sessions.get(&session).map_or(0, |s| s.pid);
+    if let Err(e) = check_proc_mem(&mem, peer) {
+        if e == libc::EPERM {
+            st.counters.refused_credentials += 1;
+            tracing::info!(session, peer, "memory of another process offered");
+        }
+        return Err(e);
+    }
+    let (async_r, async_w) = sys::pipe().map_err(|_| libc::EMFILE)?;
+    let doorbell = sys::eventfd().map_err(|_| libc::EMFILE)?;
+    let doorbell_copy = doorbell.try_clone().map_err(|_| libc::EMFILE)?;
+    let page_fd =
+        sys::sealed_memfd("rdma-emu-session", SESSION_PAGE_LEN).map_err(|_| libc::ENOMEM)?;
+    let page = Mapping::new(&page_fd, SESSION_PAGE_LEN).map_err(|_| libc::ENOMEM)?;
+    let ctx_obj = Ctx {
+        dev,
+        doorbell,
+        page,
+        async_w,
+        events_dropped: Cell::new(0),
+    };
+    let db_fd = ctx_obj.doorbell.as_raw_fd();
+    let ctx = insert(st, session, None, Kind::Ctx(ctx_obj))?;
+    if st
+        .epoll
+        .add(db_fd, super::tokens::T_DOORBELL | u64::from(ctx.0))
+        .is_err()
+    {
+        st.forget(ctx);
+        return Err(libc::EMFILE);
+    }
+    st.mem.insert(ctx.0, mem);
+    let d = st.devices[dev].as_mut().ok_or(libc::ENODEV)?;
+    d.open_ctxs += 1;
+    tracing::debug!(session, ctx = ctx.0, device = name, "device opened");
+    let body = ReplyBody::DeviceOpened {
+        ctx,
+        device_attr: d.device_attr(),
+        ports: vec![d.port_attr()],
+        gids: d.gid_entries(),
+    };
+    Ok((body, vec![async_r, doorbell_copy, page_fd]))
 }

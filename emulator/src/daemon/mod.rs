@@ -28,6 +28,7 @@ mod objects;
 pub mod odp;
 mod queues;
 mod reload;
+mod served;
 mod sessions;
 pub mod shared_pages;
 mod shutdown;

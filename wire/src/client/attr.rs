@@ -1,10 +1,19 @@
 //! The `ibv_*` attribute structs of `<infiniband/verbs.h>` that cross the protocol,
 //! field for field with the same names and numbering, so the shim copies them 1:1.
 //!
-//! They live apart from [`super::proto`], which re-exports every one of them, only to keep
-//! each file readable; none of them names a handle.
+//! With them is [`Handle`], the name of an object in the protocol. They live apart from
+//! [`super::proto`], which re-exports every one of them, so that the requests' parts
+//! (`cm.rs`, `fault.rs`) can name them without depending on the messages that carry
+//! those parts.
 
 use serde::{Deserialize, Serialize};
+
+/// An object named in the protocol (device context, PD, MR, MW, CQ, SRQ, QP, AH,
+/// completion channel). Allocated by the daemon, unique in the daemon's lifetime, and
+/// only meaningful to the session that created the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Handle(pub u32);
 
 /// `struct ibv_device_attr`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@
 //! types, IBV QP types; `status` is what librdmacm puts in `rdma_cm_event.status`
 //! (0, a negative errno, or a REJ reason).
 
-use super::proto::{AhAttr, Handle, QpAttr};
+use super::attr::{AhAttr, Handle, QpAttr};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 

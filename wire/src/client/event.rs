@@ -7,7 +7,7 @@
 //!
 //! 8-byte records are below `PIPE_BUF`, so each is written and read whole.
 
-use super::proto::Handle;
+use super::attr::Handle;
 
 /// Bytes of each record.
 pub const EVENT_RECORD_LEN: usize = 8;

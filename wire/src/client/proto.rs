@@ -20,17 +20,10 @@
 //! | `Cm(CreateChannel)` request | `[write end of a pipe]` |
 
 pub use super::attr::{
-    AhAttr, DeviceAttr, GidEntry, GlobalRoute, OdpCaps, PortAttr, QpAttr, QpCap, SrqAttr,
+    AhAttr, DeviceAttr, GidEntry, GlobalRoute, Handle, OdpCaps, PortAttr, QpAttr, QpCap, SrqAttr,
 };
 use super::ring::RingLayout;
 use serde::{Deserialize, Serialize};
-
-/// An object named in the protocol (device context, PD, MR, MW, CQ, SRQ, QP, AH,
-/// completion channel). Allocated by the daemon, unique in the daemon's lifetime, and
-/// only meaningful to the session that created the object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Handle(pub u32);
 
 /// A control request. `seq` is chosen by the client and echoed in the [`Reply`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -14,6 +14,10 @@ pub const TAGGED_HEADER_LEN: usize = 14;
 pub const UNTAGGED_HEADER_LEN: usize = 18;
 /// The DDP version this implementation speaks (RFC 5041 §4.1).
 pub const DDP_VERSION: u8 = 1;
+/// Length of RDMAP's Read Request header (RFC 5040 §4.4), the payload of an untagged
+/// DDP segment. It is kept with DDP's header lengths because a TERMINATE (RFC 5040 §4.8)
+/// copies the headers of both layers and `terminate.rs` sizes them all.
+pub const READ_REQUEST_LEN: usize = 28;
 
 mod field {
     pub const CONTROL: usize = 0;

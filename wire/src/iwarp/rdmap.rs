@@ -6,12 +6,13 @@
 
 use super::ddp::{DdpBuffer, DdpRepr, Stag};
 use super::terminate::TerminateRepr;
+
+/// Length of a Read Request header (RFC 5040 §4.4); defined beside DDP's header lengths.
+pub use super::ddp::READ_REQUEST_LEN;
 use super::{be32, be64, Error, Result};
 
 /// The RDMAP version (RFC 5040 §4.2).
 pub const RDMAP_VERSION: u8 = 1;
-/// Length of a Read Request header (RFC 5040 §4.4).
-pub const READ_REQUEST_LEN: usize = 28;
 /// Untagged queue of Send messages.
 pub const QN_SEND: u32 = 0;
 /// Untagged queue of Read Requests.

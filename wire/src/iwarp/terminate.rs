@@ -8,8 +8,7 @@
 //!  if R: the terminated RDMAP header (28 octets: a Read Request's)
 //! ```
 
-use super::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
-use super::rdmap::READ_REQUEST_LEN;
+use super::ddp::{READ_REQUEST_LEN, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use super::{be16, Error, Result};
 
 /// Length of the fixed Terminate control word.

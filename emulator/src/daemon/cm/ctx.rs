@@ -14,7 +14,7 @@ use wire::client::proto::Handle;
 /// The CM's tables and the parts of the engine its requests, events and timers touch:
 /// the clients (sessions, objects, devices, memory), the configuration, and the staging
 /// buffers of the QP1 packets it sends. The engine lends them for one call
-/// (`Engine::cm`). Every part of the CM is a set of functions over it: requests come in
+/// (`Served::cm`). Every part of the CM is a set of functions over it: requests come in
 /// through [`super::cm_request`], the agents are driven by [`super::drive_cm`].
 pub(in crate::daemon) struct Cm<'a> {
     pub(in crate::daemon) tables: &'a mut CmTables,

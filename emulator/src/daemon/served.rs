@@ -1,0 +1,348 @@
+//! What the daemon serves: the devices, the clients' sessions and objects, the rings it
+//! drains, the CM tables and the fault rules ([`Served`]), and the views it lends to the
+//! parts that work on them for one call ([`DataPath`], [`Cm`], [`Clients`],
+//! [`FaultCtx`]). The engine's loop drives it; control requests (`control.rs`) are
+//! functions over it.
+
+use super::cm::{Cm, CmTables};
+use super::config::Config;
+use super::datapath::DataPath;
+use super::device::{NicFactory, ServedDevice};
+use super::fault_control::{FaultCtx, FaultIds};
+use super::memory::ProcMem;
+use super::nic::TxMeta;
+use super::objects::{Kind, Object, SessionId};
+use super::reload;
+use super::sessions::{Clients, DaemonCounters, Session};
+use super::sys::Epoll;
+use super::tokens::{udp_token, T_STREAM};
+use super::users::Users;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+use wire::client::proto::Handle;
+
+/// Packets staged per sendmmsg.
+pub(super) const TX_STAGE: usize = 32;
+
+/// The daemon's state, owned in one place and lent out in parts.
+pub(super) struct Served {
+    pub(super) cfg: Config,
+    pub(super) epoll: Epoll,
+    pub(super) factory: NicFactory,
+    pub(super) devices: Vec<Option<ServedDevice>>,
+    pub(super) sessions: HashMap<SessionId, Session>,
+    pub(super) objects: BTreeMap<Handle, Object>,
+    /// QPs and SRQs whose rings the engine drains.
+    pub(super) rings: BTreeSet<Handle>,
+    pub(super) mem: ProcMem,
+    pub(super) counters: DaemonCounters,
+    /// What each user holds, against `cfg.user_limits`.
+    pub(super) users: Users,
+    next_handle: u32,
+    /// Packets the cores produced, sent in batches (sendmmsg).
+    tx_bufs: Vec<Vec<u8>>,
+    tx_meta: Vec<TxMeta>,
+    /// RDMA CM channels, ids, port spaces.
+    pub(super) cm_tables: CmTables,
+    /// The ids of fault rules (`rdma-emu fault add`).
+    fault_ids: FaultIds,
+}
+
+impl Served {
+    /// Nothing served yet: devices come through [`Served::add_device`].
+    pub(super) fn new(cfg: Config, epoll: Epoll, factory: NicFactory) -> Served {
+        let seed = cfg.seed;
+        Served {
+            cfg,
+            epoll,
+            factory,
+            devices: Vec::new(),
+            sessions: HashMap::new(),
+            objects: BTreeMap::new(),
+            rings: BTreeSet::new(),
+            mem: ProcMem::default(),
+            counters: DaemonCounters::default(),
+            users: Users::default(),
+            next_handle: 1,
+            tx_bufs: (0..TX_STAGE).map(|_| Vec::with_capacity(4352)).collect(),
+            tx_meta: Vec::with_capacity(TX_STAGE),
+            cm_tables: CmTables::new(seed),
+            fault_ids: FaultIds::new(),
+        }
+    }
+
+    /// Registers a device's sockets and makes it visible to clients.
+    pub(super) fn add_device(&mut self, mut dev: ServedDevice) -> io::Result<usize> {
+        dev.set_cm_timers(self.cfg.cm_response_timeout, self.cfg.cm_max_retries);
+        let index = self
+            .devices
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.devices.len());
+        for (slot, fd) in dev.port().fds() {
+            self.epoll.add(fd, udp_token(index, slot))?;
+        }
+        if let Some(p) = &dev.pause {
+            self.epoll
+                .add(p.fd(), udp_token(index, super::link::pause::PAUSE_SOCKET))?;
+        }
+        if let Some(fd) = dev.nic.stream_fd() {
+            self.epoll.add(fd, T_STREAM | index as u64)?;
+        }
+        tracing::info!(device = dev.name(), netdev = %dev.netdev.name, mtu = dev.mtu, gids = ?dev.gids.addrs(), "device up");
+        if index == self.devices.len() {
+            self.devices.push(Some(dev));
+        } else {
+            self.devices[index] = Some(dev);
+        }
+        super::cm::cm_device_added(&mut self.cm(), index);
+        Ok(index)
+    }
+
+    pub(super) fn device_index(&self, name: &str) -> Option<usize> {
+        super::device::index_of(&self.devices, name)
+    }
+
+    /// Removes a device no client has open (`link del`, reload): ENODEV, EBUSY.
+    pub(super) fn remove_device(&mut self, name: &str) -> Result<(), i32> {
+        let i = self.device_index(name).ok_or(libc::ENODEV)?;
+        let d = self.devices[i].as_ref().ok_or(libc::ENODEV)?;
+        if d.open_ctxs > 0 {
+            return Err(libc::EBUSY);
+        }
+        for (_, fd) in d.port().fds() {
+            self.epoll.remove(fd);
+        }
+        super::cm::cm_device_removed(&mut self.cm(), i);
+        tracing::info!(device = %name, "device removed");
+        self.devices[i] = None;
+        Ok(())
+    }
+
+    /// The parts of the engine a fault request touches.
+    pub(super) fn faults(&mut self) -> FaultCtx<'_> {
+        FaultCtx {
+            devices: &mut self.devices,
+            objects: &self.objects,
+            ids: &mut self.fault_ids,
+            seed: self.cfg.seed,
+        }
+    }
+
+    /// The parts of the engine a request that creates or finds objects touches.
+    /// The data path's parts, lent for one call.
+    pub(super) fn datapath(&mut self) -> DataPath<'_> {
+        DataPath {
+            objects: &self.objects,
+            rings: &self.rings,
+            devices: &mut self.devices,
+            mem: &mut self.mem,
+            counters: &mut self.counters,
+            tx_bufs: &mut self.tx_bufs,
+            tx_meta: &mut self.tx_meta,
+            local_path: self.cfg.local_path,
+        }
+    }
+
+    /// The RDMA CM with what it touches ([`Cm`]).
+    pub(super) fn cm(&mut self) -> Cm<'_> {
+        Cm {
+            tables: &mut self.cm_tables,
+            clients: Clients {
+                sessions: &mut self.sessions,
+                objects: &mut self.objects,
+                rings: &mut self.rings,
+                users: &mut self.users,
+                limits: &self.cfg.user_limits,
+                next_handle: &mut self.next_handle,
+                devices: &mut self.devices,
+                mem: &mut self.mem,
+            },
+            cfg: &self.cfg,
+            tx_bufs: &mut self.tx_bufs,
+            tx_meta: &mut self.tx_meta,
+        }
+    }
+
+    pub(super) fn clients(&mut self) -> Clients<'_> {
+        Clients {
+            sessions: &mut self.sessions,
+            objects: &mut self.objects,
+            rings: &mut self.rings,
+            users: &mut self.users,
+            limits: &self.cfg.user_limits,
+            next_handle: &mut self.next_handle,
+            devices: &mut self.devices,
+            mem: &mut self.mem,
+        }
+    }
+
+    pub(super) fn set_sleeping(&self, sleeping: bool) {
+        for obj in self.objects.values() {
+            if let Kind::Ctx(c) = &obj.kind {
+                if let Some(page) = wire::client::SessionPage::new(c.page.words()) {
+                    page.set_sleeping(sleeping);
+                }
+            }
+        }
+    }
+
+    /// Takes what the rings hold and sends what it makes, before a request that could
+    /// take away what that work needs.
+    pub(super) fn catch_up_rings(&mut self) {
+        let now = Instant::now();
+        if self.datapath().drain_rings(now) {
+            self.datapath().drive_cores(now);
+        }
+    }
+
+    /// A client went away: everything it held is released.
+    pub(super) fn close_session(&mut self, id: SessionId) {
+        let Some(session) = self.sessions.remove(&id) else {
+            return;
+        };
+        self.epoll.remove(session.sock.as_raw_fd());
+        let ctxs: Vec<Handle> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| o.session == id && matches!(o.kind, Kind::Ctx(_)))
+            .map(|(h, _)| *h)
+            .collect();
+        for ctx in ctxs {
+            self.release_ctx(ctx);
+        }
+        super::cm::cm_release_session(&mut self.cm(), id);
+        tracing::debug!(
+            session = id,
+            pid = session.pid,
+            uid = session.uid,
+            "client gone, resources released"
+        );
+    }
+
+    /// Closes one device context: the core forgets its owner, every object under it goes.
+    pub(super) fn release_ctx(&mut self, ctx: Handle) {
+        let now = Instant::now();
+        let Some(Object {
+            kind: Kind::Ctx(c),
+            session,
+            ..
+        }) = self.objects.get(&ctx)
+        else {
+            return;
+        };
+        let (dev, session) = (c.dev, *session);
+        self.epoll.remove(c.doorbell.as_raw_fd());
+        if let Some(Some(d)) = self.devices.get_mut(dev) {
+            d.nic.release_client(now, ctx.0);
+            d.open_ctxs = d.open_ctxs.saturating_sub(1);
+        }
+        if let Some(Some(d)) = self.devices.get_mut(dev) {
+            let _ = super::mcast::sync_mcast(d, &self.epoll, |slot| udp_token(dev, slot));
+        }
+        let children: Vec<Handle> = self
+            .objects
+            .iter()
+            .filter(|(h, o)| o.ctx == ctx && **h != ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in children {
+            self.forget(h);
+        }
+        self.forget(ctx);
+        self.mem.remove(ctx.0);
+        // The core may have completions or events for objects now gone: they are dropped.
+        self.datapath().drive_cores(now);
+        tracing::debug!(session, ctx = ctx.0, "device context closed");
+    }
+
+    /// Removes an object from the tables (the core already destroyed or released it).
+    pub(super) fn forget(&mut self, h: Handle) {
+        self.clients().forget(h);
+    }
+
+    /// SIGTERM: QPs to error, completions flushed into the rings, DEVICE_FATAL to every
+    /// client, socket removed.
+    pub(super) fn stop(&mut self) {
+        let now = Instant::now();
+        tracing::info!("shutting down");
+        let qps: Vec<(usize, u32)> = self
+            .objects
+            .values()
+            .filter_map(|o| match (&o.kind, self.objects.get(&o.ctx)) {
+                (
+                    Kind::Qp(qp),
+                    Some(Object {
+                        kind: Kind::Ctx(c), ..
+                    }),
+                ) => Some((c.dev, qp.qpn)),
+                _ => None,
+            })
+            .collect();
+        for (dev, qpn) in qps {
+            if let Some(Some(d)) = self.devices.get_mut(dev) {
+                d.nic.qp_to_error(now, qpn);
+            }
+        }
+        self.datapath().drain_rings(now);
+        for _ in 0..4 {
+            self.datapath().drive_cores(now);
+        }
+        // Connections end as the CM ends them for a consumer that is gone: peers hear a
+        // DREQ (or REJ) now instead of timing out.
+        let ids: Vec<Handle> = super::cm::cm_ids(&self.cm());
+        for h in ids {
+            super::cm::cm_destroy_id(&mut self.cm(), now, h);
+        }
+        super::cm::drive_cm(&mut self.cm(), now);
+        let ctxs: Vec<Handle> = self
+            .objects
+            .iter()
+            .filter(|(_, o)| matches!(o.kind, Kind::Ctx(_)))
+            .map(|(h, _)| *h)
+            .collect();
+        for ctx in ctxs {
+            super::notify::send_event(
+                &self.objects,
+                ctx,
+                wire::client::verbs::event_type::DEVICE_FATAL,
+                0,
+            );
+        }
+        let _ = std::fs::remove_file(&self.cfg.socket);
+    }
+
+    /// A new configuration: its settings at once (`reload::apply`), its device list
+    /// through [`Served::remove_device`] and [`Served::add_device`].
+    pub(super) fn reload(&mut self, new: Config) {
+        let plan = reload::apply(&mut self.cfg, new, &self.devices);
+        let mut kept = Vec::new();
+        for old in plan.remove {
+            match self.remove_device(&old.name) {
+                Ok(()) | Err(libc::ENODEV) => {}
+                Err(_) => {
+                    tracing::warn!(device = %old.name, "config reload: device in use, kept");
+                    kept.push(old);
+                }
+            }
+        }
+        for (spec, open) in plan.wanted {
+            if !open {
+                kept.push(spec);
+                continue;
+            }
+            match ServedDevice::open(&spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
+                .and_then(|d| self.add_device(d))
+            {
+                Ok(_) => kept.push(spec),
+                Err(e) => {
+                    tracing::error!(device = %spec.name, "config reload: device not added: {e}")
+                }
+            }
+        }
+        self.cfg.devices = kept;
+        tracing::info!(poll = ?self.cfg.poll, devices = self.cfg.devices.len(), "config reloaded");
+    }
+}
