@@ -7,6 +7,7 @@ use super::view::CmView;
 use crate::daemon::device::ServedDevice;
 use crate::daemon::netdev::canonical;
 use crate::daemon::objects::{Object, SessionId};
+use crate::daemon::siw::tcp_port_free;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -216,7 +217,13 @@ impl Addressing<'_> {
             }
         };
         let port = if addr.port() == 0 {
-            ephemeral_port(self.tables, ps).ok_or(libc::EADDRNOTAVAIL)?
+            // An iWARP id's port is its TCP connection's source port too: a port the
+            // kernel's TCP holds unshareably (another program's connection, even in
+            // TIME_WAIT) would make rdma_connect fail with EADDRINUSE, so it is skipped.
+            let tcp = ps == wire::client::cm::ps::TCP;
+            let ip = addr.ip();
+            ephemeral_port(self.tables, ps, |p| !tcp || tcp_port_free(ip, p))
+                .ok_or(libc::EADDRNOTAVAIL)?
         } else {
             if addr.port() < PRIVILEGED_BELOW && !privileged {
                 return Err(libc::EACCES);
@@ -369,7 +376,9 @@ impl Addressing<'_> {
 }
 
 /// A port of the ephemeral range no id of port space `ps` holds.
-fn ephemeral_port(tables: &mut CmTables, ps: u32) -> Option<u16> {
+/// The next ephemeral port of port space `ps` no id holds and `free` accepts, in turn
+/// from where the last one was taken; None when every one is taken.
+fn ephemeral_port(tables: &mut CmTables, ps: u32, free: impl Fn(u16) -> bool) -> Option<u16> {
     let (lo, hi) = (*EPHEMERAL.start(), *EPHEMERAL.end());
     let n = hi - lo + 1;
     for _ in 0..n {
@@ -378,7 +387,7 @@ fn ephemeral_port(tables: &mut CmTables, ps: u32) -> Option<u16> {
         if !(lo..=hi).contains(&p) {
             continue;
         }
-        if tables.ports.get(&(ps, p)).is_none_or(Vec::is_empty) {
+        if tables.ports.get(&(ps, p)).is_none_or(Vec::is_empty) && free(p) {
             return Some(p);
         }
     }
@@ -399,5 +408,24 @@ pub(super) fn unbind(tables: &mut CmTables, h: Handle) {
         if owners.is_empty() {
             tables.ports.remove(&key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ephemeral_ports_skip_those_held_and_those_refused() {
+        let mut t = CmTables::new(0);
+        let first = ephemeral_port(&mut t, 1, |_| true).unwrap();
+        t.ports.entry((1, first + 1)).or_default().push(Handle(7));
+        let refused = first + 2;
+        let next = ephemeral_port(&mut t, 1, |p| p != refused).unwrap();
+        assert_eq!(next, first + 3);
+        // Another port space does not share the first's holders.
+        t.next_port = first + 1;
+        assert_eq!(ephemeral_port(&mut t, 2, |_| true), Some(first + 1));
+        assert_eq!(ephemeral_port(&mut t, 1, |_| false), None);
     }
 }

@@ -31,6 +31,7 @@ mod tcp;
 
 pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 pub use nic::SiwNic;
+pub(in crate::daemon) use sock::tcp_port_free;
 
 use super::config::DeviceSpec;
 use super::link::backend::{check_smoltcp_addrs, Backend};

@@ -1,5 +1,5 @@
 //! The socket calls `std` does not offer the TCP backend: a nonblocking connect from a
-//! chosen source address, `TCP_MAXSEG`, and an epoll set whose interest (input, output)
+//! chosen source address, whether a port is free for one, `TCP_MAXSEG`, and an epoll set whose interest (input, output)
 //! changes per descriptor.
 
 use std::io;
@@ -42,11 +42,14 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
-/// A nonblocking TCP socket bound to `src` (port 0: any) connecting to `dst`. The
-/// boolean is true when the connection is already up (loopback may finish at once);
-/// otherwise it completes when the socket turns writable (`take_error` tells how).
-pub fn connect_nonblocking(src: SocketAddr, dst: SocketAddr) -> io::Result<(TcpStream, bool)> {
-    let family = match dst {
+/// A nonblocking TCP socket of `addr`'s family with SO_REUSEADDR, bound to `addr`.
+///
+/// The RDMA CM picks the source port: an earlier connection from it may still be in
+/// TIME_WAIT (a restarted daemon, a reconnect), which without SO_REUSEADDR makes the bind
+/// fail with EADDRINUSE although the new connection's 4-tuple is free. (The kernel's siw
+/// marks its sockets reusable the same way.)
+fn bound_socket(addr: SocketAddr) -> io::Result<OwnedFd> {
+    let family = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
     };
@@ -60,16 +63,37 @@ pub fn connect_nonblocking(src: SocketAddr, dst: SocketAddr) -> io::Result<(TcpS
     })?;
     // SAFETY: `fd` was just created and is owned by nobody else.
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    // The RDMA CM picks the source port: an earlier connection from it may still be in
-    // TIME_WAIT (a restarted daemon, a reconnect), which without SO_REUSEADDR makes the
-    // bind fail with EADDRINUSE although the new connection's 4-tuple is free. (The
-    // kernel's siw marks its sockets reusable the same way.)
     crate::daemon::sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    let (ss, len) = sockaddr(&src);
+    let (ss, len) = sockaddr(&addr);
     // SAFETY: `ss` is a valid sockaddr of `len` octets for the duration of the call.
     cvt(unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) })?;
+    Ok(owned)
+}
+
+/// Whether [`connect_nonblocking`] could bind a connection to port `port` of the
+/// wildcard address of `family_of`'s family: false when the kernel has a socket on that
+/// port that does not let it be shared (a listener, or a connection of a program that
+/// did not set SO_REUSEADDR, TIME_WAIT included). An error other than EADDRINUSE (no
+/// IPv6, say) is not the port's fault and answers true.
+pub fn tcp_port_free(family_of: std::net::IpAddr, port: u16) -> bool {
+    let any: std::net::IpAddr = match family_of {
+        std::net::IpAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        std::net::IpAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    !matches!(
+        bound_socket(SocketAddr::new(any, port)),
+        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE)
+    )
+}
+
+/// A nonblocking TCP socket bound to `src` (port 0: any) connecting to `dst`. The
+/// boolean is true when the connection is already up (loopback may finish at once);
+/// otherwise it completes when the socket turns writable (`take_error` tells how).
+pub fn connect_nonblocking(src: SocketAddr, dst: SocketAddr) -> io::Result<(TcpStream, bool)> {
+    let owned = bound_socket(src)?;
+    let fd = owned.as_raw_fd();
     let (ss, len) = sockaddr(&dst);
-    // SAFETY: as above.
+    // SAFETY: `ss` is a valid sockaddr of `len` octets for the duration of the call.
     let r = unsafe { libc::connect(fd, &ss as *const _ as *const libc::sockaddr, len) };
     let now = if r == 0 {
         true
@@ -201,6 +225,25 @@ mod tests {
     use std::io::Read;
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_port_another_program_holds_is_not_free() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = listener.local_addr().unwrap();
+        let any = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        assert!(!tcp_port_free(any, at.port()), "a listener's port");
+        // std's connect sets no SO_REUSEADDR, as perftest's exchange sockets do not.
+        let client = TcpStream::connect(at).unwrap();
+        let from = client.local_addr().unwrap().port();
+        assert!(
+            !tcp_port_free(any, from),
+            "an unshareable connection's port"
+        );
+        // One of ours, with SO_REUSEADDR, leaves its port shareable.
+        let src = SocketAddr::new(any, 0);
+        let ours = connect_up(src, at);
+        assert!(tcp_port_free(any, ours.local_addr().unwrap().port()));
+    }
 
     /// Connects from `src` to `to` and waits until the connection is up.
     fn connect_up(src: SocketAddr, to: SocketAddr) -> TcpStream {
