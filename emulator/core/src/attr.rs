@@ -526,4 +526,7 @@ pub struct Counters {
     /// Times an RC QP waited to start a message because the device had its window of
     /// request packets in flight.
     pub device_window_waits: u64,
+    /// XRC requests whose XRCETH named no XRC SRQ of the target QP's domain (NAKed
+    /// Invalid Request).
+    pub xrc_srq_errors: u64,
 }

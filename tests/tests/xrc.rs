@@ -1,0 +1,64 @@
+//! XRC with Debian's unmodified `ibv_xsrq_pingpong` between two network namespaces: an
+//! XRC domain opened on a file, an XRC SRQ per side, XRC target and initiator QPs, and
+//! Sends naming the peer's SRQ (`wr.qp_type.xrc.remote_srqn`), with its default options
+//! and with other message counts and sizes, polling and sleeping on CQ events.
+use rdma_emu_tests::two_host;
+use rdma_emu_tests::*;
+
+/// `ibv_xsrq_pingpong` with `extra` between a daemon in each namespace: both sides exit
+/// 0 and the client says `success` after its local and remote SRQ numbers.
+fn xsrq_pingpong_two_hosts(extra: &[&str]) {
+    let _s = serial();
+    if missing(&["ibv_xsrq_pingpong"]) {
+        return;
+    }
+    let Some((net, da, db)) = two_host::hosts("udp", "udp") else {
+        return;
+    };
+    let c = two_host::program_pair(&net, &da, &db, "ibv_xsrq_pingpong", extra);
+    assert!(
+        c.stdout.contains("SRQN") && c.stdout.trim_end().ends_with("success"),
+        "no success:\n{}\n{}",
+        c.stdout,
+        c.stderr
+    );
+    // Both daemons counted the XRC requests they took, and no bad one.
+    for (d, ns) in [(&da, &net.a), (&db, &net.b)] {
+        let stat = d.cli(Some(ns), &["stat", "rxe0"]).stdout;
+        assert_eq!(counter(&stat, "xrc_srq_errors"), Some(0), "{stat}");
+        assert!(counter(&stat, "rcvd_pkts").is_some_and(|n| n > 0), "{stat}");
+    }
+}
+
+/// The value `rdma-emu stat` shows for counter `name` (`… name value …`).
+fn counter(stat: &str, name: &str) -> Option<u64> {
+    let mut words = stat.split_whitespace();
+    words.find(|w| *w == name)?;
+    words.next()?.parse().ok()
+}
+
+#[test]
+fn xsrq_pingpong_defaults_two_hosts() {
+    xsrq_pingpong_two_hosts(&[]);
+}
+
+#[test]
+fn xsrq_pingpong_many_messages_two_hosts() {
+    xsrq_pingpong_two_hosts(&["-n", "200"]);
+}
+
+#[test]
+fn xsrq_pingpong_small_messages_two_hosts() {
+    xsrq_pingpong_two_hosts(&["-s", "64", "-n", "50"]);
+}
+
+#[test]
+fn xsrq_pingpong_multi_packet_messages_two_hosts() {
+    // 64 KiB at the 1024-byte path MTU: 64 packets per Send, each with the XRCETH.
+    xsrq_pingpong_two_hosts(&["-s", "65536", "-n", "20"]);
+}
+
+#[test]
+fn xsrq_pingpong_events_two_hosts() {
+    xsrq_pingpong_two_hosts(&["-e", "-n", "20"]);
+}
