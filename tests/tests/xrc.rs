@@ -62,3 +62,30 @@ fn xsrq_pingpong_multi_packet_messages_two_hosts() {
 fn xsrq_pingpong_events_two_hosts() {
     xsrq_pingpong_two_hosts(&["-e", "-n", "20"]);
 }
+
+#[test]
+fn devinfo_shows_xrc_on_rxe0_and_not_on_siw0() {
+    let _s = serial();
+    if missing(&["ibv_devinfo"]) {
+        return;
+    }
+    // In a namespace of its own where possible, as odp.rs's devinfo test.
+    let ns = loopback_ns("xrcinfo", false);
+    let daemon = Daemon::start_with(ns.as_ref(), &[]);
+    for (dev, xrc) in [("rxe0", true), ("siw0", false)] {
+        let out = daemon
+            .program(ns.as_ref(), &["ibv_devinfo", "-v", "-d", dev])
+            .wait(std::time::Duration::from_secs(60));
+        out.assert_success();
+        let flags = out.stdout.split("device_cap_flags:").nth(1).unwrap_or("");
+        let flags = flags.split("max_sge").next().unwrap_or("");
+        let has = flags.lines().any(|l| l.trim() == "XRC");
+        assert_eq!(has, xrc, "{dev}:\n{}", out.stdout);
+    }
+}
+
+#[test]
+fn xsrq_pingpong_odp_two_hosts() {
+    // -o: the buffer registered ON_DEMAND, which needs xrc_odp_caps SEND and SRQ_RECV.
+    xsrq_pingpong_two_hosts(&["-o", "-n", "20"]);
+}

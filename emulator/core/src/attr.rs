@@ -215,7 +215,8 @@ pub struct FlushInfo {
 pub struct UdInfo {
     /// Destination address handle.
     pub ah: AhHandle,
-    /// Destination QP.
+    /// Destination QP; on an XRC initiator, the remote XRC SRQ's number (the XRCETH's,
+    /// `ibv_send_wr.qp_type.xrc.remote_srqn`).
     pub remote_qpn: Qpn,
     /// Q_Key (high bit set: use the QP's own Q_Key, IBA 10.2.4.5.1).
     pub remote_qkey: Qkey,

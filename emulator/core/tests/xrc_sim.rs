@@ -113,31 +113,15 @@ fn bring(
     a.max_dest_rd_atomic = o.rd_atomic;
     a.min_rnr_timer = 1;
     let (_, init_attr) = d.query_qp(qpn).expect("query");
+    let path = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+    let responder = M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+    let requester = M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
     let (rtr, rts) = match init_attr.qp_type {
         // The kernel's qp_state_table: no responder attributes for an initiator, no
         // requester attributes but the PSN and timeout for a target.
-        QpType::XrcSend => (
-            M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
-            M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        ),
-        QpType::XrcRecv => (
-            M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-            M::TIMEOUT,
-        ),
-        _ => (
-            M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER,
-            M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-        ),
+        QpType::XrcSend => (path, requester),
+        QpType::XrcRecv => (path | responder, M::TIMEOUT),
+        _ => (path | responder, requester),
     };
     d.modify_qp(now, qpn, &a, M::STATE | rtr).expect("RTR");
     a.qp_state = QpState::Rts;

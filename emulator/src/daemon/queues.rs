@@ -73,15 +73,9 @@ pub(super) fn create_cq(
         channel,
         overflowed: Cell::new(false),
     };
-    let handle = match clients.insert(session, Some(ctx), Kind::Cq(cq)) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = clients
-                .device_of(session, ctx)
-                .map(|d| d.nic.destroy_cq(id));
-            return Err(e);
-        }
-    };
+    let handle = clients.insert_or_undo(session, ctx, Kind::Cq(cq), |d| {
+        let _ = d.nic.destroy_cq(id);
+    })?;
     if let Some(Object {
         kind: Kind::Channel(ch),
         ..
@@ -321,15 +315,9 @@ pub(super) fn create_qp(
         srq: init.srq,
         sq_sig_all: init.sq_sig_all,
     };
-    let handle = match clients.insert(session, Some(ctx), Kind::Qp(qp)) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = clients
-                .device_of(session, ctx)
-                .map(|d| d.nic.destroy_qp(qpn));
-            return Err(e);
-        }
-    };
+    let handle = clients.insert_or_undo(session, ctx, Kind::Qp(qp), |d| {
+        let _ = d.nic.destroy_qp(qpn);
+    })?;
     clients.rings.insert(handle);
     clients
         .device_of(session, ctx)?
@@ -384,15 +372,9 @@ pub(super) fn record_srq(
         ring: Ring::new(layout),
         max_sge,
     };
-    let handle = match clients.insert(session, Some(ctx), Kind::Srq(srq)) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = clients
-                .device_of(session, ctx)
-                .map(|d| d.nic.destroy_srq(id));
-            return Err(e);
-        }
-    };
+    let handle = clients.insert_or_undo(session, ctx, Kind::Srq(srq), |d| {
+        let _ = d.nic.destroy_srq(id);
+    })?;
     clients.rings.insert(handle);
     clients
         .device_of(session, ctx)?

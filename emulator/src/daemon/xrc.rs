@@ -171,15 +171,9 @@ fn create_tgt_qp(clients: &mut Clients<'_>, session: SessionId, xrcd: Handle) ->
         srq: None,
         sq_sig_all: false,
     };
-    let handle = match clients.insert(session, Some(ctx), Kind::Qp(qp)) {
-        Ok(h) => h,
-        Err(err) => {
-            let _ = clients
-                .device_of(session, ctx)
-                .map(|d| d.nic.destroy_qp(qpn));
-            return Err(err);
-        }
-    };
+    let handle = clients.insert_or_undo(session, ctx, Kind::Qp(qp), |d| {
+        let _ = d.nic.destroy_qp(qpn);
+    })?;
     clients
         .device_of(session, ctx)?
         .qp_by_qpn
