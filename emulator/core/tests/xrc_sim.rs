@@ -1,4 +1,4 @@
-//! XRC (IBA annex A14) in the simulator: an initiator on one node sends and writes to a
+//! XRC (IBA annex A14) in the simulator: an initiator on one node sends, writes and reads to a
 //! target on the other, whose Sends land in the XRC SRQ each request's XRCETH names and
 //! complete on that SRQ's CQ. Under a lossy, duplicating, reordering fabric every WR
 //! completes once with success and memory equals a model; an SRQ of another domain or
@@ -11,7 +11,9 @@ use emu_core::sim::*;
 use emu_core::*;
 
 const B_WRITE: u64 = 0;
+const B_READ_SRC: u64 = 384 << 10;
 const B_RECV: u64 = 512 << 10;
+const A_READ: u64 = 256 << 10;
 
 /// The XRC objects of a run: the initiator on node 0, the target side on node 1.
 struct Xrc {
@@ -174,6 +176,17 @@ fn run_seed(seed: u64) {
         .mem
         .slice_mut(AddrSpace(x.a.client.0), x.a.base, src.len())
         .copy_from_slice(&src);
+    let read_src: Vec<u8> = (0..64 << 10).map(|_| rng.next_u64() as u8).collect();
+    f.nodes[1]
+        .mem
+        .slice_mut(
+            AddrSpace(x.b.client.0),
+            x.b.base + B_READ_SRC,
+            read_src.len(),
+        )
+        .copy_from_slice(&read_src);
+    let mut reads = Vec::new();
+    let mut read_off = 0u64;
     let mut model = vec![0u8; 256 << 10];
     let max_len = 3 * mtu.bytes() + 100;
     let nops = 4 + rng.below(16);
@@ -183,7 +196,20 @@ fn run_seed(seed: u64) {
         let off = rng.below(128 << 10);
         let len = rng.below(u64::from(max_len)) as u32;
         let mut wr = send_to(&x, i, x.srq.0, off, len);
-        if rng.chance(0.5) {
+        let kind = rng.below(3);
+        if kind == 2 {
+            // A READ through the target's responder, checked against B's memory.
+            let from = rng.below(32 << 10);
+            wr.opcode = WrOpcode::RdmaRead;
+            wr.sg_list[0].addr = x.a.base + A_READ + read_off;
+            wr.rdma = RdmaInfo {
+                remote_addr: x.b.base + B_READ_SRC + from,
+                rkey: x.b.mr.rkey,
+            };
+            let want = read_src[from as usize..(from + u64::from(len)) as usize].to_vec();
+            reads.push((read_off, want));
+            read_off += u64::from(len);
+        } else if kind == 1 {
             wr.opcode = WrOpcode::RdmaWrite;
             let dst = rng.below(128 << 10);
             wr.rdma = RdmaInfo {
@@ -261,11 +287,18 @@ fn run_seed(seed: u64) {
         written == &model[..],
         "B's memory differs from the model: {ctx}"
     );
+    for (off, want) in &reads {
+        let at = x.a.base + A_READ + off;
+        let got = f.nodes[0]
+            .mem
+            .slice(AddrSpace(x.a.client.0), at, want.len());
+        assert!(got == &want[..], "READ at {off} differs: {ctx}");
+    }
     assert_eq!(f.nodes[1].dev.counters().xrc_srq_errors, 0, "{ctx}");
 }
 
 #[test]
-fn xrc_send_and_write_under_loss() {
+fn xrc_send_write_read_under_loss() {
     for seed in seed_range() {
         run_seed(seed);
     }
