@@ -89,3 +89,48 @@ fn xsrq_pingpong_odp_two_hosts() {
     // -o: the buffer registered ON_DEMAND, which needs xrc_odp_caps SEND and SRQ_RECV.
     xsrq_pingpong_two_hosts(&["-o", "-n", "20"]);
 }
+
+#[test]
+fn xsrq_pingpong_two_clients_share_one_domain_two_hosts() {
+    // `-c 2`: the server sends to each client's SRQ through both of its initiators in
+    // turn, so a message for client 0's SRQ arrives at client 1's target QP: the two
+    // client processes on host b opened the same file, so their daemon gave them one
+    // XRC domain, and the target delivers into the other process's SRQ and CQ.
+    let _s = serial();
+    if missing(&["ibv_xsrq_pingpong"]) {
+        return;
+    }
+    let Some((net, da, db)) = two_host::hosts("udp", "udp") else {
+        return;
+    };
+    let (gid_a, gid_b) = (
+        da.ipv4_gid_index(Some(&net.a)),
+        db.ipv4_gid_index(Some(&net.b)),
+    );
+    let port = two_host::PORT.to_string();
+    let common = ["ibv_xsrq_pingpong", "-d", "rxe0", "-p", &port, "-n", "20"];
+    let mut server = common.to_vec();
+    server.extend(["-g", &gid_a, "-c", "2"]);
+    let mut client = common.to_vec();
+    client.extend(["-g", &gid_b, &net.addr_a]);
+    let srv = da.program(Some(&net.a), &server);
+    let limit = std::time::Duration::from_secs(120);
+    assert!(
+        wait_listening(Some(&net.a), two_host::PORT, limit),
+        "the server never listened"
+    );
+    let clients = [
+        db.program(Some(&net.b), &client),
+        db.program(Some(&net.b), &client),
+    ];
+    for c in clients {
+        let out = c.wait(limit);
+        out.assert_success();
+        assert!(out.stdout.trim_end().ends_with("success"), "{}", out.stdout);
+    }
+    let s = srv.wait(limit);
+    s.assert_success();
+    assert!(s.stdout.trim_end().ends_with("success"), "{}", s.stdout);
+    let stat = db.cli(Some(&net.b), &["stat", "rxe0"]).stdout;
+    assert_eq!(counter(&stat, "xrc_srq_errors"), Some(0), "{stat}");
+}
