@@ -443,3 +443,103 @@ fn xrc_verbs_checks() {
     d.release_client(now, x.b.client);
     assert!(!d.xrcd_exists(other));
 }
+
+/// XRC request opcodes (transport 0xA0 with RC's operations) and some of other transports.
+const HOSTILE_OPCODES: &[u8] = &[
+    0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf,
+    0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7, 0xbc, 0xbd, 0x04, 0x0a, 0x11, 0x64,
+];
+
+/// A packet of a random XRC (or other) opcode at `tgt` near `psn`, random bytes after
+/// the BTH but an XRCETH naming one of `srqs` most of the time and, after it, a RETH
+/// aimed at the MR half the time.
+fn hostile_packet(
+    rng: &mut Rng,
+    tgt: Qpn,
+    psn: u32,
+    srqs: &[u32],
+    rkey: Rkey,
+    base: u64,
+) -> Vec<u8> {
+    let op = HOSTILE_OPCODES[rng.below(HOSTILE_OPCODES.len() as u64) as usize];
+    let payload = rng.below(300) as usize;
+    let n = (16 + 16 + 8 + payload + 3) & !3;
+    let mut b: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+    b[0] = op;
+    b[1] &= 0xf0;
+    b[5..8].copy_from_slice(&tgt.0.to_be_bytes()[1..]);
+    let p = psn.wrapping_add(rng.below(6) as u32).wrapping_sub(2) & 0xff_ffff;
+    b[9..12].copy_from_slice(&p.to_be_bytes()[1..]);
+    if rng.chance(0.8) {
+        let srq = srqs[rng.below(srqs.len() as u64) as usize];
+        b[12..16].copy_from_slice(&srq.to_be_bytes());
+        b[12] = 0;
+    }
+    if rng.chance(0.5) {
+        let va = base + rng.below(1 << 15);
+        b[16..24].copy_from_slice(&va.to_be_bytes());
+        b[24..28].copy_from_slice(&rkey.0.to_be_bytes());
+        b[28..32].copy_from_slice(&(rng.below(1 << 12) as u32).to_be_bytes());
+    }
+    b
+}
+
+#[test]
+fn arbitrary_packets_at_an_xrc_target_never_panic_nor_write_outside_mrs() {
+    let (mut accepted, mut writes, mut naks) = (0, 0, 0);
+    for seed in 0..80u64 {
+        let mut rng = Rng::new(seed);
+        let o = ConnOpts {
+            mtu: Mtu::Mtu256,
+            buf_len: 1 << 16,
+            ..ConnOpts::default()
+        };
+        let mut f = Fabric::new(seed, 2, Mtu::Mtu1024, LinkModel::default());
+        let x = setup(&mut f, &o);
+        let psn = 500;
+        connect_xrc(&mut f, &x, x.tgt, psn, &o);
+        let ranges = vec![(AddrSpace(x.b.client.0), x.b.base, x.b.len)];
+        let srqs = [x.srq.0, x.foreign.0, x.b.srq.map_or(1, |s| s.0), 0xff_ffff];
+        // The target's expected PSN (connect_xrc gives the initiator's `psn` to it).
+        let expected = psn;
+        for _ in 0..400 {
+            let d = &mut f.nodes[1].dev;
+            if d.query_qp(x.tgt).unwrap().0.qp_state == QpState::Err {
+                let reset = QpAttr {
+                    qp_state: QpState::Reset,
+                    ..QpAttr::default()
+                };
+                d.modify_qp(f.now, x.tgt, &reset, QpAttrMask::STATE)
+                    .unwrap();
+                bring(&mut f, 1, x.tgt, 0, x.ini, (psn, psn + 1000), &o);
+            }
+            for s in [x.srq, x.foreign] {
+                if f.nodes[1].dev.srq_outstanding(s) < Some(4) {
+                    let sge = Sge {
+                        addr: x.b.base + rng.below(8) * 512,
+                        length: 512,
+                        lkey: x.b.mr.lkey,
+                    };
+                    let rwr = RecvWr {
+                        wr_id: WrId(1),
+                        sg_list: vec![sge],
+                    };
+                    f.nodes[1].dev.post_srq_recv(s, rwr).unwrap();
+                }
+            }
+            let near = expected.wrapping_add(rng.below(8) as u32);
+            let pkt = hostile_packet(&mut rng, x.tgt, near, &srqs, x.b.mr.rkey, x.b.base);
+            inject(&mut f.nodes[1], f.now, &pkt, &ranges);
+        }
+        let c = f.nodes[1].dev.counters();
+        accepted += c.rcvd_pkts;
+        naks += c.xrc_srq_errors;
+        writes += f.nodes[1].mem.writes;
+    }
+    eprintln!("accepted {accepted} writes {writes} XRC SRQ NAKs {naks}");
+    // The packets reach the responder through the XRCETH checks, both ways.
+    assert!(
+        accepted > 1000 && writes > 10 && naks > 10,
+        "accepted {accepted} writes {writes} XRC SRQ NAKs {naks}"
+    );
+}
