@@ -149,4 +149,14 @@ fn siw_devices_refuse_xrc_as_the_kernels_siw() {
     assert_eq!(nic.open_xrcd(1, None), Err(libc::EOPNOTSUPP));
     assert_eq!(nic.create_xrc_tgt_qp(1, 1), Err(libc::EOPNOTSUPP));
     assert!(!nic.xrcd_exists(1));
+    let ini = emulator::daemon::nic::QpCreate {
+        pd: 1,
+        send_cq: 1,
+        recv_cq: 1,
+        srq: None,
+        cap: QpCap::default(),
+        qp_type: qp_type::XRC_SEND,
+        sq_sig_all: false,
+    };
+    assert_eq!(nic.create_qp(1, &ini).map(|_| ()), Err(libc::EOPNOTSUPP));
 }
