@@ -158,6 +158,20 @@ fn completions(f: &mut Fabric, node: usize) -> Vec<(CqHandle, WorkCompletion)> {
     std::iter::from_fn(|| f.nodes[node].dev.poll_completion()).collect()
 }
 
+/// Posts receive `id` at `B_RECV + off` of node 1 to the XRC SRQ.
+fn post_xrc_recv(f: &mut Fabric, x: &Xrc, id: u64, off: u64, len: u32) {
+    let sge = Sge {
+        addr: x.b.base + B_RECV + off,
+        length: len,
+        lkey: x.b.mr.lkey,
+    };
+    let rwr = RecvWr {
+        wr_id: WrId(id),
+        sg_list: vec![sge],
+    };
+    f.nodes[1].dev.post_srq_recv(x.srq, rwr).unwrap();
+}
+
 fn run_seed(seed: u64) {
     let mut rng = Rng::new(seed);
     let link = LinkModel::lossy(&mut rng);
@@ -210,7 +224,14 @@ fn run_seed(seed: u64) {
             reads.push((read_off, want));
             read_off += u64::from(len);
         } else if kind == 1 {
-            wr.opcode = WrOpcode::RdmaWrite;
+            // A WRITE, with immediate (which takes a receive from the SRQ) now and then.
+            let imm = rng.chance(0.3);
+            wr.opcode = if imm {
+                WrOpcode::RdmaWriteWithImm
+            } else {
+                WrOpcode::RdmaWrite
+            };
+            wr.imm_data = i as u32;
             let dst = rng.below(128 << 10);
             wr.rdma = RdmaInfo {
                 remote_addr: x.b.base + B_WRITE + dst,
@@ -218,22 +239,20 @@ fn run_seed(seed: u64) {
             };
             let (s, d) = (off as usize, dst as usize);
             model[d..d + len as usize].copy_from_slice(&src[s..s + len as usize]);
+            if imm {
+                post_xrc_recv(&mut f, &x, i, recv_off, max_len);
+                recvs.push((
+                    i,
+                    WcOpcode::RecvRdmaWithImm,
+                    recv_off,
+                    vec![0; len as usize],
+                ));
+                recv_off += u64::from(max_len);
+            }
         } else {
-            let sge = Sge {
-                addr: x.b.base + B_RECV + recv_off,
-                length: max_len,
-                lkey: x.b.mr.lkey,
-            };
-            let rwr = RecvWr {
-                wr_id: WrId(i),
-                sg_list: vec![sge],
-            };
-            f.nodes[1].dev.post_srq_recv(x.srq, rwr).unwrap();
-            recvs.push((
-                i,
-                recv_off,
-                src[off as usize..(off + u64::from(len)) as usize].to_vec(),
-            ));
+            post_xrc_recv(&mut f, &x, i, recv_off, max_len);
+            let data = src[off as usize..(off + u64::from(len)) as usize].to_vec();
+            recvs.push((i, WcOpcode::Recv, recv_off, data));
             recv_off += u64::from(max_len);
         }
         wr.send_flags = SendFlags::SIGNALED;
@@ -254,31 +273,31 @@ fn run_seed(seed: u64) {
     // Receives: in order, on the SRQ's CQ, naming the target QP, with the data sent.
     let got = completions(&mut f, 1);
     assert_eq!(got.len(), recvs.len(), "{ctx} {got:?}");
-    for ((cq, wc), (id, off, data)) in got.iter().zip(&recvs) {
-        assert_eq!(
-            (
-                *cq,
-                wc.wr_id.0,
-                wc.status,
-                wc.opcode,
-                wc.byte_len,
-                wc.qp_num
-            ),
-            (
-                x.b.rcq,
-                *id,
-                WcStatus::Success,
-                WcOpcode::Recv,
-                data.len() as u32,
-                x.tgt
-            ),
-            "{ctx}"
+    for ((cq, wc), (id, op, off, data)) in got.iter().zip(&recvs) {
+        let seen = (
+            *cq,
+            wc.wr_id.0,
+            wc.status,
+            wc.opcode,
+            wc.byte_len,
+            wc.qp_num,
         );
-        let at = x.b.base + B_RECV + off;
-        let placed = f.nodes[1]
-            .mem
-            .slice(AddrSpace(x.b.client.0), at, data.len());
-        assert_eq!(placed, &data[..], "recv {id}: {ctx}");
+        let want = (
+            x.b.rcq,
+            *id,
+            WcStatus::Success,
+            *op,
+            data.len() as u32,
+            x.tgt,
+        );
+        assert_eq!(seen, want, "{ctx}");
+        if *op == WcOpcode::Recv {
+            let at = x.b.base + B_RECV + off;
+            let placed = f.nodes[1]
+                .mem
+                .slice(AddrSpace(x.b.client.0), at, data.len());
+            assert_eq!(placed, &data[..], "recv {id}: {ctx}");
+        }
     }
     let written = f.nodes[1]
         .mem
