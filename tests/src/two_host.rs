@@ -82,8 +82,15 @@ pub fn pair(net: &TwoHosts, da: &Daemon, db: &Daemon, server: &[&str], client: &
     c
 }
 
-/// An ibverbs pingpong between the hosts; the client must report its transfer.
-pub fn pingpong(net: &TwoHosts, da: &Daemon, db: &Daemon, program: &str, extra: &[&str]) {
+/// `program -d rxe0 -g GID -p PORT extra…` between the hosts, each side with its IPv4
+/// GID; both must succeed. The client's output.
+pub fn program_pair(
+    net: &TwoHosts,
+    da: &Daemon,
+    db: &Daemon,
+    program: &str,
+    extra: &[&str],
+) -> Output {
     let (gid_a, gid_b) = (
         da.ipv4_gid_index(Some(&net.a)),
         db.ipv4_gid_index(Some(&net.b)),
@@ -93,7 +100,12 @@ pub fn pingpong(net: &TwoHosts, da: &Daemon, db: &Daemon, program: &str, extra: 
     server.extend(extra);
     let mut client = vec![program, "-d", "rxe0", "-g", &gid_b, "-p", &port];
     client.extend(extra);
-    let c = pair(net, da, db, &server, &client);
+    pair(net, da, db, &server, &client)
+}
+
+/// An ibverbs pingpong between the hosts; the client must report its transfer.
+pub fn pingpong(net: &TwoHosts, da: &Daemon, db: &Daemon, program: &str, extra: &[&str]) {
+    let c = program_pair(net, da, db, program, extra);
     assert!(
         c.stdout.contains("iters in"),
         "no summary from `{}`:\n{}",

@@ -19,18 +19,7 @@ fn rc_pingpong_two_hosts(extra: &[&str], refused: &str) {
     let Some((net, da, db)) = two_host::hosts("udp", "udp") else {
         return;
     };
-    let (gid_a, gid_b) = (
-        da.ipv4_gid_index(Some(&net.a)),
-        db.ipv4_gid_index(Some(&net.b)),
-    );
-    let port = two_host::PORT.to_string();
-    let side = |gid: &str| {
-        let mut v = vec!["ibv_rc_pingpong", "-d", "rxe0", "-g", gid, "-p", &port];
-        v.extend(extra);
-        v.into_iter().map(str::to_owned).collect::<Vec<_>>()
-    };
-    let (server, client) = (side(&gid_a), side(&gid_b));
-    let c = two_host::pair(&net, &da, &db, &refs(&server), &refs(&client));
+    let c = two_host::program_pair(&net, &da, &db, "ibv_rc_pingpong", extra);
     assert!(c.stdout.contains("iters in"), "no summary:\n{}", c.stdout);
     assert!(
         !c.stderr.contains(refused),
@@ -38,10 +27,6 @@ fn rc_pingpong_two_hosts(extra: &[&str], refused: &str) {
         c.argv,
         c.stderr
     );
-}
-
-fn refs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
 }
 
 #[test]

@@ -200,6 +200,10 @@ fn build_send<'a>(
         repr.remote_qpn = ud.remote_qpn;
         repr.remote_qkey = ud.remote_qkey;
     } else {
+        if q.qpx.qp_base.qp_type == IBV_QPT_XRC_SEND {
+            // The remote XRC SRQ travels in the slot's remote_qpn (wire::client::slot).
+            repr.remote_qpn = w.qp_type;
+        }
         match w.opcode {
             IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
                 // SAFETY: `atomic` is the active member for atomic opcodes.

@@ -58,3 +58,4 @@ pub mod rsocket;
 pub mod shared_mr;
 pub mod verbs;
 pub mod wr_api;
+pub mod xrc;

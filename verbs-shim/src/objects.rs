@@ -146,6 +146,8 @@ pub struct Srq {
     pub max_sge: u32,
     /// The producer side: private index and scratch space.
     pub rq: Mutex<RecvQueue>,
+    /// An XRC SRQ's number (`ibv_get_srq_num`); `None` for a basic SRQ.
+    pub srqn: Option<u32>,
 }
 
 pub fn srq_of<'a>(p: *mut ibv_srq) -> VResult<&'a Srq> {

@@ -14,7 +14,13 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
     let p = pd_of(pd)?;
     let ctx = Context::from_ibv(p.pd.context)?;
     let send_cq = cq_of(init.send_cq)?;
-    let recv_cq = cq_of(init.recv_cq)?;
+    // An XRC initiator has no receive side: the daemon is given its send CQ. (rdma-core's
+    // inline ibv_create_qp_ex comes here directly when only the PD bit is set.)
+    let recv_cq = if init.qp_type == IBV_QPT_XRC_SEND {
+        send_cq
+    } else {
+        cq_of(init.recv_cq)?
+    };
     let srq = if init.srq.is_null() {
         None
     } else {
@@ -42,6 +48,20 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
         },
         &[],
     )?;
+    finish_qp(ctx, p.pd.context, pd, init, extended, reply, fds)
+}
+
+/// The QP the daemon's `Qp` reply describes: its rings mapped, `init.cap` set to the
+/// actual capacities, recorded in the context.
+pub(crate) fn finish_qp(
+    ctx: &Context,
+    context: *mut ibv_context,
+    pd: *mut ibv_pd,
+    init: &mut ibv_qp_init_attr,
+    extended: bool,
+    reply: ReplyBody,
+    fds: Vec<std::os::fd::OwnedFd>,
+) -> VResult<*mut ibv_qp> {
     let ReplyBody::Qp {
         handle,
         qpn,
@@ -76,7 +96,7 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
     };
     let mut qpx = crate::wr_api::qp_ex_table();
     qpx.qp_base = ibv_qp {
-        context: p.pd.context,
+        context,
         qp_context: init.qp_context,
         pd,
         send_cq: init.send_cq,
@@ -101,7 +121,7 @@ fn create_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr, extended: bool) -> VR
         sq_sig_all: init.sq_sig_all != 0,
         extended,
         // SAFETY: a context this shim opened points at one of its ibv_devices.
-        iwarp: unsafe { (*(*p.pd.context).device).transport_type } == IBV_TRANSPORT_IWARP,
+        iwarp: unsafe { (*(*context).device).transport_type } == IBV_TRANSPORT_IWARP,
         sq: Mutex::new(SendQueue {
             layout: sq,
             head: sq_head,
@@ -143,6 +163,9 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
 ) -> *mut ibv_qp {
     ffi::ptr(|| {
         let a = ffi::nonnull(attr)?;
+        if a.qp_type == IBV_QPT_XRC_RECV {
+            return create_tgt_qp(context, a);
+        }
         if a.comp_mask & !SUPPORTED_INIT_MASK != 0 || a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
             return Err(Errno::EOPNOTSUPP);
         }
@@ -171,6 +194,41 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
         a.cap = init.cap;
         Ok(qp)
     })
+}
+
+/// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: a target QP in the `XRCD` given (the only
+/// attribute it takes). It has no send or receive queue and no CQs.
+pub(crate) fn create_tgt_qp(
+    context: *mut ibv_context,
+    a: &mut ibv_qp_init_attr_ex,
+) -> VResult<*mut ibv_qp> {
+    if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if a.comp_mask & !(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0
+        || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+    {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let ctx = Context::from_ibv(context)?;
+    let xrcd = crate::xrc::xrcd_of(a.xrcd)?.handle;
+    let (reply, fds) = ctx.session.call(
+        RequestBody::Xrc(wire::client::xrc::XrcRequest::CreateTgtQp { xrcd }),
+        &[],
+    )?;
+    let mut init = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: core::ptr::null_mut(),
+        recv_cq: core::ptr::null_mut(),
+        srq: core::ptr::null_mut(),
+        cap: a.cap,
+        qp_type: IBV_QPT_XRC_RECV,
+        sq_sig_all: 0,
+    };
+    let null_pd = core::ptr::null_mut();
+    let qp = finish_qp(ctx, context, null_pd, &mut init, false, reply, fds)?;
+    a.cap = init.cap;
+    Ok(qp)
 }
 
 #[no_mangle]

@@ -346,12 +346,30 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
         let ReplyBody::Srq { handle, attr, ring } = reply else {
             return Err(Errno::EIO);
         };
+        let srq = new_srq(ctx, pd, init.srq_context, (handle, attr, ring), fds, None)?;
+        init.attr = srq.1;
+        Ok(srq.0)
+    })
+}
+
+/// The SRQ the daemon's reply (handle, attributes, ring layout, ring memfd) describes,
+/// recorded in the context, with its attributes in `ibv_srq_attr` form.
+pub(crate) fn new_srq(
+    ctx: &Context,
+    pd: *mut ibv_pd,
+    srq_context: *mut c_void,
+    (handle, attr, ring): (Handle, SrqAttr, wire::client::RingLayout),
+    fds: Vec<std::os::fd::OwnedFd>,
+    srqn: Option<u32>,
+) -> VResult<(*mut ibv_srq, ibv_srq_attr)> {
+    {
+        let p = pd_of(pd)?;
         let fd = fds.into_iter().next().ok_or(Errno::EIO)?;
         let map = Mapping::map(&fd, ring.end() as usize)?;
         let head = wire::client::RingView::new(map.words(), ring)
             .map_err(|_| Errno::EIO)?
             .producer_index();
-        init.attr = ibv_srq_attr {
+        let out = ibv_srq_attr {
             max_wr: attr.max_wr,
             max_sge: attr.max_sge,
             srq_limit: attr.srq_limit,
@@ -359,7 +377,7 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
         let srq = Box::into_raw(Box::new(Srq {
             srq: ibv_srq {
                 context: p.pd.context,
-                srq_context: init.srq_context,
+                srq_context,
                 pd,
                 handle: handle.0,
                 mutex: zeroed_sync(),
@@ -377,14 +395,15 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
                 slot: vec![0; ring.slot_size as usize],
                 sges: Vec::with_capacity(attr.max_sge as usize),
             }),
+            srqn,
         }));
         ctx.objects
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .srqs
             .insert(handle.0, srq as usize);
-        Ok(srq as *mut ibv_srq)
-    })
+        Ok((srq as *mut ibv_srq, out))
+    }
 }
 
 #[no_mangle]

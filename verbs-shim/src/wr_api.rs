@@ -352,10 +352,10 @@ unsafe extern "C" fn wr_set_ud_addr(
     }
 }
 
-unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, _srqn: u32) {
-    with_sq(qp, |sq, _| {
-        sq.error.get_or_insert(Errno::EOPNOTSUPP);
-    })
+/// The remote XRC SRQ of the WR being built, in the slot's remote_qpn as `ibv_post_send`
+/// puts it.
+unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, srqn: u32) {
+    modify(qp, |p| p.remote_qpn = srqn)
 }
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {

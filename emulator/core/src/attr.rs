@@ -215,7 +215,8 @@ pub struct FlushInfo {
 pub struct UdInfo {
     /// Destination address handle.
     pub ah: AhHandle,
-    /// Destination QP.
+    /// Destination QP; on an XRC initiator, the remote XRC SRQ's number (the XRCETH's,
+    /// `ibv_send_wr.qp_type.xrc.remote_srqn`).
     pub remote_qpn: Qpn,
     /// Q_Key (high bit set: use the QP's own Q_Key, IBA 10.2.4.5.1).
     pub remote_qkey: Qkey,
@@ -526,4 +527,7 @@ pub struct Counters {
     /// Times an RC QP waited to start a message because the device had its window of
     /// request packets in flight.
     pub device_window_waits: u64,
+    /// XRC requests whose XRCETH named no XRC SRQ of the target QP's domain (NAKed
+    /// Invalid Request).
+    pub xrc_srq_errors: u64,
 }

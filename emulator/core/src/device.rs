@@ -16,7 +16,7 @@ use crate::mcast::Groups;
 use crate::memory::Memory;
 use crate::mr::{check_registration, Region};
 use crate::mw::{alloc_mw, bind_window, dealloc_mw};
-use crate::objects::{Ah, Cq, Objects, Pd, Srq};
+use crate::objects::{Ah, Cq, Objects, Pd, XrcSrq};
 use crate::pfc::TxPause;
 use crate::qp::*;
 use crate::qp_verbs::{enqueue_send, Queued, VerbParts};
@@ -26,6 +26,7 @@ use crate::responder::ForcedResponse;
 use crate::submit::{send_path, SendPath, SendQp, SendRefused};
 use crate::timers::TimerKind;
 use crate::types::*;
+use crate::{srq, xrc};
 
 /// One RDMA device (`rxe0`): the sans-IO NIC.
 #[derive(Debug)]
@@ -679,36 +680,7 @@ impl Device {
         pd: PdHandle,
         attr: SrqAttr,
     ) -> Result<SrqHandle, Errno> {
-        let l = &self.cfg.limits;
-        if attr.max_wr == 0 || attr.max_wr > l.max_srq_wr || attr.max_sge > l.max_srq_sge {
-            return Err(Errno::EINVAL);
-        }
-        // rxe_srq_chk_init raises max_sge to RXE_MIN_SRQ_SGE (1): an SRQ asked for with
-        // no SGE (TensorPipe does so) takes one-SGE receives.
-        let attr = SrqAttr {
-            max_sge: attr.max_sge.max(1),
-            ..attr
-        };
-        if self.o.srqs.len() >= l.max_srq as usize {
-            return Err(Errno::ENOMEM);
-        }
-        self.o.pd_ref(pd, 1)?;
-        let h = self.o.handle();
-        let attr = SrqAttr {
-            srq_limit: 0,
-            ..attr
-        };
-        self.o.srqs.insert(
-            h,
-            Srq {
-                owner,
-                pd,
-                attr,
-                wqes: VecDeque::new(),
-                refs: 0,
-            },
-        );
-        Ok(SrqHandle(h))
+        srq::create(&mut self.o, &self.cfg.limits, owner, pd, attr, None)
     }
 
     /// `ibv_modify_srq`: `LIMIT` arms the limit event, `MAX_WR` resizes.
@@ -718,27 +690,7 @@ impl Device {
         attr: &SrqAttr,
         mask: SrqAttrMask,
     ) -> Result<(), Errno> {
-        let max = self.cfg.limits.max_srq_wr;
-        let s = self.o.srqs.get_mut(&srq.0).ok_or(Errno::EINVAL)?;
-        if mask.0 & !3 != 0 {
-            return Err(Errno::EINVAL);
-        }
-        let new_max = if mask.0 & SrqAttrMask::MAX_WR.0 != 0 {
-            attr.max_wr
-        } else {
-            s.attr.max_wr
-        };
-        if new_max == 0 || new_max > max || (new_max as usize) < s.wqes.len() {
-            return Err(Errno::EINVAL);
-        }
-        if mask.0 & SrqAttrMask::LIMIT.0 != 0 && attr.srq_limit > new_max {
-            return Err(Errno::EINVAL);
-        }
-        s.attr.max_wr = new_max;
-        if mask.0 & SrqAttrMask::LIMIT.0 != 0 {
-            s.attr.srq_limit = attr.srq_limit;
-        }
-        Ok(())
+        srq::modify(&mut self.o, self.cfg.limits.max_srq_wr, srq, attr, mask)
     }
 
     /// `ibv_query_srq`.
@@ -748,16 +700,7 @@ impl Device {
 
     /// `ibv_destroy_srq`: EBUSY while a QP uses it.
     pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), Errno> {
-        match self.o.srqs.get(&srq.0) {
-            None => Err(Errno::EINVAL),
-            Some(s) if s.refs > 0 => Err(Errno::EBUSY),
-            Some(s) => {
-                let pd = s.pd;
-                self.o.srqs.remove(&srq.0);
-                let _ = self.o.pd_ref(pd, -1);
-                Ok(())
-            }
-        }
+        srq::destroy(&mut self.o, srq)
     }
 
     /// Receives queued on SRQ `srq` (a QP that takes one owns it from then on, as rxe's
@@ -768,15 +711,56 @@ impl Device {
 
     /// `ibv_post_srq_recv` (one WR).
     pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: RecvWr) -> Result<(), Errno> {
-        let s = self.o.srqs.get_mut(&srq.0).ok_or(Errno::EINVAL)?;
-        if wr.sg_list.len() > s.attr.max_sge as usize {
+        srq::post_recv(&mut self.o, srq, wr)
+    }
+
+    /// `ibv_open_xrcd` of a new XRC domain by `owner`.
+    pub fn open_xrcd(&mut self, owner: ClientId) -> XrcdHandle {
+        xrc::open(&mut self.o, owner)
+    }
+
+    /// `ibv_open_xrcd` of an existing domain (the daemon matched its file); EINVAL if gone.
+    pub fn share_xrcd(&mut self, xrcd: XrcdHandle, owner: ClientId) -> Result<(), Errno> {
+        xrc::share(&mut self.o, xrcd, owner)
+    }
+
+    /// `ibv_close_xrcd`: true when the domain is gone; EBUSY on the last close while
+    /// SRQs or target QPs remain in it.
+    pub fn close_xrcd(&mut self, xrcd: XrcdHandle, owner: ClientId) -> Result<bool, Errno> {
+        xrc::close(&mut self.o, xrcd, owner)
+    }
+
+    /// Whether the domain exists (it goes with its last open, or its openers' release).
+    pub fn xrcd_exists(&self, xrcd: XrcdHandle) -> bool {
+        self.o.xrcds.contains_key(&xrcd.0)
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ in `xrcd` (which `owner` has
+    /// open) whose receives complete on `cq`. Its SRQ number (`ibv_get_srq_num`, the
+    /// XRCETH's) is the handle's value.
+    pub fn create_xrc_srq(
+        &mut self,
+        owner: ClientId,
+        pd: PdHandle,
+        xrcd: XrcdHandle,
+        cq: CqHandle,
+        attr: SrqAttr,
+    ) -> Result<SrqHandle, Errno> {
+        xrc::check_opener(&self.o, xrcd, owner)?;
+        if !self.o.cqs.contains_key(&cq.0) || self.o.next_handle >= Qpn::MAX {
             return Err(Errno::EINVAL);
         }
-        if s.wqes.len() >= s.attr.max_wr as usize {
-            return Err(Errno::ENOMEM);
-        }
-        s.wqes.push_back(wr);
-        Ok(())
+        let x = Some(XrcSrq { xrcd, cq });
+        srq::create(&mut self.o, &self.cfg.limits, owner, pd, attr, x)
+    }
+
+    /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: a target QP in `xrcd`. An initiator
+    /// (`IBV_QPT_XRC_SEND`) is made by [`Device::create_qp`] (its `recv_cq` unused).
+    pub fn create_xrc_tgt_qp(&mut self, owner: ClientId, xrcd: XrcdHandle) -> Result<Qpn, Errno> {
+        xrc::check_opener(&self.o, xrcd, owner)?;
+        let (qpn, _) = self.verbs().create_qp(owner, &xrc::TGT_INIT)?;
+        xrc::attach_tgt(&mut self.o, &mut self.qps, qpn, xrcd);
+        Ok(qpn)
     }
 
     /// `ibv_create_ah`: EINVAL without a GRH (RoCE).

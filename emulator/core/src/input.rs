@@ -131,7 +131,11 @@ impl InputParts<'_> {
             (QpType::Rc, Body::RcRequest(_) | Body::RcResponse(_))
                 | (QpType::Uc, Body::Uc(_))
                 | (QpType::Ud, Body::Ud { .. })
+                | (QpType::XrcSend, Body::XrcResponse(_))
+                | (QpType::XrcRecv, Body::XrcRequest { .. })
         );
+        // A transport the QP does not serve (an XRC opcode on an RC QP, an RC one on an XRC
+        // half, a response at a target) is silently dropped (IBA 9.6.1.5), counted.
         if !type_ok
             || !matches!(
                 qp.state,
@@ -155,7 +159,7 @@ impl InputParts<'_> {
             }
         }
         match repr.body {
-            Body::RcResponse(r) => Completer {
+            Body::RcResponse(r) | Body::XrcResponse(r) => Completer {
                 o: self.o,
                 qps: self.qps,
             }

@@ -107,10 +107,12 @@ mod rereg;
 mod responder;
 pub mod sim;
 pub mod siw_state;
+mod srq;
 pub mod state;
 mod submit;
 mod timers;
 pub mod types;
+mod xrc;
 
 pub use attr::*;
 pub use dcqcn::DcqcnParams;

@@ -34,6 +34,26 @@ pub(crate) struct Srq {
     pub attr: SrqAttr,
     pub wqes: VecDeque<RecvWr>,
     pub refs: u32,
+    /// An XRC SRQ's domain and completion queue (`None`: a basic SRQ).
+    pub xrc: Option<XrcSrq>,
+}
+
+/// What makes an SRQ an XRC SRQ: the XRC domain whose target QPs may name it, and the
+/// CQ its receives complete on (an XRC target QP has no CQ of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct XrcSrq {
+    pub xrcd: XrcdHandle,
+    pub cq: CqHandle,
+}
+
+/// An XRC domain: shared by every open of it (`ibv_open_xrcd` on the same file, which
+/// the daemon matches), alive while opened.
+#[derive(Debug, Default)]
+pub(crate) struct Xrcd {
+    /// One entry per open not yet closed.
+    pub openers: Vec<ClientId>,
+    /// XRC SRQs and target QPs in the domain.
+    pub refs: u32,
 }
 
 #[derive(Debug)]
@@ -57,6 +77,7 @@ pub(crate) struct Objects {
     pub keys: Keys,
     pub cqs: U32Map<Cq>,
     pub srqs: U32Map<Srq>,
+    pub xrcds: U32Map<Xrcd>,
     pub ahs: U32Map<Ah>,
     pub mws: U32Map<Mw>,
     pub completions: VecDeque<(CqHandle, WorkCompletion)>,

@@ -172,6 +172,8 @@ pub(crate) struct Qp {
     pub owner: ClientId,
     pub qp_type: QpType,
     pub init: QpInitAttr,
+    /// An XRC target's domain.
+    pub xrcd: Option<XrcdHandle>,
     pub state: QpState,
     /// The attributes as last set (for `query_qp`).
     pub attr: QpAttr,

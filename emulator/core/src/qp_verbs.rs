@@ -57,10 +57,13 @@ impl VerbParts<'_> {
         {
             return Err(Errno::EINVAL);
         }
-        if !self.o.pds.contains_key(&init.pd.0)
-            || !self.o.cqs.contains_key(&init.send_cq.0)
-            || !self.o.cqs.contains_key(&init.recv_cq.0)
-            || init.srq.is_some_and(|s| !self.o.srqs.contains_key(&s.0))
+        // An XRC target has no PD, CQs or SRQ of its own (xrc.rs).
+        let tgt = init.qp_type == QpType::XrcRecv;
+        if !tgt
+            && (!self.o.pds.contains_key(&init.pd.0)
+                || !self.o.cqs.contains_key(&init.send_cq.0)
+                || !self.o.cqs.contains_key(&init.recv_cq.0)
+                || init.srq.is_some_and(|s| !self.o.srqs.contains_key(&s.0)))
         {
             return Err(Errno::EINVAL);
         }
@@ -73,14 +76,16 @@ impl VerbParts<'_> {
                 break Qpn(*self.next_qpn);
             }
         };
-        self.o.pd_ref(init.pd, 1)?;
-        for cq in [init.send_cq, init.recv_cq] {
-            if let Some(c) = self.o.cqs.get_mut(&cq.0) {
-                c.refs += 1;
+        if !tgt {
+            self.o.pd_ref(init.pd, 1)?;
+            for cq in [init.send_cq, init.recv_cq] {
+                if let Some(c) = self.o.cqs.get_mut(&cq.0) {
+                    c.refs += 1;
+                }
             }
-        }
-        if let Some(s) = init.srq.and_then(|s| self.o.srqs.get_mut(&s.0)) {
-            s.refs += 1;
+            if let Some(s) = init.srq.and_then(|s| self.o.srqs.get_mut(&s.0)) {
+                s.refs += 1;
+            }
         }
         let cap = QpCap {
             // rxe sizes a send WQE for max(max_send_sge SGEs of 16 octets, the inline
@@ -106,6 +111,7 @@ impl VerbParts<'_> {
                 owner,
                 qp_type: init.qp_type,
                 init,
+                xrcd: None,
                 state: QpState::Reset,
                 attr: QpAttr {
                     cap,
@@ -135,14 +141,19 @@ impl VerbParts<'_> {
         }
         let qp = self.qps.remove(&qpn.0).ok_or(Errno::EINVAL)?;
         self.o.timers.cancel_qp(qpn.0);
-        let _ = self.o.pd_ref(qp.init.pd, -1);
-        for cq in [qp.init.send_cq, qp.init.recv_cq] {
-            if let Some(c) = self.o.cqs.get_mut(&cq.0) {
-                c.refs = c.refs.saturating_sub(1);
+        if let Some(d) = qp.xrcd.and_then(|x| self.o.xrcds.get_mut(&x.0)) {
+            // An XRC target's PD, CQ and SRQ are the last request's, unreferenced.
+            d.refs = d.refs.saturating_sub(1);
+        } else {
+            let _ = self.o.pd_ref(qp.init.pd, -1);
+            for cq in [qp.init.send_cq, qp.init.recv_cq] {
+                if let Some(c) = self.o.cqs.get_mut(&cq.0) {
+                    c.refs = c.refs.saturating_sub(1);
+                }
             }
-        }
-        if let Some(s) = qp.init.srq.and_then(|s| self.o.srqs.get_mut(&s.0)) {
-            s.refs = s.refs.saturating_sub(1);
+            if let Some(s) = qp.init.srq.and_then(|s| self.o.srqs.get_mut(&s.0)) {
+                s.refs = s.refs.saturating_sub(1);
+            }
         }
         // Windows bound through this QP lose their binding.
         for r in self.o.keys.by_index.values_mut() {
@@ -310,7 +321,10 @@ impl VerbParts<'_> {
     /// `ibv_post_recv` (one WR).
     pub(crate) fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), Errno> {
         let qp = self.qps.get_mut(&qpn.0).ok_or(Errno::EINVAL)?;
-        if qp.init.srq.is_some() || qp.state == QpState::Reset {
+        if qp.init.srq.is_some()
+            || qp.state == QpState::Reset
+            || matches!(qp.qp_type, QpType::XrcSend | QpType::XrcRecv)
+        {
             return Err(Errno::EINVAL);
         }
         if wr.sg_list.len() > qp.init.cap.max_recv_sge as usize {
@@ -353,7 +367,19 @@ impl VerbParts<'_> {
         }
         self.o.keys.by_index.retain(|_, r| r.owner != owner);
         self.o.ahs.retain(|_, a| a.owner != owner);
-        self.o.srqs.retain(|_, s| s.owner != owner);
+        let srqs: Vec<u32> = self
+            .o
+            .srqs
+            .iter()
+            .filter(|(_, s)| s.owner == owner)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in srqs {
+            if let Some(s) = self.o.srqs.remove(&h) {
+                crate::srq::release(self.o, &s);
+            }
+        }
+        crate::xrc::release_client(self.o, owner);
         let cqs: Vec<u32> = self
             .o
             .cqs
@@ -470,7 +496,9 @@ pub(crate) fn enqueue_send(
     }
     use WrOpcode::*;
     let allowed = match qp.qp_type {
-        QpType::Rc => true,
+        QpType::Rc | QpType::XrcSend => true,
+        // An XRC target has no send queue.
+        QpType::XrcRecv => false,
         // FLUSH and ATOMIC WRITE are RC (and XRC) only (annex A19).
         QpType::Uc => matches!(
             wr.opcode,

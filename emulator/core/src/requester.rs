@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use wire::roce::{
     packet, AtomicEthRepr, Body, DethRepr, FethRepr, Header, ImmDt, PlacementType, Request,
-    Selectivity, SendSeg, UcRequest, UcSendSeg, WriteSeg, ICRC_LEN,
+    Selectivity, SendSeg, UcRequest, UcSendSeg, WriteSeg, XrcEthRepr, ICRC_LEN,
 };
 
 use crate::attr::*;
@@ -96,7 +96,7 @@ impl RequesterParts<'_> {
             f.packets = self
                 .qps
                 .values()
-                .filter(|q| q.qp_type == QpType::Rc)
+                .filter(|q| q.qp_type.is_reliable())
                 .filter_map(|q| q.conn.as_ref()?.req.as_ref())
                 .map(|r| r.next_psn.distance(r.una).max(0) as u32)
                 .sum();
@@ -153,10 +153,10 @@ impl RequesterParts<'_> {
                 {
                     return None;
                 }
-                if qp.qp_type == QpType::Rc && req.next_psn.distance(req.una) >= WINDOW {
+                if qp.qp_type.is_reliable() && req.next_psn.distance(req.una) >= WINDOW {
                     return None;
                 }
-                if qp.qp_type == QpType::Rc && !window_open {
+                if qp.qp_type.is_reliable() && !window_open {
                     self.o.counters.device_window_waits += 1;
                     self.o.timers.set(qpn, TimerKind::Window, now + RECOUNT);
                     return None;
@@ -208,7 +208,7 @@ impl RequesterParts<'_> {
                 };
                 let first = req.next_psn;
                 req.next_psn = first.wrapping_add(npkts);
-                if qp.qp_type == QpType::Rc {
+                if qp.qp_type.is_reliable() {
                     self.o.inflight.packets = self.o.inflight.packets.saturating_add(npkts);
                 }
                 let w = &mut qp.sq[i];
@@ -388,8 +388,19 @@ impl RequesterParts<'_> {
                 }
                 (_, WrOpcode::LocalInv | WrOpcode::BindMw) => return None,
             };
+            // XRC initiator: the RC request with the XRCETH naming the remote XRC SRQ
+            // (`ibv_send_wr.qp_type.xrc.remote_srqn`, carried in `ud.remote_qpn`).
+            let body = match (qp.qp_type, body) {
+                (QpType::XrcSend, Body::RcRequest(request)) => Body::XrcRequest {
+                    xrceth: XrcEthRepr {
+                        xrc_srq: wqe.wr.ud.remote_qpn.0 & 0xff_ffff,
+                    },
+                    request,
+                },
+                (_, b) => b,
+            };
             let mut header = Header::new(dest, psn);
-            header.ack_req = qp.qp_type == QpType::Rc && last;
+            header.ack_req = qp.qp_type.is_reliable() && last;
             header.solicited = last && wqe.wr.send_flags.contains(SendFlags::SOLICITED);
             (path, dest, header, body, range, wqe.len)
         };
@@ -440,7 +451,7 @@ impl RequesterParts<'_> {
             req.ack_timeout
         };
         match qp_type {
-            QpType::Rc => {
+            t if t.is_reliable() => {
                 if let Some(t) = timeout {
                     if !self.o.timers.is_set(qpn, TimerKind::Retransmit) {
                         self.o.timers.set(qpn, TimerKind::Retransmit, now + t);

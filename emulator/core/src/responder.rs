@@ -54,6 +54,14 @@ impl ResponderParts<'_> {
         let _ = now;
         match repr.body {
             Body::RcRequest(r) => self.rc_request(qpn, &repr.header, &r, repr.payload, mem),
+            Body::XrcRequest { xrceth, request } => {
+                let Some(qp) = self.qps.get_mut(&qpn) else {
+                    return;
+                };
+                if crate::xrc::admit(qp, self.o, repr.header.psn, xrceth.xrc_srq) {
+                    self.rc_request(qpn, &repr.header, &request, repr.payload, mem);
+                }
+            }
             Body::Uc(r) => self.uc_request(qpn, &repr.header, &r, repr.payload, mem),
             Body::Ud { deth, imm } => self.ud_request(qpn, d, deth, imm, repr.payload, mem),
             _ => {}
@@ -293,7 +301,8 @@ pub(crate) fn transmit_response(
     buf: &mut Vec<u8>,
 ) -> Option<Transmit> {
     let qp = qps.get_mut(&qpn)?;
-    let credits = if qp.init.srq.is_some() {
+    let xrc = qp.qp_type == QpType::XrcRecv;
+    let credits = if qp.init.srq.is_some() || xrc {
         CreditCode::INVALID
     } else {
         CreditCode::from_credits(qp.rq.len() as u32)
@@ -363,6 +372,11 @@ pub(crate) fn transmit_response(
                 Some((space, host + u64::from(off), n)),
             )
         }
+    };
+    // An XRC target answers with the XRC transport's response opcodes.
+    let body = match body {
+        Body::RcResponse(r) if xrc => Body::XrcResponse(r),
+        b => b,
     };
     let n = read.map_or(0, |r| r.2 as usize);
     let hlen = body.header_len();

@@ -30,11 +30,13 @@
 //! # Ok::<(), Errno>(())
 //! ```
 
+mod checked;
 mod fabric;
 pub mod incast;
 mod paging;
 mod rng;
 
+pub use checked::{inject, Checked};
 pub use fabric::{
     bring_up, connect, connect_nodes, make_end, node_config, write_wr, ConnOpts, End, Fabric,
     LinkModel, MarkingQueue, Node, QueueStats,

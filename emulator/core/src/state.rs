@@ -143,9 +143,21 @@ pub const TABLE: &[Rule] = &[
 
 const fn type_index(t: QpType) -> usize {
     match t {
-        QpType::Rc => 0,
+        QpType::Rc | QpType::XrcSend | QpType::XrcRecv => 0,
         QpType::Uc => 1,
         QpType::Ud => 2,
+    }
+}
+
+/// What an XRC half does not need of RC's required attributes (the kernel's
+/// `qp_state_table`): an initiator has no responder (INIT→RTR without
+/// `MAX_DEST_RD_ATOMIC`, `MIN_RNR_TIMER`), a target no requester (RTR→RTS with only
+/// `SQ_PSN` and `TIMEOUT`). They stay allowed.
+const fn xrc_relaxed(t: QpType, from: S, to: S) -> u32 {
+    match (t, from, to) {
+        (QpType::XrcSend, S::Init, S::Rtr) => MDRA | RNRT,
+        (QpType::XrcRecv, S::Rtr, S::Rts) => RETRY | RNRR | MQRA,
+        _ => 0,
     }
 }
 
@@ -156,6 +168,10 @@ pub fn rule(t: QpType, from: S, to: S) -> Option<(M, M)> {
         .iter()
         .filter(|r| r.to == to && r.from.is_none_or(|f| f == from))
         .find_map(|r| r.required[i].map(|req| (req, r.optional[i])))
+        .map(|(req, opt)| {
+            let relax = xrc_relaxed(t, from, to);
+            (M(req.0 & !relax), M(opt.0 | relax))
+        })
 }
 
 /// Checks a `modify_qp` mask: returns the target state, or EINVAL.

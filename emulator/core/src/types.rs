@@ -24,6 +24,10 @@ handle!(
     SrqHandle
 );
 handle!(
+    /// An XRC domain ([`crate::Device::open_xrcd`]): groups XRC SRQs and XRC target QPs.
+    XrcdHandle
+);
+handle!(
     /// An address handle (UD destinations).
     AhHandle
 );
@@ -334,6 +338,12 @@ pub enum QpType {
     Uc = 3,
     /// IBV_QPT_UD: unreliable datagram (one address handle per send).
     Ud = 4,
+    /// IBV_QPT_XRC_SEND: XRC initiator (send side only; RC transport whose requests
+    /// carry an XRCETH naming the remote XRC SRQ, IBA annex A14).
+    XrcSend = 9,
+    /// IBV_QPT_XRC_RECV: XRC target (receive side only, no RQ: each request's XRCETH
+    /// names the XRC SRQ of the QP's XRC domain that takes it).
+    XrcRecv = 10,
 }
 
 impl QpType {
@@ -343,8 +353,16 @@ impl QpType {
             2 => QpType::Rc,
             3 => QpType::Uc,
             4 => QpType::Ud,
+            9 => QpType::XrcSend,
+            10 => QpType::XrcRecv,
             _ => return None,
         })
+    }
+
+    /// RC and both XRC halves: the reliable connected transport (ACKs, retries, READ
+    /// and atomics).
+    pub fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
     }
 }
 

@@ -19,6 +19,7 @@ use std::time::Instant;
 use wire::client::proto::Handle;
 use wire::client::ring::SESSION_PAGE_LEN;
 use wire::client::verbs::{access as acc, rereg_flags};
+use wire::client::xrc::XrcRequest;
 use wire::client::{QpInitAttr, ReplyBody, RequestBody, MAX_SHARED_PAGES, PROTOCOL_VERSION};
 
 /// Rights that let the device write a region (the kernel's `ib_access_writable`).
@@ -106,7 +107,8 @@ pub(super) fn dispatch(
         RequestBody::OpenDevice { .. }
         | RequestBody::CreateCompChannel { .. }
         | RequestBody::Capture { .. }
-        | RequestBody::Cm(wire::client::cm::CmRequest::CreateChannel) => 1,
+        | RequestBody::Cm(wire::client::cm::CmRequest::CreateChannel)
+        | RequestBody::Xrc(XrcRequest::Open { file: true, .. }) => 1,
         RequestBody::RegMr { shared, .. } if shared.len() <= MAX_SHARED_PAGES => shared.len(),
         RequestBody::RegMr { .. } => return Err(libc::EINVAL),
         _ => 0,
@@ -474,6 +476,17 @@ pub(super) fn dispatch(
         }
         R::Stat { device, qpn } => {
             queues::stat(&st.devices, &st.counters, &st.users, &st.mem, device, qpn)
+        }
+        R::Xrc(req) => {
+            let closed = match req {
+                XrcRequest::Close { xrcd } => Some(xrcd),
+                _ => None,
+            };
+            let answer = super::xrc::handle(&mut st.clients(), session, req, fds)?;
+            if let Some(h) = closed {
+                st.forget(h);
+            }
+            Ok(answer)
         }
         R::Cm(req) => {
             if let wire::client::cm::CmRequest::Connect { id, param }

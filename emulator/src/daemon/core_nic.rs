@@ -1,7 +1,9 @@
 //! [`Nic`] over the sans-IO core (`emu_core::Device`): the one place where the protocol's
 //! attribute structs and slot reprs become the core's types, and back.
 
-use super::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate, Rereg, TxMeta};
+use super::nic::{
+    AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate, Rereg, TxMeta, XrcSrqIds,
+};
 use emu_core as core;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -344,6 +346,7 @@ fn named(c: &core::Counters) -> Vec<(String, u64)> {
         ("rp_paced_holds", c.rp_paced_holds),
         ("pfc_held", c.pfc_held),
         ("device_window_waits", c.device_window_waits),
+        ("xrc_srq_errors", c.xrc_srq_errors),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -467,6 +470,50 @@ impl Nic for CoreNic {
                     sg_list: sges(list),
                 },
             )
+            .map_err(e)
+    }
+    fn open_xrcd(&mut self, owner: Owner, existing: Option<u32>) -> Result<u32, Errno> {
+        let owner = core::ClientId(owner);
+        match existing {
+            Some(x) => self
+                .dev
+                .share_xrcd(core::XrcdHandle(x), owner)
+                .map(|()| x)
+                .map_err(e),
+            None => Ok(self.dev.open_xrcd(owner).0),
+        }
+    }
+    fn close_xrcd(&mut self, xrcd: u32, owner: Owner) -> Result<bool, Errno> {
+        self.dev
+            .close_xrcd(core::XrcdHandle(xrcd), core::ClientId(owner))
+            .map_err(e)
+    }
+    fn xrcd_exists(&self, xrcd: u32) -> bool {
+        self.dev.xrcd_exists(core::XrcdHandle(xrcd))
+    }
+    fn create_xrc_srq(
+        &mut self,
+        owner: Owner,
+        ids: XrcSrqIds,
+        attr: &proto::SrqAttr,
+    ) -> Result<(u32, proto::SrqAttr), Errno> {
+        let h = self
+            .dev
+            .create_xrc_srq(
+                core::ClientId(owner),
+                core::PdHandle(ids.pd),
+                core::XrcdHandle(ids.xrcd),
+                core::CqHandle(ids.cq),
+                srq_in(attr),
+            )
+            .map_err(e)?;
+        let actual = self.dev.query_srq(h).map_err(e)?;
+        Ok((h.0, srq_out(&actual)))
+    }
+    fn create_xrc_tgt_qp(&mut self, owner: Owner, xrcd: u32) -> Result<u32, Errno> {
+        self.dev
+            .create_xrc_tgt_qp(core::ClientId(owner), core::XrcdHandle(xrcd))
+            .map(|q| q.0)
             .map_err(e)
     }
     fn create_ah(&mut self, pd: u32, attr: &proto::AhAttr) -> Result<u32, Errno> {

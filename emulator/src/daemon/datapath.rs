@@ -93,6 +93,10 @@ fn release_recv_slots(objects: &BTreeMap<Handle, Object>, nic: &dyn Nic, h: Hand
     }
 }
 
+fn is_xrc_tgt(objects: &BTreeMap<Handle, Object>, h: Handle) -> bool {
+    matches!(objects.get(&h).map(|o| &o.kind), Some(Kind::Qp(q)) if q.qp_type == qp_type::XRC_RECV)
+}
+
 /// Whether any SQ/RQ/SRQ ring of `rings` holds unconsumed work (checked before sleeping).
 pub(super) fn rings_pending(objects: &BTreeMap<Handle, Object>, rings: &BTreeSet<Handle>) -> bool {
     let pending = |ring: &Ring, map: &Mapping| {
@@ -432,6 +436,13 @@ impl DataPath<'_> {
                 if cqe.opcode & wc_opcode::RECV != 0 {
                     if let Some(&qp) = d.qp_by_qpn.get(&cqe.qp_num) {
                         release_recv_slots(self.objects, &*d.nic, qp);
+                        // An XRC target took the receive from the SRQ its request
+                        // named: the device's SRQs give their completed slots back.
+                        if is_xrc_tgt(self.objects, qp) {
+                            for &s in d.srq_by_id.values() {
+                                release_recv_slots(self.objects, &*d.nic, s);
+                            }
+                        }
                     }
                 }
                 if let Some(h) = d.cq_by_id.get(&cq) {

@@ -34,6 +34,7 @@ mod cap {
     pub const RC_RNR_NAK_GEN: u32 = 1 << 11;
     pub const SRQ_RESIZE: u32 = 1 << 13;
     pub const MEM_WINDOW: u32 = 1 << 17;
+    pub const XRC: u32 = 1 << 20;
     pub const MEM_MGT_EXTENSIONS: u32 = 1 << 21;
     pub const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
 }
@@ -64,6 +65,9 @@ pub struct ServedDevice {
     pub cq_by_id: HashMap<u32, Handle>,
     pub qp_by_qpn: HashMap<u32, Handle>,
     pub srq_by_id: HashMap<u32, Handle>,
+    /// XRC domains tied to a file (its device and inode) → the engine's domain: every
+    /// `ibv_open_xrcd` of the file on this device shares it.
+    pub xrcd_by_file: HashMap<(u64, u64), u32>,
     /// Open device contexts on this device.
     pub open_ctxs: usize,
     /// Datagrams received / dropped before the core (socket errors, oversize).
@@ -240,6 +244,7 @@ impl ServedDevice {
             cq_by_id: HashMap::new(),
             qp_by_qpn: HashMap::new(),
             srq_by_id: HashMap::new(),
+            xrcd_by_file: HashMap::new(),
             open_ctxs: 0,
             rx_datagrams: 0,
             tx_datagrams: 0,
@@ -354,6 +359,7 @@ impl ServedDevice {
             cq_by_id: HashMap::new(),
             qp_by_qpn: HashMap::new(),
             srq_by_id: HashMap::new(),
+            xrcd_by_file: HashMap::new(),
             open_ctxs: 0,
             rx_datagrams: 0,
             tx_datagrams: 0,
@@ -463,7 +469,8 @@ impl ServedDevice {
                 | cap::SRQ_RESIZE
                 | cap::MEM_WINDOW
                 | cap::MEM_MGT_EXTENSIONS
-                | cap::MEM_WINDOW_TYPE_2B,
+                | cap::MEM_WINDOW_TYPE_2B
+                | cap::XRC,
             max_sge: i(l.max_sge),
             max_sge_rd: i(l.max_sge),
             max_cq: i(l.max_cq),

@@ -37,6 +37,7 @@ mod slice;
 pub mod sys;
 mod tokens;
 pub mod users;
+mod xrc;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
 pub use engine::Engine;

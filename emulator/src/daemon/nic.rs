@@ -119,6 +119,14 @@ impl Default for Limits {
     }
 }
 
+/// The engine's ids an XRC SRQ is made of: its PD, XRC domain and CQ.
+#[derive(Debug, Clone, Copy)]
+pub struct XrcSrqIds {
+    pub pd: u32,
+    pub xrcd: u32,
+    pub cq: u32,
+}
+
 /// One device's transport engine. `Any`: code that drives one kind of engine beyond this
 /// trait (the RDMA CM's iWARP calls on a siw device) finds it by downcasting, so the trait
 /// names none of its implementors.
@@ -170,6 +178,34 @@ pub trait Nic: std::any::Any {
     fn query_srq(&self, srq: u32) -> Result<SrqAttr, Errno>;
     fn destroy_srq(&mut self, srq: u32) -> Result<(), Errno>;
     fn post_srq_recv(&mut self, srq: u32, wr_id: u64, sges: SgeList<'_>) -> Result<(), Errno>;
+    /// XRC (IBA annex A14), RoCE only: the kernel's siw has none, so these are
+    /// EOPNOTSUPP unless the engine has them. `ibv_open_xrcd`: a new domain for `owner`,
+    /// or one more open of `existing`; returns the domain.
+    fn open_xrcd(&mut self, _owner: Owner, _existing: Option<u32>) -> Result<u32, Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
+    /// `ibv_close_xrcd` by `owner`: whether the domain is gone.
+    fn close_xrcd(&mut self, _xrcd: u32, _owner: Owner) -> Result<bool, Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
+    /// Whether the domain still exists (a released owner may have taken it).
+    fn xrcd_exists(&self, _xrcd: u32) -> bool {
+        false
+    }
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: returns (srq, actual attributes); the
+    /// SRQ number is the srq id.
+    fn create_xrc_srq(
+        &mut self,
+        _owner: Owner,
+        _ids: XrcSrqIds,
+        _attr: &SrqAttr,
+    ) -> Result<(u32, SrqAttr), Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
+    /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: returns the target's QPN.
+    fn create_xrc_tgt_qp(&mut self, _owner: Owner, _xrcd: u32) -> Result<u32, Errno> {
+        Err(libc::EOPNOTSUPP)
+    }
     fn create_ah(&mut self, pd: u32, attr: &AhAttr) -> Result<u32, Errno>;
     fn destroy_ah(&mut self, ah: u32) -> Result<(), Errno>;
     /// Returns (qpn, actual capabilities).

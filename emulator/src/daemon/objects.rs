@@ -49,6 +49,11 @@ pub enum Kind {
     Ah {
         id: u32,
     },
+    /// An open of an XRC domain; `file` the (device, inode) it is tied to.
+    Xrcd {
+        id: u32,
+        file: Option<(u64, u64)>,
+    },
     /// An RDMA CM event channel; its state is in the engine's CM tables.
     CmChannel,
     /// An RDMA CM id; its state is in the engine's CM tables.

@@ -25,11 +25,10 @@ use wire::client::{AdviseRange, OdpCaps};
 
 /// What an rdma-emu RoCE device reports: ODP with implicit regions; RC every operation,
 /// FLUSH and ATOMIC WRITE and receives through an SRQ included; UC sends, receives and
-/// WRITEs; UD sends and receives; XRC none (no XRC yet). The kernel's rxe reports the same
-/// RC and UD bits, no UC, and no implicit ODP: its implicit regions need the page tables
-/// of a real MMU notifier per chunk, ours need nothing. When XRC lands, its bits belong
-/// here too (it reaches memory the same way); without `xrc_odp_caps`, pyverbs'
-/// `test_odp_xrc_traffic` skips with a reason docs/compatibility.md lists under XRC.
+/// WRITEs; UD sends and receives; XRC sends, receives (through its SRQs), WRITEs, READs
+/// and atomics, which reach memory as RC's do. The kernel's rxe reports the same RC and UD
+/// bits, no UC, no XRC (it has no XRC), and no implicit ODP: its implicit regions need the
+/// page tables of a real MMU notifier per chunk, ours need nothing.
 pub fn roce_caps() -> OdpCaps {
     let rc = odp::SEND
         | odp::RECV
@@ -44,7 +43,7 @@ pub fn roce_caps() -> OdpCaps {
         rc_odp_caps: rc,
         uc_odp_caps: odp::SEND | odp::RECV | odp::WRITE | odp::SRQ_RECV,
         ud_odp_caps: odp::SEND | odp::RECV | odp::SRQ_RECV,
-        xrc_odp_caps: 0,
+        xrc_odp_caps: odp::SEND | odp::RECV | odp::WRITE | odp::READ | odp::ATOMIC | odp::SRQ_RECV,
     }
 }
 

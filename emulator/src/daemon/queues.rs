@@ -19,7 +19,7 @@ use wire::client::{Consumer, CounterSet, Producer, QpInitAttr, ReplyBody, RingLa
 use super::answer::{ok, Answer};
 
 /// A sealed memfd holding rings, mapped; its length rounded up to a page.
-fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {
+pub(super) fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {
     let len = usize::try_from(end.next_multiple_of(4096)).map_err(|_| libc::ENOMEM)?;
     let fd = sys::sealed_memfd(name, len).map_err(|_| libc::ENOMEM)?;
     let map = Mapping::new(&fd, len).map_err(|_| libc::ENOMEM)?;
@@ -73,15 +73,9 @@ pub(super) fn create_cq(
         channel,
         overflowed: Cell::new(false),
     };
-    let handle = match clients.insert(session, Some(ctx), Kind::Cq(cq)) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = clients
-                .device_of(session, ctx)
-                .map(|d| d.nic.destroy_cq(id));
-            return Err(e);
-        }
-    };
+    let handle = clients.insert_or_undo(session, ctx, Kind::Cq(cq), |d| {
+        let _ = d.nic.destroy_cq(id);
+    })?;
     if let Some(Object {
         kind: Kind::Channel(ch),
         ..
@@ -206,39 +200,8 @@ pub(super) fn create_srq(
         return Err(libc::EINVAL);
     }
     let (id, actual) = d.nic.create_srq(ctx.0, pd_id, &attr)?;
-    let slot = recv_slot_size(actual.max_sge).ok_or(libc::EINVAL)?;
-    let layout = RingLayout {
-        offset: 0,
-        entries: entries_for(actual.max_wr)?,
-        slot_size: slot,
-    };
-    let (fd, map) = match ring_memfd("rdma-emu-srq", layout.end()) {
-        Ok(x) => x,
-        Err(e) => {
-            let _ = d.nic.destroy_srq(id);
-            return Err(e);
-        }
-    };
-    let srq = Srq {
-        id,
-        map,
-        ring: Ring::new(layout),
-        max_sge: actual.max_sge,
-    };
-    let handle = match clients.insert(session, Some(ctx), Kind::Srq(srq)) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = clients
-                .device_of(session, ctx)
-                .map(|d| d.nic.destroy_srq(id));
-            return Err(e);
-        }
-    };
-    clients.rings.insert(handle);
-    clients
-        .device_of(session, ctx)?
-        .srq_by_id
-        .insert(id, handle);
+    let (handle, layout, fd) =
+        record_srq(clients, session, ctx, id, actual.max_sge, actual.max_wr)?;
     Ok((
         ReplyBody::Srq {
             handle,
@@ -269,9 +232,27 @@ pub(super) fn create_qp(
         },
         None => None,
     };
-    if !matches!(init.qp_type, qp_type::RC | qp_type::UC | qp_type::UD) {
+    if !matches!(
+        init.qp_type,
+        qp_type::RC | qp_type::UC | qp_type::UD | qp_type::XRC_SEND
+    ) {
         return Err(libc::EOPNOTSUPP);
     }
+    // An XRC initiator has no receive side.
+    let xrc = init.qp_type == qp_type::XRC_SEND;
+    let init = if xrc {
+        QpInitAttr {
+            cap: wire::client::QpCap {
+                max_recv_wr: 0,
+                max_recv_sge: 0,
+                ..init.cap
+            },
+            srq: None,
+            ..init
+        }
+    } else {
+        init
+    };
     let d = clients.device_of(session, ctx)?;
     let l = d.nic.limits();
     let c = init.cap;
@@ -303,6 +284,7 @@ pub(super) fn create_qp(
         };
         let rq = match srq {
             Some(_) => None,
+            None if xrc => None,
             None => Some(RingLayout {
                 offset: sq.end(),
                 entries: entries_for(cap.max_recv_wr)?,
@@ -333,15 +315,9 @@ pub(super) fn create_qp(
         srq: init.srq,
         sq_sig_all: init.sq_sig_all,
     };
-    let handle = match clients.insert(session, Some(ctx), Kind::Qp(qp)) {
-        Ok(h) => h,
-        Err(e) => {
-            let _ = clients
-                .device_of(session, ctx)
-                .map(|d| d.nic.destroy_qp(qpn));
-            return Err(e);
-        }
-    };
+    let handle = clients.insert_or_undo(session, ctx, Kind::Qp(qp), |d| {
+        let _ = d.nic.destroy_qp(qpn);
+    })?;
     clients.rings.insert(handle);
     clients
         .device_of(session, ctx)?
@@ -358,6 +334,53 @@ pub(super) fn create_qp(
         },
         vec![fd],
     ))
+}
+
+/// Records the new SRQ `id` of the engine (`max_sge`, `max_wr` as it made them) as an
+/// object of the session with its ring in a fresh memfd: (handle, ring, memfd). On
+/// failure the engine's SRQ is destroyed.
+pub(super) fn record_srq(
+    clients: &mut Clients<'_>,
+    session: SessionId,
+    ctx: Handle,
+    id: u32,
+    max_sge: u32,
+    max_wr: u32,
+) -> Result<(Handle, RingLayout, OwnedFd), i32> {
+    let built = recv_slot_size(max_sge)
+        .ok_or(libc::EINVAL)
+        .and_then(|slot| {
+            let layout = RingLayout {
+                offset: 0,
+                entries: entries_for(max_wr)?,
+                slot_size: slot,
+            };
+            ring_memfd("rdma-emu-srq", layout.end()).map(|m| (layout, m))
+        });
+    let (layout, (fd, map)) = match built {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = clients
+                .device_of(session, ctx)
+                .map(|d| d.nic.destroy_srq(id));
+            return Err(e);
+        }
+    };
+    let srq = Srq {
+        id,
+        map,
+        ring: Ring::new(layout),
+        max_sge,
+    };
+    let handle = clients.insert_or_undo(session, ctx, Kind::Srq(srq), |d| {
+        let _ = d.nic.destroy_srq(id);
+    })?;
+    clients.rings.insert(handle);
+    clients
+        .device_of(session, ctx)?
+        .srq_by_id
+        .insert(id, handle);
+    Ok((handle, layout, fd))
 }
 
 /// `rdma-emu top`, `res qp`: every QP of the devices asked for, with its owner's pid.

@@ -237,6 +237,9 @@ impl Served {
         self.epoll.remove(c.doorbell.as_raw_fd());
         if let Some(Some(d)) = self.devices.get_mut(dev) {
             d.nic.release_client(now, ctx.0);
+            // Domains the context held the last open of went with it.
+            let nic = &d.nic;
+            d.xrcd_by_file.retain(|_, id| nic.xrcd_exists(*id));
             d.open_ctxs = d.open_ctxs.saturating_sub(1);
         }
         if let Some(Some(d)) = self.devices.get_mut(dev) {

@@ -160,6 +160,24 @@ impl Clients<'_> {
         }
     }
 
+    /// [`Clients::insert`] of an object the engine of `ctx`'s device already made; when
+    /// it fails, `undo` removes the engine's object.
+    pub(super) fn insert_or_undo(
+        &mut self,
+        session: SessionId,
+        ctx: Handle,
+        kind: Kind,
+        undo: impl FnOnce(&mut ServedDevice),
+    ) -> Result<Handle, i32> {
+        let r = self.insert(session, Some(ctx), kind);
+        if r.is_err() {
+            if let Ok(d) = self.device_of(session, ctx) {
+                undo(d);
+            }
+        }
+        r
+    }
+
     /// A fresh handle, never 0, never one in use.
     pub(super) fn alloc_handle(&mut self) -> Handle {
         loop {

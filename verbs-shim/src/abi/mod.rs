@@ -60,6 +60,20 @@ pub struct ibv_mw {
     pub type_: c_int,
 }
 
+/// `struct ibv_xrcd`.
+#[repr(C)]
+pub struct ibv_xrcd {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_xrcd_init_attr`.
+#[repr(C)]
+pub struct ibv_xrcd_init_attr {
+    pub comp_mask: u32,
+    pub fd: c_int,
+    pub oflags: c_int,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_srq_init_attr_ex {
@@ -482,10 +496,10 @@ pub struct verbs_context {
     pub ABI_placeholder1: Unused,
     pub open_qp: Unused,
     pub create_qp_ex: Option<unsafe extern "C" fn(Ctx, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
-    pub get_srq_num: Unused,
+    pub get_srq_num: Option<unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int>,
     pub create_srq_ex: Option<unsafe extern "C" fn(Ctx, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq>,
-    pub open_xrcd: Unused,
-    pub close_xrcd: Unused,
+    pub open_xrcd: Option<unsafe extern "C" fn(Ctx, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd>,
+    pub close_xrcd: Option<unsafe extern "C" fn(*mut ibv_xrcd) -> c_int>,
     pub _ABI_placeholder3: u64,
     pub sz: usize,
     pub context: ibv_context,
@@ -504,6 +518,17 @@ pub const IBV_SEND_INLINE: c_uint = 1 << 3;
 pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;
+pub const IBV_QPT_XRC_SEND: c_int = 9;
+pub const IBV_QPT_XRC_RECV: c_int = 10;
+pub const IBV_QP_INIT_ATTR_XRCD: u32 = 1 << 1;
+pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+pub const IBV_SRQT_BASIC: c_int = 0;
+pub const IBV_SRQT_XRC: c_int = 1;
+pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1 << 0;
+pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
 pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
 pub const IBV_QP_INIT_ATTR_CREATE_FLAGS: u32 = 1 << 2;
 pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;

@@ -30,6 +30,7 @@ pub mod proto;
 pub mod ring;
 pub mod slot;
 pub mod verbs;
+pub mod xrc;
 
 pub use event::{AsyncEventRecord, CompEventRecord};
 pub use proto::*;

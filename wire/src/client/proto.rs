@@ -18,6 +18,8 @@
 //! | `Qp` reply | `[memfd holding the SQ ring, then the RQ ring]` |
 //! | `Capture` request | `[write end of a pipe]` |
 //! | `Cm(CreateChannel)` request | `[write end of a pipe]` |
+//! | `Xrc(Open { file: true })` request | `[the file the XRC domain is tied to]` |
+//! | `Xrc(Srq)` reply | `[SRQ ring memfd]` |
 
 pub use super::attr::{
     AhAttr, DeviceAttr, GidEntry, GlobalRoute, Handle, OdpCaps, PortAttr, QpAttr, QpCap, SrqAttr,
@@ -340,6 +342,8 @@ pub enum RequestBody {
     /// RDMA CM (librdmacm): see [`super::cm`]. `CreateChannel` carries `fd[0]`, the write
     /// end of the channel's pipe.
     Cm(super::cm::CmRequest),
+    /// XRC domains, XRC SRQs and XRC target QPs ([`super::xrc`]).
+    Xrc(super::xrc::XrcRequest),
     /// `ibv_attach_mcast`: the UD QP joins the multicast group `gid` (a multicast GID:
     /// first octet 0xff, or IPv4-mapped 224.0.0.0/4 as RoCE v2 uses). `lid` is ignored on
     /// RoCE (IBA Annex A17) but kept per attachment, as the kernel's uverbs layer does.
@@ -480,6 +484,8 @@ pub enum ReplyBody {
     Links(Vec<LinkInfo>),
     /// Answers `RequestBody::Cm`.
     Cm(super::cm::CmReply),
+    /// Answers `Xrc` requests ([`super::xrc`]).
+    Xrc(super::xrc::XrcReply),
     /// Answers `RequestBody::Fault`: the rules in place.
     Faults(Vec<super::fault::FaultInfo>),
     /// Answers `QpList`.

@@ -312,7 +312,8 @@ impl<'a, T: AsRef<[u8]> + ?Sized> SendWqe<&'a T> {
 ///
 /// Bind MW reuses fields: `remote_addr` = bind address, `compare_add` = length, `rkey` =
 /// the MW's rkey, low 32 bits of `swap` = the MR's lkey, `imm_data` = the new rkey,
-/// `remote_qpn` = access flags. ATOMIC WRITE: `compare_add` = the 8 bytes (as
+/// `remote_qpn` = access flags. XRC initiators: `remote_qpn` = the remote XRC SRQ number
+/// (`qp_type.xrc.remote_srqn`). ATOMIC WRITE: `compare_add` = the 8 bytes (as
 /// `u64::from_le_bytes` of the application's buffer). FLUSH: `compare_add` = length,
 /// `swap` = placement type | selectivity level << 8.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -193,9 +193,9 @@ pub mod qp_type {
     pub const UD: u32 = 4;
     /// IBV_QPT_RAW_PACKET: raw Ethernet frames; the daemon refuses it (EOPNOTSUPP).
     pub const RAW_PACKET: u32 = 8;
-    /// IBV_QPT_XRC_SEND: XRC initiator; the daemon refuses it (EOPNOTSUPP).
+    /// IBV_QPT_XRC_SEND: XRC initiator (RoCE devices; siw refuses it, EOPNOTSUPP).
     pub const XRC_SEND: u32 = 9;
-    /// IBV_QPT_XRC_RECV: XRC target; the daemon refuses it (EOPNOTSUPP).
+    /// IBV_QPT_XRC_RECV: XRC target, made by `Xrc(CreateTgtQp)`.
     pub const XRC_RECV: u32 = 10;
 }
 
