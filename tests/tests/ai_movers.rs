@@ -405,10 +405,14 @@ fn mooncake_python_writes_reads_and_batches_over_rdma() {
 #[test]
 fn mooncake_transfer_engine_bench_over_rdma() {
     let Some(py) = python() else { return };
+    // Run by the environment's python rather than through its `#!` line, which names
+    // the folder pip made the environment in (a moved build folder keeps the packages
+    // importable but not the scripts' interpreter paths).
     let bench = py
         .with_file_name("transfer_engine_bench")
         .display()
         .to_string();
+    let py = py.display().to_string();
     let Some((_s, net, da, db)) = hosts() else {
         return;
     };
@@ -418,7 +422,7 @@ fn mooncake_transfer_engine_bench_over_rdma() {
         "--buffer_size=134217728".to_string(),
     ];
     let name_a = format!("--local_server_name={}", net.addr_a);
-    let mut target: Vec<&str> = vec![&bench, "--mode=target", &name_a];
+    let mut target: Vec<&str> = vec![&py, &bench, "--mode=target", &name_a];
     target.extend(common.iter().map(String::as_str));
     let mut t = da.program(Some(&net.a), &target);
     let mut found = None;
@@ -435,6 +439,7 @@ fn mooncake_transfer_engine_bench_over_rdma() {
     let name_b = format!("--local_server_name={}", net.addr_b);
     let before = pkts(&da, &net.a);
     let mut init: Vec<&str> = vec![
+        &py,
         &bench,
         "--mode=initiator",
         &name_b,
