@@ -148,26 +148,24 @@ impl Served {
 
     /// The RDMA CM with what it touches ([`Cm`]).
     pub(super) fn cm(&mut self) -> Cm<'_> {
+        let (clients, rest) = self.split_clients();
         Cm {
-            tables: &mut self.cm_tables,
-            clients: Clients {
-                sessions: &mut self.sessions,
-                objects: &mut self.objects,
-                rings: &mut self.rings,
-                users: &mut self.users,
-                limits: &self.cfg.user_limits,
-                next_handle: &mut self.next_handle,
-                devices: &mut self.devices,
-                mem: &mut self.mem,
-            },
-            cfg: &self.cfg,
-            tx_bufs: &mut self.tx_bufs,
-            tx_meta: &mut self.tx_meta,
+            tables: rest.cm_tables,
+            clients,
+            cfg: rest.cfg,
+            tx_bufs: rest.tx_bufs,
+            tx_meta: rest.tx_meta,
         }
     }
 
+    /// What a request that creates, finds or forgets objects touches ([`Clients`]).
     pub(super) fn clients(&mut self) -> Clients<'_> {
-        Clients {
+        self.split_clients().0
+    }
+
+    /// The [`Clients`] view and, apart, the fields it does not borrow mutably.
+    fn split_clients(&mut self) -> (Clients<'_>, Rest<'_>) {
+        let clients = Clients {
             sessions: &mut self.sessions,
             objects: &mut self.objects,
             rings: &mut self.rings,
@@ -176,7 +174,14 @@ impl Served {
             next_handle: &mut self.next_handle,
             devices: &mut self.devices,
             mem: &mut self.mem,
-        }
+        };
+        let rest = Rest {
+            cfg: &self.cfg,
+            cm_tables: &mut self.cm_tables,
+            tx_bufs: &mut self.tx_bufs,
+            tx_meta: &mut self.tx_meta,
+        };
+        (clients, rest)
     }
 
     pub(super) fn set_sleeping(&self, sleeping: bool) {
@@ -348,4 +353,12 @@ impl Served {
         self.cfg.devices = kept;
         tracing::info!(poll = ?self.cfg.poll, devices = self.cfg.devices.len(), "config reloaded");
     }
+}
+
+/// The fields of [`Served`] beside a [`Clients`] view (`Served::split_clients`).
+struct Rest<'a> {
+    cfg: &'a Config,
+    cm_tables: &'a mut CmTables,
+    tx_bufs: &'a mut [Vec<u8>],
+    tx_meta: &'a mut Vec<TxMeta>,
 }
