@@ -9,8 +9,8 @@ use cm_util::{ip, Net, SEC};
 use emu_core::cm::{CmEvent, CmState, ConnId, ConnParams, PortSpace, Route, ServiceId};
 use emu_core::sim::{make_end, ConnOpts, End, Fabric, LinkModel};
 use emu_core::{
-    AddrSpace, ClientId, Mtu, QpAttrMask, QpState, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrId,
-    WrOpcode,
+    AccessFlags, AddrSpace, ClientId, Mtu, QpAttrMask, QpState, RecvWr, SendWr, Sge, WcOpcode,
+    WcStatus, WrId, WrOpcode,
 };
 
 fn ready(f: &mut Fabric, cm: &Net, node: usize, id: ConnId, e: &End) {
@@ -72,6 +72,14 @@ fn cm_negotiated_attributes_carry_send_and_write_between_real_qps() {
     assert_eq!(qb.sq_psn, qa.rq_psn);
     assert_eq!((qa.timeout, qa.retry_cnt, qa.rnr_retry), (17, 7, 7));
     assert_eq!((qa.max_rd_atomic, qb.max_dest_rd_atomic), (4, 4));
+    // With responder resources the QP takes READ, atomics and both FLUSH types, as the
+    // Linux CM gives a device with FLUSH.
+    let remote = AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+        | AccessFlags::FLUSH_GLOBAL
+        | AccessFlags::FLUSH_PERSISTENT;
+    assert_eq!((qa.qp_access_flags, qb.qp_access_flags), (remote, remote));
 
     // A SEND and a WRITE cross.
     let now = f.now;

@@ -82,8 +82,13 @@ pub(super) fn conn_qp_attr(c: &Conn, state: QpState) -> Result<(QpAttr, QpAttrMa
             let (mut a, m) = unconnected_init_attr(qp_type, Qkey(0));
             a.qp_access_flags = AccessFlags::REMOTE_WRITE;
             if rc && responder > 0 {
-                a.qp_access_flags =
-                    a.qp_access_flags | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+                // Since Linux 6.2 the CM also makes the QP flushable on a device that
+                // has FLUSH, as every RoCE device of the daemon has.
+                a.qp_access_flags = a.qp_access_flags
+                    | AccessFlags::REMOTE_READ
+                    | AccessFlags::REMOTE_ATOMIC
+                    | AccessFlags::FLUSH_GLOBAL
+                    | AccessFlags::FLUSH_PERSISTENT;
             }
             Ok((a, m))
         }
