@@ -34,7 +34,7 @@ impl std::fmt::Display for CallError {
 
 /// What to tell a person about an errno from the daemon: the system's text, and for
 /// EACCES, which the daemon answers only to a privileged request from a client that is
-/// not an administrator (`daemon/users.rs`), who may make it.
+/// not an administrator (`daemon/sessions/users.rs`), who may make it.
 pub fn errno_text(errno: i32) -> String {
     let text = io::Error::from_raw_os_error(errno).to_string();
     if errno == libc::EACCES {

@@ -231,7 +231,7 @@ fn gid_table(c: &mut Client, ctx: Handle) -> Vec<Option<IpAddr>> {
         ) {
             Ok((ReplyBody::Gid(e), _)) if e.gid != [0; 16] => {
                 assert_eq!(e.gid_type, gid_type::ROCE_V2);
-                out.push(Some(emulator::daemon::netdev::addr_of_gid(e.gid)));
+                out.push(Some(emulator::daemon::devices::netdev::addr_of_gid(e.gid)));
             }
             Ok((ReplyBody::Gid(e), _)) => {
                 assert_eq!((e.index, e.gid_type), (index, 0), "an empty slot");

@@ -7,7 +7,7 @@ mod common;
 use common::side::{Side, BUF};
 use common::*;
 use emulator::client::Client;
-use emulator::daemon::users::UserLimits;
+use emulator::daemon::sessions::users::UserLimits;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 use wire::client::proto::Handle;
@@ -314,7 +314,7 @@ fn rdma_cm_may_not_name_the_qp_of_another_session() {
 
 #[test]
 fn the_configuration_names_the_admin_group_and_the_limits() {
-    use emulator::daemon::users::Group;
+    use emulator::daemon::sessions::users::Group;
     use emulator::daemon::Config;
     let cfg = Config::from_toml("admin_group = 27\n[user_limits]\nmax_qps = 3\n").unwrap();
     assert_eq!(cfg.admin_group, Some(27));

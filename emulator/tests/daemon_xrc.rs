@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use emulator::client::Client;
-use emulator::daemon::nic::Nic;
+use emulator::daemon::devices::nic::Nic;
 use std::os::fd::AsRawFd;
 use wire::client::proto::Handle;
 use wire::client::verbs::qp_type;
@@ -149,7 +149,7 @@ fn siw_devices_refuse_xrc_as_the_kernels_siw() {
     assert_eq!(nic.open_xrcd(1, None), Err(libc::EOPNOTSUPP));
     assert_eq!(nic.create_xrc_tgt_qp(1, 1), Err(libc::EOPNOTSUPP));
     assert!(!nic.xrcd_exists(1));
-    let ini = emulator::daemon::nic::QpCreate {
+    let ini = emulator::daemon::devices::nic::QpCreate {
         pd: 1,
         send_cq: 1,
         recv_cq: 1,

@@ -15,7 +15,7 @@
 
 use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent, MrTable, RECV_WAIT, RX_STALL_TIMEOUT};
 use emu_core::VecMemory;
-use emulator::daemon::nic::{AppMemory, EventElement, MemFault, Nic, Owner, QpCreate};
+use emulator::daemon::devices::nic::{AppMemory, EventElement, MemFault, Nic, Owner, QpCreate};
 use emulator::daemon::siw::{ConnId, ConnParams, SiwCmEvent, SiwNic};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};

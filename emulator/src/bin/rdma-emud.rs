@@ -96,7 +96,7 @@ fn config(args: &Args) -> Result<Config, String> {
         cfg.set_src_port_mode(m);
     }
     if let Some(g) = &args.admin_group {
-        cfg.admin_group = Some(daemon::users::Group::parse(g).gid()?);
+        cfg.admin_group = Some(daemon::sessions::users::Group::parse(g).gid()?);
     }
     if let Some(n) = &args.netdev {
         // Moves every device when they share one interface (the defaults rxe0 and siw0

@@ -343,8 +343,8 @@ struct FileConfig {
     cm_response_timeout: Option<u8>,
     cm_max_retries: Option<u8>,
     udp_src_port: Option<SrcPortMode>,
-    admin_group: Option<super::users::Group>,
-    user_limits: Option<super::users::UserLimits>,
+    admin_group: Option<crate::daemon::sessions::users::Group>,
+    user_limits: Option<crate::daemon::sessions::users::UserLimits>,
     #[serde(default)]
     faults: Vec<String>,
     #[serde(default)]
@@ -381,7 +381,7 @@ pub struct Config {
     /// beside root and the daemon's own user.
     pub admin_group: Option<u32>,
     /// What one user may hold at once (`users.rs`).
-    pub user_limits: super::users::UserLimits,
+    pub user_limits: crate::daemon::sessions::users::UserLimits,
 }
 
 impl Default for Config {
@@ -403,7 +403,7 @@ impl Default for Config {
             udp_src_port: None,
             faults: Vec::new(),
             admin_group: None,
-            user_limits: super::users::UserLimits::default(),
+            user_limits: crate::daemon::sessions::users::UserLimits::default(),
         }
     }
 }

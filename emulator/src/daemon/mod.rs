@@ -6,50 +6,32 @@
 //! its timers, and writes what it produces back: packets to the network, completions into
 //! CQ rings, events into pipes. See `docs/daemon.md`.
 
-mod answer;
-mod cm;
 pub mod config;
+
+mod cm;
 mod control;
-pub mod core_nic;
 mod datapath;
-pub mod device;
-mod device_io;
+pub mod devices;
 mod engine;
-mod fault_control;
-pub mod gid_table;
+mod faults;
 pub mod link;
-mod mcast;
-pub mod memory;
-pub mod neigh;
-pub mod netdev;
-pub mod nic;
-mod notify;
-mod objects;
-pub mod odp;
-mod queues;
-mod reload;
 mod served;
-mod sessions;
-pub mod shared_pages;
-mod shutdown;
+pub mod sessions;
 pub mod siw;
-mod slice;
 pub mod sys;
 mod tokens;
-pub mod users;
-mod xrc;
 
 pub use config::{Config, DeviceSpec, PollMode, SrcPortMode};
 pub use engine::Engine;
+pub use engine::Shutdown;
 pub use sessions::DaemonCounters;
-pub use shutdown::Shutdown;
 
 use std::io;
 use std::thread::JoinHandle;
 
 /// The transport engine factory the daemon uses.
-pub fn default_factory() -> device::NicFactory {
-    core_nic::factory
+pub fn default_factory() -> devices::device::NicFactory {
+    devices::core_nic::factory
 }
 
 /// A daemon running on a thread of this process (for tests and embedding).
@@ -64,7 +46,7 @@ impl Daemon {
         Daemon::start_with(cfg, default_factory())
     }
 
-    pub fn start_with(cfg: Config, factory: device::NicFactory) -> io::Result<Daemon> {
+    pub fn start_with(cfg: Config, factory: devices::device::NicFactory) -> io::Result<Daemon> {
         let shutdown = Shutdown::new()?;
         let engine = Engine::new(cfg, factory, shutdown.clone())?;
         let thread = std::thread::Builder::new()

@@ -7,7 +7,7 @@ pub const T_LISTENER: u64 = 1;
 pub const T_TIMER: u64 = 2;
 /// The shutdown eventfd.
 pub const T_WAKE: u64 = 3;
-/// The SIGHUP eventfd (`reload.rs`).
+/// The SIGHUP eventfd (`served/reload.rs`).
 pub const T_RELOAD: u64 = 4;
 /// The rtnetlink socket: an interface address changed.
 pub const T_NETLINK: u64 = 5;

@@ -30,13 +30,13 @@ impl TestDaemon {
         Self::start_with(emulator::daemon::default_factory())
     }
 
-    pub fn start_with(factory: emulator::daemon::device::NicFactory) -> TestDaemon {
+    pub fn start_with(factory: emulator::daemon::devices::device::NicFactory) -> TestDaemon {
         Self::start_configured(factory, |_| {})
     }
 
     /// A daemon whose configuration `tweak` changed (beyond the socket and device).
     pub fn start_configured(
-        factory: emulator::daemon::device::NicFactory,
+        factory: emulator::daemon::devices::device::NicFactory,
         tweak: impl Fn(&mut Config),
     ) -> TestDaemon {
         // Another test process may hold the same 127.x.y.z: move on to the next one.

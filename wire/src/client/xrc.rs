@@ -4,8 +4,8 @@
 //! An XRC initiator (`IBV_QPT_XRC_SEND`) is an ordinary `CreateQp` whose `recv_cq` is its
 //! `send_cq` and which gets no receive queue. Devices without XRC (siw) answer EOPNOTSUPP.
 
+use super::attr::Handle;
 use super::attr::SrqAttr;
-use super::proto::Handle;
 use super::ring::RingLayout;
 use serde::{Deserialize, Serialize};
 

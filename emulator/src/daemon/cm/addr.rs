@@ -4,9 +4,9 @@
 
 use super::tables::{CmId, CmTables, IdState, EPHEMERAL};
 use super::view::CmView;
-use crate::daemon::device::ServedDevice;
-use crate::daemon::netdev::canonical;
-use crate::daemon::objects::{Object, SessionId};
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::devices::netdev::canonical;
+use crate::daemon::sessions::objects::{Object, SessionId};
 use crate::daemon::siw::tcp_port_free;
 use std::collections::BTreeMap;
 use std::io;

@@ -5,7 +5,7 @@ use super::addr::check_port;
 use super::ctx::Cm;
 use super::rerequest::ReRequest;
 use super::tables::{option, port_space, IdState, MAX_BACKLOG};
-use crate::daemon::objects::SessionId;
+use crate::daemon::sessions::objects::SessionId;
 use emu_core::cm::{self as core_cm, ConnParams, Route, RDMA_UDP_QKEY};
 use emu_core::{ClientId, Psn, QpState, QpType};
 use std::net::{IpAddr, SocketAddr};
@@ -130,7 +130,7 @@ pub(super) fn cm_listen(
 /// The siw devices (`siw`), or the others, whose GID tables hold `ip`: where a listener
 /// bound to `ip` without a device listens.
 pub(super) fn cm_devices_serving(cm: &Cm<'_>, ip: IpAddr, siw: bool) -> Vec<usize> {
-    let ip = crate::daemon::netdev::canonical(ip);
+    let ip = crate::daemon::devices::netdev::canonical(ip);
     (0..cm.clients.devices.len())
         .filter(|&i| {
             cm.clients.devices[i]
@@ -184,8 +184,8 @@ pub(super) fn cm_connect(
         return Err(libc::EINVAL);
     };
     let route = Route {
-        local: crate::daemon::netdev::canonical(src.ip()),
-        remote: crate::daemon::netdev::canonical(dst.ip()),
+        local: crate::daemon::devices::netdev::canonical(src.ip()),
+        remote: crate::daemon::devices::netdev::canonical(dst.ip()),
         port_space: port_space(id.ps),
         src_port: src.port(),
         dst_port: dst.port(),
@@ -323,5 +323,5 @@ pub(super) fn cm_init_qp_attr(
             attr.timeout = t;
         }
     }
-    Ok((crate::daemon::core_nic::qp_attr_out(&attr), mask.0))
+    Ok((crate::daemon::devices::core_nic::qp_attr_out(&attr), mask.0))
 }

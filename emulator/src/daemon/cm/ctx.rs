@@ -5,9 +5,9 @@ use super::addr::Addressing;
 use super::tables::{CmId, CmTables};
 use super::view::{self, CmView};
 use crate::daemon::config::Config;
-use crate::daemon::nic::TxMeta;
-use crate::daemon::objects::SessionId;
-use crate::daemon::sessions::Clients;
+use crate::daemon::devices::nic::TxMeta;
+use crate::daemon::sessions::clients::Clients;
+use crate::daemon::sessions::objects::SessionId;
 use emu_core::cm as core_cm;
 use wire::client::proto::Handle;
 

@@ -5,9 +5,9 @@
 use super::addr::unbind;
 use super::ctx::Cm;
 use super::tables::{CmId, IdState};
-use crate::daemon::device_io::transmit;
-use crate::daemon::netdev::canonical;
-use crate::daemon::objects::{Kind, SessionId};
+use crate::daemon::devices::io::transmit;
+use crate::daemon::devices::netdev::canonical;
+use crate::daemon::sessions::objects::{Kind, SessionId};
 use emu_core::cm::{reason, CmEvent, ConnId, PeerInfo, ServiceId};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -39,7 +39,7 @@ fn conn_param(peer: &PeerInfo, private_data: Vec<u8>) -> CmConnParam {
 fn ah_to(peer: IpAddr, sgid_index: u8, path: Option<&CmPath>) -> AhAttr {
     AhAttr {
         grh: GlobalRoute {
-            dgid: crate::daemon::netdev::gid_of(canonical(peer)),
+            dgid: crate::daemon::devices::netdev::gid_of(canonical(peer)),
             flow_label: path.map_or(0, |p| p.flow_label),
             sgid_index,
             hop_limit: path.map_or(64, |p| p.hop_limit),

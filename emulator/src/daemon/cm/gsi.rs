@@ -5,8 +5,8 @@
 //! (`emu_core::cm::gsi`) through the same transmit path as every other packet (local
 //! delivery, captures, sendmmsg).
 
+use crate::daemon::devices::nic::TxMeta;
 use crate::daemon::link::datagram::ROCE_V2_PORT;
-use crate::daemon::nic::TxMeta;
 use emu_core::cm::gsi;
 use emu_core::cm::{CmAgent, ServiceId};
 use emu_core::Psn;

@@ -11,9 +11,9 @@
 
 use super::ctx::Cm;
 use super::tables::{CmId, IdState};
-use crate::daemon::device::ServedDevice;
-use crate::daemon::netdev::canonical;
-use crate::daemon::objects::{Kind, SessionId};
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::devices::netdev::canonical;
+use crate::daemon::sessions::objects::{Kind, SessionId};
 use crate::daemon::siw::{ConnId, ConnParams, ListenerId, SiwCmEvent, SiwNic};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@
 
 use super::tables::{EventChannel, IdState};
 use super::view::CmView;
-use crate::daemon::objects::SessionId;
+use crate::daemon::sessions::objects::SessionId;
 use emu_core::cm::RDMA_UDP_QKEY;
 use emu_core::QpType;
 use std::net::{IpAddr, SocketAddr};
@@ -40,12 +40,12 @@ const MCAST_HOP_LIMIT: u8 = 64;
 /// `IB_GID_TYPE_ROCE_UDP_ENCAP`): an IPv4 group's IPv4-mapped address
 /// (`::ffff:239.1.2.3`), an IPv6 group's own address.
 pub(super) fn mgid_of(group: IpAddr) -> [u8; 16] {
-    crate::daemon::netdev::gid_of(crate::daemon::netdev::canonical(group))
+    crate::daemon::devices::netdev::gid_of(crate::daemon::devices::netdev::canonical(group))
 }
 
 /// Whether `group` names an IP multicast group (IPv4-mapped IPv6 addresses included).
 fn is_multicast(group: IpAddr) -> bool {
-    crate::daemon::netdev::canonical(group).is_multicast()
+    crate::daemon::devices::netdev::canonical(group).is_multicast()
 }
 
 /// `rdma_join_multicast`: EINVAL for an unknown join state, an id without a device

@@ -34,8 +34,8 @@ mod rerequest;
 mod tables;
 mod view;
 
-use super::answer::{ok, Answer};
-use super::objects::{Kind, SessionId};
+use crate::daemon::sessions::answer::{ok, Answer};
+use crate::daemon::sessions::objects::{Kind, SessionId};
 use emu_core::cm::{self as core_cm, reason};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;

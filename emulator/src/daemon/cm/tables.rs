@@ -2,7 +2,7 @@
 //! events queued for `GetEvent`), the CM ids and their states, and the port spaces'
 //! bindings ([`CmTables`]); the `rdma_set_option` names and the port-space mapping.
 
-use super::super::objects::SessionId;
+use crate::daemon::sessions::objects::SessionId;
 use emu_core::cm::{self as core_cm, ConnId};
 use emu_core::QpType;
 use std::collections::{HashMap, VecDeque};

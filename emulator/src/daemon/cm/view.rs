@@ -3,10 +3,10 @@
 //! one of another kind EINVAL) and the devices the ids are bound to.
 
 use super::tables::{CmId, CmTables, EventChannel};
-use crate::daemon::device::ServedDevice;
-use crate::daemon::netdev::{canonical, gid_of};
-use crate::daemon::objects::{Object, SessionId};
-use crate::daemon::sessions::lookup;
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::devices::netdev::{canonical, gid_of};
+use crate::daemon::sessions::clients::lookup;
+use crate::daemon::sessions::objects::{Object, SessionId};
 use emu_core::cm::ConnId;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -11,7 +11,7 @@
 use super::fault::{Faults, Passage};
 use super::mmsg::RecvBatch;
 use super::stack::{Arrivals, Layer, Sent};
-use crate::daemon::nic::TxMeta;
+use crate::daemon::devices::nic::TxMeta;
 use std::borrow::Cow;
 use std::io;
 use std::net::SocketAddr;

@@ -9,7 +9,7 @@
 
 use super::mmsg::RecvBatch;
 use super::stack::{Arrivals, Layer, Sent, LOOPBACK};
-use crate::daemon::nic::TxMeta;
+use crate::daemon::devices::nic::TxMeta;
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;

@@ -25,8 +25,8 @@
 use super::backend::Backend;
 use super::datagram::{self, BoundSocket, Caps, DatagramLink, Ports, Sock, NOWHERE};
 use super::mmsg::{self, Outgoing, Packet, RecvBatch, ECN_ECT0};
-use crate::daemon::neigh::Neighbours;
-use crate::daemon::netdev::Netdev;
+use crate::daemon::devices::neigh::Neighbours;
+use crate::daemon::devices::netdev::Netdev;
 use crate::daemon::sys;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{

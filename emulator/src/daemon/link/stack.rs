@@ -16,7 +16,7 @@
 
 use super::mmsg::{Outgoing, RecvBatch};
 use super::udp::UdpBackend;
-use crate::daemon::nic::TxMeta;
+use crate::daemon::devices::nic::TxMeta;
 use emu_core::ForcedResponse;
 use std::io;
 use std::net::SocketAddr;

@@ -22,7 +22,7 @@
 //! The QP goes to RTS by itself when the connection is established (as siw moves it in
 //! `siw_proc_mpareply` / `siw_accept`), and to ERROR when the stream ends.
 
-use crate::daemon::nic::Errno;
+use crate::daemon::devices::nic::Errno;
 use std::net::SocketAddr;
 
 /// A listening TCP socket.

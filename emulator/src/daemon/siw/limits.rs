@@ -1,7 +1,7 @@
 //! Limits of Linux siw (`siw.h`, `rdma/siw-abi.h`): what the device reports and what
 //! `SiwNic` enforces when objects are created.
 
-use crate::daemon::nic::Limits;
+use crate::daemon::devices::nic::Limits;
 
 pub const MAX_QP: u32 = 1024 * 100;
 pub const MAX_QP_WR: u32 = 1024 * 32;

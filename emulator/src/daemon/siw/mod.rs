@@ -1,14 +1,14 @@
 //! `siw` devices: iWARP (RDMAP/DDP/MPA over TCP, `emu_core::iwarp`) served the way the
 //! kernel's siw driver serves it.
 //!
-//! - [`SiwNic`] (`nic.rs`) is the device's [`super::nic::Nic`]: PDs, MRs (STags) and CQs
+//! - [`SiwNic`] (`nic.rs`) is the device's [`crate::daemon::devices::nic::Nic`]: PDs, MRs (STags) and CQs
 //!   live in an `emu_core::Device` (the same key table and checks as RoCE), QPs are RC
 //!   only and become `iwarp::Connection`s once the RDMA CM connected them.
 //! - The connections (`tcp.rs`): each TCP connection's bytes fed to its
 //!   `iwarp::Connection`, whatever TCP carries them (`net.rs`): the kernel's
 //!   (`backend tcp`, nonblocking sockets in an epoll set of their own) or smoltcp's on
 //!   an AF_PACKET socket (`backend smoltcp`, `smol.rs` and `link.rs`). The engine
-//!   watches one descriptor per device ([`super::nic::Nic::stream_fd`]).
+//!   watches one descriptor per device ([`crate::daemon::devices::nic::Nic::stream_fd`]).
 //! - The API the RDMA CM driver calls (`cm.rs`): listen, connect, accept, reject,
 //!   disconnect, and [`SiwCmEvent`]s. The RDMA CM port of an iWARP id is the TCP port.
 //! - What `ibv_query_device` / `ibv_query_port` / `ibv_query_gid` report (this file), as
@@ -35,7 +35,7 @@ pub(in crate::daemon) use sock::tcp_port_free;
 
 use super::config::DeviceSpec;
 use super::link::backend::{check_smoltcp_addrs, Backend};
-use super::netdev::{self, Netdev};
+use crate::daemon::devices::netdev::{self, Netdev};
 use std::io;
 use std::net::IpAddr;
 use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};

@@ -15,7 +15,7 @@
 //! [`ConnId`]: super::cm::ConnId
 
 use super::sock::{self, Poller};
-use crate::daemon::nic::Errno;
+use crate::daemon::devices::nic::Errno;
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -14,8 +14,8 @@ use super::net::{KernelNet, StreamNet};
 use super::qp::{SiwCounters, SiwQp};
 use super::tcp::{ConnPhase, Service, Streams};
 use crate::daemon::config::MpaOptions;
-use crate::daemon::core_nic::{refused, send_wr, sges};
-use crate::daemon::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
+use crate::daemon::devices::core_nic::{refused, send_wr, sges};
+use crate::daemon::devices::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
 use emu_core as core;
 use emu_core::siw_state::{SiwAction, SiwQpState};
 use std::collections::{HashMap, VecDeque};
@@ -344,7 +344,15 @@ impl Nic for SiwNic {
         if access & flush != 0 {
             return Err(libc::EINVAL);
         }
-        crate::daemon::core_nic::reg_mr_on(&mut self.dev, owner, pd, addr, length, iova, access)
+        crate::daemon::devices::core_nic::reg_mr_on(
+            &mut self.dev,
+            owner,
+            pd,
+            addr,
+            length,
+            iova,
+            access,
+        )
     }
     fn dereg_mr(&mut self, lkey: u32) -> Result<(), Errno> {
         self.dev.dereg_mr(core::Lkey(lkey)).map_err(e)
@@ -592,7 +600,7 @@ impl Nic for SiwNic {
         _now: Instant,
         _mem: &mut dyn AppMemory,
         _buf: &mut Vec<u8>,
-    ) -> Option<crate::daemon::nic::TxMeta> {
+    ) -> Option<crate::daemon::devices::nic::TxMeta> {
         None
     }
     fn poll_timeout(&self) -> Option<Instant> {

@@ -2,7 +2,7 @@
 //! TCP service (`tcp/service.rs`).
 
 use super::cm::ConnId;
-use crate::daemon::nic::Owner;
+use crate::daemon::devices::nic::Owner;
 use emu_core as core;
 use emu_core::siw_state::SiwQpState;
 use wire::client::{self as proto};

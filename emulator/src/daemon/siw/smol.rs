@@ -19,7 +19,7 @@
 
 use super::link::RawLink;
 use super::net::{Accepted, Ready, StreamNet, DEFAULT_MSS, TOKEN_CONN, TOKEN_LISTENER};
-use crate::daemon::nic::Errno;
+use crate::daemon::devices::nic::Errno;
 use smoltcp::iface::{Config, Interface, PollResult, SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{self, State};
 use smoltcp::wire::{EthernetAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};

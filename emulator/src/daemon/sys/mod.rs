@@ -12,10 +12,11 @@
 //! - `cvt`: the `-1`/`errno` convention turned into `io::Result` (private).
 //!
 //! Every `unsafe` block here has a `// SAFETY:` comment. Not all of the daemon's `unsafe`
-//! is here: the raw backends hold their own (`mmsg.rs`, `packet.rs`, `pause.rs`, `xdp/`,
-//! `siw/sock.rs`, `siw/link.rs`), as do the interface and neighbour queries (`netdev.rs`,
-//! `neigh.rs`) and the descriptor checks of the control path (`control.rs`), each block
-//! with its own `// SAFETY:` comment. The items of every file are re-exported here, so
+//! is here: the raw backends hold their own (`link/mmsg.rs`, `link/packet.rs`,
+//! `link/pause.rs`, `link/xdp/`, `siw/sock.rs`, `siw/link.rs`), as do the interface and
+//! neighbour queries (`devices/netdev.rs`, `devices/neigh.rs`) and the descriptor checks
+//! of the control path (`control/dispatch.rs`), each block with its own `// SAFETY:`
+//! comment. The items of every file are re-exported here, so
 //! callers name them `sys::eventfd`, `sys::Epoll`, ...
 
 mod cvt;

@@ -1,5 +1,5 @@
 //! Socket options: integers, and IP multicast membership and sending for UD multicast
-//! groups (see `super::super::mcast`).
+//! groups (see `crate::daemon::devices::mcast`).
 
 use super::cvt::{cvt, own};
 use std::io;

@@ -29,7 +29,7 @@ use super::backend::Backend;
 use super::datagram::{BoundSocket, Caps, DatagramLink, Ports, Sock, NOWHERE};
 use super::mmsg::{Outgoing, RecvBatch};
 use super::packet::{self, PacketLink, Refused};
-use crate::daemon::netdev::{self, Netdev};
+use crate::daemon::devices::netdev::{self, Netdev};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

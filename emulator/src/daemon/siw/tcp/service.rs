@@ -6,9 +6,9 @@
 
 use super::streams::{Conn, ConnPhase, Origin, Outcome, Streams};
 use crate::daemon::config::MpaOptions;
-use crate::daemon::core_nic::{cqe_out, Bridge};
-use crate::daemon::nic::Owner;
-use crate::daemon::nic::{AppMemory, Errno, EventElement};
+use crate::daemon::devices::core_nic::{cqe_out, Bridge};
+use crate::daemon::devices::nic::Owner;
+use crate::daemon::devices::nic::{AppMemory, Errno, EventElement};
 use crate::daemon::siw::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 use crate::daemon::siw::limits;
 use crate::daemon::siw::net::{Ready, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER};

@@ -4,7 +4,7 @@
 //! not taken yet. It opens, closes and watches sockets through the [`StreamNet`]; moving
 //! bytes between the sockets and the engines is `service.rs`'s.
 
-use crate::daemon::nic::Errno;
+use crate::daemon::devices::nic::Errno;
 use crate::daemon::siw::cm::{ConnId, ListenerId};
 use crate::daemon::siw::net::{Ready, StreamNet, DEFAULT_MSS};
 use emu_core::iwarp::{Connection, IwarpConfig};

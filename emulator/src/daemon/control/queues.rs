@@ -1,13 +1,13 @@
 //! Creating the queues: CQs, SRQs and QPs with their rings in sealed memfds, and the
 //! counters `rdma-emu stat` reads.
 
-use super::device::{index_of, ServedDevice};
-use super::memory::ProcMem;
-use super::nic::QpCreate;
-use super::objects::{Cq, Kind, Object, Qp, Ring, SessionId, Srq};
-use super::sessions::{Clients, DaemonCounters, Session};
-use super::sys::{self, Mapping};
-use super::users::Users;
+use crate::daemon::devices::device::{index_of, ServedDevice};
+use crate::daemon::devices::memory::ProcMem;
+use crate::daemon::devices::nic::QpCreate;
+use crate::daemon::sessions::clients::{Clients, DaemonCounters, Session};
+use crate::daemon::sessions::objects::{Cq, Kind, Object, Qp, Ring, SessionId, Srq};
+use crate::daemon::sessions::users::Users;
+use crate::daemon::sys::{self, Mapping};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
@@ -16,10 +16,10 @@ use wire::client::slot::{recv_slot_size, send_slot_size, CQE_LEN};
 use wire::client::verbs::qp_type;
 use wire::client::{Consumer, CounterSet, Producer, QpInitAttr, ReplyBody, RingLayout, RingView};
 
-use super::answer::{ok, Answer};
+use crate::daemon::sessions::answer::{ok, Answer};
 
 /// A sealed memfd holding rings, mapped; its length rounded up to a page.
-pub(super) fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {
+pub(in crate::daemon) fn ring_memfd(name: &str, end: u64) -> Result<(OwnedFd, Mapping), i32> {
     let len = usize::try_from(end.next_multiple_of(4096)).map_err(|_| libc::ENOMEM)?;
     let fd = sys::sealed_memfd(name, len).map_err(|_| libc::ENOMEM)?;
     let map = Mapping::new(&fd, len).map_err(|_| libc::ENOMEM)?;
@@ -30,7 +30,7 @@ fn entries_for(depth: u32) -> Result<u32, i32> {
     depth.max(1).checked_next_power_of_two().ok_or(libc::EINVAL)
 }
 
-pub(super) fn create_cq(
+pub(in crate::daemon) fn create_cq(
     clients: &mut Clients<'_>,
     session: SessionId,
     ctx: Handle,
@@ -108,7 +108,7 @@ pub(super) fn create_cq(
 ///
 /// A consumer index more than a ring away from the daemon's producer index (a client
 /// that wrote its ring) is EINVAL.
-pub(super) fn resize_cq(
+pub(in crate::daemon) fn resize_cq(
     clients: &mut Clients<'_>,
     session: SessionId,
     cq: Handle,
@@ -186,7 +186,7 @@ fn copy_unpolled(c: &Cq, map: &Mapping, layout: RingLayout) -> Result<u32, i32> 
     u32::try_from(queued).map_err(|_| libc::EINVAL)
 }
 
-pub(super) fn create_srq(
+pub(in crate::daemon) fn create_srq(
     clients: &mut Clients<'_>,
     session: SessionId,
     pd: Handle,
@@ -212,7 +212,7 @@ pub(super) fn create_srq(
     ))
 }
 
-pub(super) fn create_qp(
+pub(in crate::daemon) fn create_qp(
     clients: &mut Clients<'_>,
     session: SessionId,
     pd: Handle,
@@ -339,7 +339,7 @@ pub(super) fn create_qp(
 /// Records the new SRQ `id` of the engine (`max_sge`, `max_wr` as it made them) as an
 /// object of the session with its ring in a fresh memfd: (handle, ring, memfd). On
 /// failure the engine's SRQ is destroyed.
-pub(super) fn record_srq(
+pub(in crate::daemon) fn record_srq(
     clients: &mut Clients<'_>,
     session: SessionId,
     ctx: Handle,
@@ -384,7 +384,7 @@ pub(super) fn record_srq(
 }
 
 /// `rdma-emu top`, `res qp`: every QP of the devices asked for, with its owner's pid.
-pub(super) fn qp_list(
+pub(in crate::daemon) fn qp_list(
     devices: &[Option<ServedDevice>],
     objects: &BTreeMap<Handle, Object>,
     sessions: &HashMap<SessionId, Session>,
@@ -416,7 +416,7 @@ pub(super) fn qp_list(
 
 /// `rdma-emu stat`: the counters of the devices asked for (and the daemon's own), or of
 /// one QP.
-pub(super) fn stat(
+pub(in crate::daemon) fn stat(
     devices: &[Option<ServedDevice>],
     daemon: &DaemonCounters,
     users: &Users,

@@ -5,11 +5,11 @@
 //! These take one device and the client memory, nothing of the engine: the CM's QP1 code,
 //! the data path and the engine's receive all go through them.
 
-use super::device::ServedDevice;
-use super::link::mmsg::{RecvBatch, ECN_CE};
-use super::link::stack::{Arrivals, Layer, Sent, LOOPBACK};
-use super::memory::ProcMem;
-use super::nic::TxMeta;
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::devices::memory::ProcMem;
+use crate::daemon::devices::nic::TxMeta;
+use crate::daemon::link::mmsg::{RecvBatch, ECN_CE};
+use crate::daemon::link::stack::{Arrivals, Layer, Sent, LOOPBACK};
 use std::time::Instant;
 
 /// Sends staged packets down the device's link stack (`local`: the daemon's `local_path`

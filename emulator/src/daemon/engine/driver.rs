@@ -1,17 +1,17 @@
 //! The engine: one thread that serves the control socket, every device's transport core,
 //! the shared-memory rings and the network, with adaptive polling. It is the driver
-//! loop; what it serves is [`Served`] (`served.rs`), and control requests are
-//! `control.rs`'s functions over that.
+//! loop; what it serves is [`Served`] (`served/`), and control requests are
+//! `control/dispatch.rs`'s functions over that.
 
-use super::config::{Config, PollMode};
-use super::device::{NicFactory, ServedDevice};
-use super::objects::{Kind, Object, SessionId};
-use super::reload::{self, ConfigSource, Reload};
-use super::served::Served;
-use super::sessions::Session;
-use super::shutdown::Shutdown;
-use super::sys::{self, Epoll};
-use super::tokens::{
+use crate::daemon::config::{Config, PollMode};
+use crate::daemon::devices::device::{NicFactory, ServedDevice};
+use crate::daemon::engine::shutdown::Shutdown;
+use crate::daemon::served::reload::{self, ConfigSource, Reload};
+use crate::daemon::served::Served;
+use crate::daemon::sessions::clients::Session;
+use crate::daemon::sessions::objects::{Kind, Object, SessionId};
+use crate::daemon::sys::{self, Epoll};
+use crate::daemon::tokens::{
     T_DOORBELL, T_KIND, T_LISTENER, T_NETLINK, T_RELOAD, T_SESSION, T_STREAM, T_TIMER, T_UDP,
     T_WAKE,
 };
@@ -29,7 +29,7 @@ fn yield_when_idle() -> bool {
 }
 
 /// The driver: one thread that waits on every descriptor, hands what is ready to the
-/// state it serves ([`Served`]) and to the control requests (`control.rs`), and decides
+/// state it serves ([`Served`]) and to the control requests (`control/dispatch.rs`), and decides
 /// when to spin and when to sleep. What it owns itself is only what the loop needs: the
 /// control socket, the timer, the shutdown and reload signals, the receive batch.
 pub struct Engine {
@@ -39,11 +39,11 @@ pub struct Engine {
     shutdown: Shutdown,
     next_session: SessionId,
     /// Datagrams received in batches (recvmmsg).
-    rx: super::link::mmsg::RecvBatch,
+    rx: crate::daemon::link::mmsg::RecvBatch,
     /// What one receive brought up a device's link stack (reused).
-    arrivals: super::link::stack::Arrivals,
+    arrivals: crate::daemon::link::stack::Arrivals,
     msg_buf: Vec<u8>,
-    /// SIGHUP's eventfd and where a new configuration comes from (`reload.rs`).
+    /// SIGHUP's eventfd and where a new configuration comes from (`served/reload.rs`).
     reload: Option<Reload>,
     /// rtnetlink address notifications (None: the kernel refused the socket).
     netlink: Option<OwnedFd>,
@@ -99,7 +99,7 @@ impl Engine {
             timer,
             shutdown,
             next_session: 1,
-            rx: super::link::mmsg::RecvBatch::new(32, 9216),
+            rx: crate::daemon::link::mmsg::RecvBatch::new(32, 9216),
             arrivals: Default::default(),
             msg_buf: vec![0u8; MAX_MESSAGE_LEN + 1],
             reload: None,
@@ -128,7 +128,7 @@ impl Engine {
 
     /// Runs until shutdown is requested, then stops cleanly.
     pub fn run(mut self) -> io::Result<()> {
-        let mut slice = super::slice::SliceControl::new();
+        let mut slice = crate::daemon::engine::slice::SliceControl::new();
         let mut ready = Vec::new();
         let mut last_work = Instant::now();
         loop {
@@ -158,7 +158,7 @@ impl Engine {
             }
             // Sleep: tell clients to ring the doorbell, then look once more (no lost wake-up).
             self.st.set_sleeping(true);
-            if super::datapath::rings_pending(&self.st.objects, &self.st.rings) {
+            if crate::daemon::datapath::rings::rings_pending(&self.st.objects, &self.st.rings) {
                 self.st.set_sleeping(false);
                 self.st.epoll.wait(&mut ready, Some(Duration::ZERO))?;
                 continue;
@@ -247,7 +247,7 @@ impl Engine {
         worked |= self.st.datapath().drain_rings(now);
         for d in self.st.devices.iter_mut().flatten() {
             if d.faults().next_release().is_some_and(|t| t <= now) {
-                worked |= super::device_io::release_held(
+                worked |= crate::daemon::devices::io::release_held(
                     d,
                     self.st.cfg.local_path,
                     now,
@@ -256,7 +256,7 @@ impl Engine {
             }
         }
         worked |= self.st.datapath().drive_cores(now);
-        worked |= super::cm::drive_cm(&mut self.st.cm(), now);
+        worked |= crate::daemon::cm::drive_cm(&mut self.st.cm(), now);
         Ok(worked)
     }
 
@@ -264,7 +264,7 @@ impl Engine {
         let Some(Some(d)) = self.st.devices.get_mut(dev) else {
             return;
         };
-        if sock == super::link::pause::PAUSE_SOCKET {
+        if sock == crate::daemon::link::pause::PAUSE_SOCKET {
             if let Some(p) = &mut d.pause {
                 for (priority, until) in p.receive(now) {
                     d.nic.pause_priority(now, priority, until);
@@ -272,7 +272,7 @@ impl Engine {
             }
             return;
         }
-        super::device_io::receive(
+        crate::daemon::devices::io::receive(
             d,
             now,
             sock,
@@ -334,7 +334,12 @@ impl Engine {
                     }
                     (
                         req.seq,
-                        super::control::dispatch(&mut self.st, id, req.body, got.fds),
+                        crate::daemon::control::dispatch::dispatch(
+                            &mut self.st,
+                            id,
+                            req.body,
+                            got.fds,
+                        ),
                     )
                 }
                 Err(_) => {

@@ -14,7 +14,7 @@
 //! repeated registrations of the same pages share one mapping, and the mapping goes when
 //! the last MR using it is deregistered (or the client goes).
 
-use super::sys::{self, ClientPages};
+use crate::daemon::sys::{self, ClientPages};
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::os::fd::OwnedFd;

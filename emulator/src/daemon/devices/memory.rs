@@ -1,16 +1,16 @@
 //! Application memory as the NIC's DMA engine reaches it: through the descriptor of the
 //! client's own `/proc/self/mem`, handed over at `OpenDevice` (DESIGN decision 1), and,
 //! for pages the client moved onto a memfd at registration (`RDMA_EMU_SHARED_MR=1`),
-//! through the daemon's own mapping of that memfd ([`super::shared_pages`]).
+//! through the daemon's own mapping of that memfd ([`crate::daemon::devices::shared_pages`]).
 //!
 //! The core has already checked keys, PD, bounds and access before it asks for a read
 //! or write; this layer only moves bytes, and a fault (unmapped page) is an error, never a
 //! crash of the daemon. An access is split into the parts a shared mapping covers (copied
 //! with `memcpy`) and the rest (`pread`/`pwrite` on the descriptor).
 
-use super::nic::{AppMemory, MemFault, Owner};
-use super::shared_pages::{Piece, Refused, SharedRanges};
-use super::sys::{self, ClientPages};
+use crate::daemon::devices::nic::{AppMemory, MemFault, Owner};
+use crate::daemon::devices::shared_pages::{Piece, Refused, SharedRanges};
+use crate::daemon::sys::{self, ClientPages};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -107,10 +107,10 @@ impl ProcMem {
 
 impl ProcMem {
     /// Faults `[addr, addr + len)` of `owner` in for reading: one byte of each page read
-    /// through the descriptor (`ibv_advise_mr`'s prefetch, [`super::odp`]). False at the
+    /// through the descriptor (`ibv_advise_mr`'s prefetch, [`crate::daemon::devices::odp`]). False at the
     /// first page that cannot be read.
     pub fn touch(&mut self, owner: Owner, addr: u64, len: u64) -> bool {
-        use super::shared_pages::PAGE;
+        use crate::daemon::devices::shared_pages::PAGE;
         let Some(Space { mem: fd, .. }) = self.spaces.get(&owner) else {
             return false;
         };
@@ -243,7 +243,7 @@ mod tests {
 
     #[test]
     fn splits_accesses_between_shared_pages_and_the_descriptor() {
-        use super::super::shared_pages::PAGE;
+        use crate::daemon::devices::shared_pages::PAGE;
         let mut mem = own_memory_as(7);
         // "The client's" buffer: two pages of a sealed memfd, mapped in this process.
         let memfd = sys::sealed_memfd("test-client-pages", 2 * PAGE as usize).unwrap();

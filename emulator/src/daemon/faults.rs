@@ -3,11 +3,11 @@
 //! `Faulty` layer of its link stack applies them to its packets). A handler borrows the
 //! parts of the engine it touches ([`FaultCtx`]) and answers the request.
 
-use super::answer::{ok, Answer};
-use super::device::{index_of, ServedDevice};
-use super::link::fault::{default_seed, FAULTS_ENV};
-use super::notify::send_event;
-use super::objects::{Kind, Object};
+use crate::daemon::datapath::notify::send_event;
+use crate::daemon::devices::device::{index_of, ServedDevice};
+use crate::daemon::link::fault::{default_seed, FAULTS_ENV};
+use crate::daemon::sessions::answer::{ok, Answer};
+use crate::daemon::sessions::objects::{Kind, Object};
 use std::collections::BTreeMap;
 use std::io;
 use std::time::Instant;
@@ -19,13 +19,13 @@ use wire::client::ReplyBody;
 /// The rule ids of fault injection: the one part of it that is the daemon's rather than a
 /// device's (each device's rules, link state and held packets are its `faults()`).
 #[derive(Debug)]
-pub(super) struct FaultIds {
+pub(in crate::daemon) struct FaultIds {
     /// The id the next rule gets (`rdma-emu fault add`), unique in the daemon.
     next: u32,
 }
 
 impl FaultIds {
-    pub(super) fn new() -> Self {
+    pub(in crate::daemon) fn new() -> Self {
         FaultIds { next: 1 }
     }
 }
@@ -33,16 +33,16 @@ impl FaultIds {
 /// What a fault request touches, borrowed from the engine for one call: the devices (their
 /// rule tables, link state and QPs), the objects (whom to tell about a port or QP event),
 /// the rule ids, and the daemon's seed (rules without a seed derive theirs from it).
-pub(super) struct FaultCtx<'a> {
-    pub(super) devices: &'a mut [Option<ServedDevice>],
-    pub(super) objects: &'a BTreeMap<Handle, Object>,
-    pub(super) ids: &'a mut FaultIds,
-    pub(super) seed: u64,
+pub(in crate::daemon) struct FaultCtx<'a> {
+    pub(in crate::daemon) devices: &'a mut [Option<ServedDevice>],
+    pub(in crate::daemon) objects: &'a BTreeMap<Handle, Object>,
+    pub(in crate::daemon) ids: &'a mut FaultIds,
+    pub(in crate::daemon) seed: u64,
 }
 
 impl FaultCtx<'_> {
     /// `rdma-emu fault add|list|clear`.
-    pub(super) fn request(&mut self, now: Instant, req: FaultRequest) -> Answer {
+    pub(in crate::daemon) fn request(&mut self, now: Instant, req: FaultRequest) -> Answer {
         match req {
             FaultRequest::Add { device, spec } => {
                 let dev = index_of(self.devices, &device).ok_or(libc::ENODEV)?;
@@ -157,7 +157,10 @@ impl FaultCtx<'_> {
 
     /// Applies the configuration's `faults` (`configured`), then `RDMA_EMU_FAULTS` (a
     /// daemon starting with faults in place).
-    pub(super) fn initial(&mut self, configured: Vec<(String, FaultSpec)>) -> io::Result<()> {
+    pub(in crate::daemon) fn initial(
+        &mut self,
+        configured: Vec<(String, FaultSpec)>,
+    ) -> io::Result<()> {
         self.apply_faults("faults", configured)?;
         if let Ok(text) = std::env::var(FAULTS_ENV) {
             let parsed = parse_list(&text).map_err(|e| {

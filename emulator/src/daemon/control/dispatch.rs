@@ -5,14 +5,14 @@
 //! EINVAL); sizes are bounded by the device limits; descriptors must be what the message
 //! says.
 
-use super::answer::{ok, Answer};
-use super::nic::Rereg;
-use super::objects::{Channel, Ctx, Kind, Object, SessionId};
-use super::queues;
-use super::served::Served;
-use super::sessions;
-use super::sys::{self, Mapping};
-use super::{config, device::ServedDevice};
+use crate::daemon::control::queues;
+use crate::daemon::devices::nic::Rereg;
+use crate::daemon::served::Served;
+use crate::daemon::sessions::answer::{ok, Answer};
+use crate::daemon::sessions::clients as sessions;
+use crate::daemon::sessions::objects::{Channel, Ctx, Kind, Object, SessionId};
+use crate::daemon::sys::{self, Mapping};
+use crate::daemon::{config, devices::device::ServedDevice};
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Instant;
@@ -66,11 +66,15 @@ fn check_proc_mem(fd: &OwnedFd, peer_pid: u32) -> Result<(), i32> {
 }
 
 /// An object of the session, or ENOENT.
-pub(super) fn lookup(st: &Served, session: SessionId, h: Handle) -> Result<&Object, i32> {
+pub(in crate::daemon) fn lookup(
+    st: &Served,
+    session: SessionId,
+    h: Handle,
+) -> Result<&Object, i32> {
     sessions::lookup(&st.objects, session, h)
 }
 
-pub(super) fn device_of(
+pub(in crate::daemon) fn device_of(
     st: &mut Served,
     session: SessionId,
     ctx: Handle,
@@ -83,11 +87,15 @@ pub(super) fn device_of(
 }
 
 /// (ctx, core PD id) of a PD handle.
-pub(super) fn pd_of(st: &Served, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
+pub(in crate::daemon) fn pd_of(
+    st: &Served,
+    session: SessionId,
+    pd: Handle,
+) -> Result<(Handle, u32), i32> {
     sessions::pd_of(&st.objects, session, pd)
 }
 
-pub(super) fn insert(
+pub(in crate::daemon) fn insert(
     st: &mut Served,
     session: SessionId,
     ctx: Option<Handle>,
@@ -96,7 +104,7 @@ pub(super) fn insert(
     st.clients().insert(session, ctx, kind)
 }
 
-pub(super) fn dispatch(
+pub(in crate::daemon) fn dispatch(
     st: &mut Served,
     session: SessionId,
     body: RequestBody,
@@ -121,9 +129,15 @@ pub(super) fn dispatch(
     }
     // Changing devices, faults or watching every client's traffic is for
     // administrators, not for everyone the socket lets in (users.rs).
-    if super::users::is_privileged(&body) {
+    if crate::daemon::sessions::users::is_privileged(&body) {
         let admin = st.sessions.get(&session).is_some_and(|s| {
-            super::users::is_admin(s.uid, s.gid, &s.groups, sys::euid(), st.cfg.admin_group)
+            crate::daemon::sessions::users::is_admin(
+                s.uid,
+                s.gid,
+                &s.groups,
+                sys::euid(),
+                st.cfg.admin_group,
+            )
         });
         if !admin {
             st.counters.refused_privileged += 1;
@@ -140,7 +154,7 @@ pub(super) fn dispatch(
             }
             // The pid a client names must be its own (the kernel's SO_PEERCRED).
             let peer = st.sessions.get(&session).map_or(0, |s| s.pid);
-            if !super::users::is_own_pid(peer, pid) {
+            if !crate::daemon::sessions::users::is_own_pid(peer, pid) {
                 st.counters.refused_credentials += 1;
                 tracing::info!(session, peer, claimed = pid, "Hello with another pid");
                 return Err(libc::EPERM);
@@ -179,7 +193,7 @@ pub(super) fn dispatch(
         }
         R::QueryGid { ctx, port, index } => {
             let d = device_of(st, session, ctx)?;
-            if port != 1 || index as usize >= super::gid_table::GID_TBL_LEN {
+            if port != 1 || index as usize >= crate::daemon::devices::gid_table::GID_TBL_LEN {
                 return Err(libc::EINVAL);
             }
             // An empty slot (its address went away, or never was) is the zero GID.
@@ -325,7 +339,14 @@ pub(super) fn dispatch(
             let dev = sessions::ctx_device(&st.objects, session, ctx)?;
             let d = st.devices.get(dev).and_then(Option::as_ref);
             let nic = &*d.ok_or(libc::ENODEV)?.nic;
-            super::odp::advise_mr(nic, &mut st.mem, pd_id, advice, flags, &sg_list)?;
+            crate::daemon::devices::odp::advise_mr(
+                nic,
+                &mut st.mem,
+                pd_id,
+                advice,
+                flags,
+                &sg_list,
+            )?;
             ok(ReplyBody::Ok)
         }
         R::AllocMw { pd, mw_type } => {
@@ -429,7 +450,7 @@ pub(super) fn dispatch(
                 .nic
                 .modify_qp(now, qpn, &attr, mask)?;
             // A reset drops the queued receives without completions.
-            super::datapath::release_recv_slots_of(&st.objects, &st.devices, qp);
+            crate::daemon::datapath::rings::release_recv_slots_of(&st.objects, &st.devices, qp);
             ok(ReplyBody::Ok)
         }
         R::QueryQp { qp, mask: _ } => {
@@ -482,7 +503,7 @@ pub(super) fn dispatch(
                 XrcRequest::Close { xrcd } => Some(xrcd),
                 _ => None,
             };
-            let answer = super::xrc::handle(&mut st.clients(), session, req, fds)?;
+            let answer = crate::daemon::control::xrc::handle(&mut st.clients(), session, req, fds)?;
             if let Some(h) = closed {
                 st.forget(h);
             }
@@ -494,7 +515,7 @@ pub(super) fn dispatch(
             {
                 cm_qp_not_foreign(st, session, *id, param.qp_num, now)?;
             }
-            super::cm::cm_request(&mut st.cm(), session, req, fds, now)
+            crate::daemon::cm::cm_request(&mut st.cm(), session, req, fds, now)
         }
         R::LinkShow => ok(ReplyBody::Links(
             st.devices
@@ -514,11 +535,12 @@ pub(super) fn dispatch(
             cnp_dscp,
             addrs,
         } => {
-            let backend = super::link::backend::Backend::choose(&link_type, backend.as_deref())
-                .map_err(|e| {
-                    tracing::info!(error = %e, "link add refused");
-                    e.errno()
-                })?;
+            let backend =
+                crate::daemon::link::backend::Backend::choose(&link_type, backend.as_deref())
+                    .map_err(|e| {
+                        tracing::info!(error = %e, "link add refused");
+                        e.errno()
+                    })?;
             let spec = config::DeviceSpec {
                 mpa_crc,
                 mpa_markers,
@@ -565,8 +587,8 @@ pub(super) fn dispatch(
                 return Err(libc::EINVAL);
             }
             let d = st.devices[i].as_mut().ok_or(libc::ENODEV)?;
-            let cap =
-                super::link::capture::Capture::new(w, d.netdev.mac).map_err(|_| libc::EINVAL)?;
+            let cap = crate::daemon::link::capture::Capture::new(w, d.netdev.mac)
+                .map_err(|_| libc::EINVAL)?;
             d.port_mut().add_capture(cap);
             ok(ReplyBody::Ok)
         }
@@ -587,7 +609,7 @@ pub(super) fn dispatch(
     }
 }
 
-/// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx` (`mcast.rs`).
+/// `AttachMcast` / `DetachMcast` of QP `qpn` on the device of `ctx` (`devices/mcast.rs`).
 fn mcast_of(
     st: &mut Served,
     session: SessionId,
@@ -603,8 +625,8 @@ fn mcast_of(
         .get_mut(dev)
         .and_then(Option::as_mut)
         .ok_or(libc::ENODEV)?;
-    let token = |slot| super::tokens::udp_token(dev, slot);
-    super::mcast::mcast_verb(d, &st.epoll, token, qpn, gid, lid, attach)?;
+    let token = |slot| crate::daemon::tokens::udp_token(dev, slot);
+    crate::daemon::devices::mcast::mcast_verb(d, &st.epoll, token, qpn, gid, lid, attach)?;
     ok(ReplyBody::Ok)
 }
 
@@ -642,7 +664,7 @@ fn cm_qp_not_foreign(
     now: Instant,
 ) -> Result<(), i32> {
     use wire::client::cm::{CmReply, CmRequest};
-    let info = match super::cm::cm_request(
+    let info = match crate::daemon::cm::cm_request(
         &mut st.cm(),
         session,
         CmRequest::Query { id },
@@ -697,7 +719,7 @@ fn open_device(st: &mut Served, session: SessionId, name: &str, mem: OwnedFd) ->
     let ctx = insert(st, session, None, Kind::Ctx(ctx_obj))?;
     if st
         .epoll
-        .add(db_fd, super::tokens::T_DOORBELL | u64::from(ctx.0))
+        .add(db_fd, crate::daemon::tokens::T_DOORBELL | u64::from(ctx.0))
         .is_err()
     {
         st.forget(ctx);

@@ -4,8 +4,8 @@
 //! Both take the object table and nothing else: whoever holds the objects can report, and
 //! a full pipe or ring is counted or raised as the verbs API says, never waited on.
 
-use super::objects::{Kind, Object};
-use super::sys;
+use crate::daemon::sessions::objects::{Kind, Object};
+use crate::daemon::sys;
 use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use wire::client::proto::Handle;

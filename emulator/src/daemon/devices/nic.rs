@@ -1,6 +1,6 @@
 //! The daemon's view of one device's transport engine, in the protocol's vocabulary.
 //!
-//! The engine loop, sessions and rings talk to a [`Nic`]; [`super::core_nic`] implements it
+//! The engine loop, sessions and rings talk to a [`Nic`]; [`crate::daemon::devices::core_nic`] implements it
 //! over `emu_core::Device` (translating `wire::client` attributes into the core's types in
 //! one place). Object names here are the core's numeric identifiers (`PdHandle.0`,
 //! `CqHandle.0`, a QPN, an lkey...), never the protocol's session handles.

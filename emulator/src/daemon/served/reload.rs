@@ -20,12 +20,12 @@
 //! slot empty), so a GID index a program chose keeps naming the same address.
 //! Clients of a device whose table changed get `IBV_EVENT_GID_CHANGE`, as rxe's do.
 
-use super::config::{Config, DeviceSpec};
-use super::device::ServedDevice;
-use super::notify::send_event;
-use super::objects::{Kind, Object};
-use super::sys::{self, Epoll};
-use super::tokens::udp_token;
+use crate::daemon::config::{Config, DeviceSpec};
+use crate::daemon::datapath::notify::send_event;
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::sessions::objects::{Kind, Object};
+use crate::daemon::sys::{self, Epoll};
+use crate::daemon::tokens::udp_token;
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -35,7 +35,7 @@ use wire::client::proto::Handle;
 pub type ConfigSource = Box<dyn FnMut() -> Result<Config, String> + Send>;
 
 /// SIGHUP's eventfd and where a new configuration comes from.
-pub(super) struct Reload {
+pub(in crate::daemon) struct Reload {
     wake: OwnedFd,
     source: ConfigSource,
 }
@@ -43,20 +43,20 @@ pub(super) struct Reload {
 impl Reload {
     /// A reload from `source` whenever the eventfd ([`Reload::fd`]) is written
     /// (`sys::forward_sighup` points SIGHUP at it).
-    pub(super) fn new(source: ConfigSource) -> io::Result<Reload> {
+    pub(in crate::daemon) fn new(source: ConfigSource) -> io::Result<Reload> {
         Ok(Reload {
             wake: sys::eventfd()?,
             source,
         })
     }
 
-    pub(super) fn fd(&self) -> RawFd {
+    pub(in crate::daemon) fn fd(&self) -> RawFd {
         self.wake.as_raw_fd()
     }
 
     /// The configuration to switch to, once the eventfd fired; `None` (logged) when it
     /// does not parse or validate, and then nothing changes.
-    pub(super) fn take(&mut self) -> Option<Config> {
+    pub(in crate::daemon) fn take(&mut self) -> Option<Config> {
         sys::drain_counter(self.wake.as_raw_fd());
         (self.source)()
             .map_err(|e| {
@@ -67,17 +67,21 @@ impl Reload {
 }
 
 /// What a new configuration asks of the device list, for the engine to carry out.
-pub(super) struct DevicePlan {
+pub(in crate::daemon) struct DevicePlan {
     /// Devices the new file no longer names (removed unless a client has one open).
-    pub(super) remove: Vec<DeviceSpec>,
+    pub(in crate::daemon) remove: Vec<DeviceSpec>,
     /// The new file's devices in its order, each with whether it must be opened (false:
     /// already served, kept as it is).
-    pub(super) wanted: Vec<(DeviceSpec, bool)>,
+    pub(in crate::daemon) wanted: Vec<(DeviceSpec, bool)>,
 }
 
 /// Applies to `cfg` what changes without disturbing live QPs and returns what the new
 /// device list asks. `devices` are the ones served now.
-pub(super) fn apply(cfg: &mut Config, new: Config, devices: &[Option<ServedDevice>]) -> DevicePlan {
+pub(in crate::daemon) fn apply(
+    cfg: &mut Config,
+    new: Config,
+    devices: &[Option<ServedDevice>],
+) -> DevicePlan {
     if new.socket != cfg.socket || new.socket_mode != cfg.socket_mode {
         tracing::warn!("config reload: socket and socket_mode apply at the next start");
     }
@@ -96,7 +100,7 @@ pub(super) fn apply(cfg: &mut Config, new: Config, devices: &[Option<ServedDevic
         .devices
         .into_iter()
         .map(|spec| {
-            let served = super::device::index_of(devices, &spec.name).and_then(|i| devices[i].as_ref());
+            let served = crate::daemon::devices::device::index_of(devices, &spec.name).and_then(|i| devices[i].as_ref());
             if let Some(d) = served {
                 if d.netdev.name != spec.netdev {
                     tracing::warn!(device = %spec.name, "config reload: a device's netdev changes only when it is removed and added again");
@@ -111,7 +115,7 @@ pub(super) fn apply(cfg: &mut Config, new: Config, devices: &[Option<ServedDevic
 
 /// Re-reads every following device's addresses after rtnetlink's cue and binds or closes
 /// sockets to match; the clients of a device whose table changed get GID_CHANGE.
-pub(super) fn follow_addresses(
+pub(in crate::daemon) fn follow_addresses(
     devices: &mut [Option<ServedDevice>],
     epoll: &Epoll,
     objects: &BTreeMap<Handle, Object>,

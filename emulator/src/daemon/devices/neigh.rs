@@ -371,7 +371,7 @@ mod tests {
         // Loopback is on-link and has no neighbour entries: both queries must succeed
         // and find nothing rather than fail or misparse.
         assert_eq!(next_hop(IpAddr::V4(Ipv4Addr::LOCALHOST)), None);
-        let lo = super::super::netdev::lookup("lo").expect("lo");
+        let lo = crate::daemon::devices::netdev::lookup("lo").expect("lo");
         assert_eq!(
             neighbour(lo.index, IpAddr::V4(Ipv4Addr::LOCALHOST)).expect("dump"),
             None

@@ -1,7 +1,7 @@
 //! [`Nic`] over the sans-IO core (`emu_core::Device`): the one place where the protocol's
 //! attribute structs and slot reprs become the core's types, and back.
 
-use super::nic::{
+use crate::daemon::devices::nic::{
     AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate, Rereg, TxMeta, XrcSrqIds,
 };
 use emu_core as core;
@@ -12,7 +12,7 @@ use wire::client::verbs::{mtu, qp_attr_mask};
 use wire::client::{self as proto};
 use wire::roce::{Lkey, Psn, Qkey, Qpn, Rkey};
 
-/// A [`super::device::NicFactory`] building the real transport.
+/// A [`crate::daemon::devices::device::NicFactory`] building the real transport.
 pub fn factory(
     name: &str,
     gids: &[IpAddr],
@@ -41,7 +41,7 @@ pub struct CoreNic {
 }
 
 /// The core's view of the daemon's application memory.
-pub(super) struct Bridge<'a>(pub(super) &'a mut dyn AppMemory);
+pub(in crate::daemon) struct Bridge<'a>(pub(in crate::daemon) &'a mut dyn AppMemory);
 
 impl core::Memory for Bridge<'_> {
     fn read(
@@ -72,14 +72,14 @@ fn e(err: core::Errno) -> Errno {
 
 /// A WQE the device cannot take at posting (`errno`): a local QP operation error, as
 /// rxe completes such a WR.
-pub(super) fn refused(errno: Errno) -> core::SendRefused {
+pub(in crate::daemon) fn refused(errno: Errno) -> core::SendRefused {
     core::SendRefused {
         status: core::WcStatus::LocQpOpErr,
         errno: core::Errno(errno),
     }
 }
 
-pub(super) fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
+pub(in crate::daemon) fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
     list.iter()
         .map(|s| core::Sge {
             addr: s.addr,
@@ -90,7 +90,7 @@ pub(super) fn sges(list: SgeList<'_>) -> Vec<core::Sge> {
 }
 
 /// `ibv_reg_mr` on a core device (RoCE's, and siw's key table): (lkey, rkey).
-pub(super) fn reg_mr_on(
+pub(in crate::daemon) fn reg_mr_on(
     dev: &mut core::Device,
     owner: Owner,
     pd: u32,
@@ -122,7 +122,7 @@ fn cap_in(c: proto::QpCap) -> core::QpCap {
     }
 }
 
-pub(super) fn cap_out(c: core::QpCap) -> proto::QpCap {
+pub(in crate::daemon) fn cap_out(c: core::QpCap) -> proto::QpCap {
     proto::QpCap {
         max_send_wr: c.max_send_wr,
         max_recv_wr: c.max_recv_wr,
@@ -207,7 +207,7 @@ fn qp_attr_in(a: &proto::QpAttr, mask: u32) -> Result<core::QpAttr, Errno> {
     })
 }
 
-pub(super) fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
+pub(in crate::daemon) fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
     proto::QpAttr {
         qp_state: a.qp_state as u32,
         cur_qp_state: a.cur_qp_state as u32,
@@ -255,7 +255,10 @@ fn srq_out(a: &core::SrqAttr) -> proto::SrqAttr {
 }
 
 /// A send WQE slot as the core's work request.
-pub(super) fn send_wr(w: &SendWqeRepr<'_>, ah: Option<u32>) -> Result<core::SendWr, Errno> {
+pub(in crate::daemon) fn send_wr(
+    w: &SendWqeRepr<'_>,
+    ah: Option<u32>,
+) -> Result<core::SendWr, Errno> {
     let opcode = core::WrOpcode::from_raw(u32::from(w.opcode)).ok_or(libc::EINVAL)?;
     let mut wr = core::SendWr::new(core::WrId(w.wr_id), opcode);
     wr.send_flags = core::SendFlags(w.send_flags);
@@ -298,7 +301,7 @@ pub(super) fn send_wr(w: &SendWqeRepr<'_>, ah: Option<u32>) -> Result<core::Send
     Ok(wr)
 }
 
-pub(super) fn cqe_out(wc: &core::WorkCompletion) -> CqeRepr {
+pub(in crate::daemon) fn cqe_out(wc: &core::WorkCompletion) -> CqeRepr {
     CqeRepr {
         wr_id: wc.wr_id.0,
         status: wc.status as u32,

@@ -1,7 +1,7 @@
 //! Stopping the engine from another thread or a signal handler: a flag and an eventfd
 //! in the engine's epoll set that wakes it to see the flag.
 
-use super::sys;
+use crate::daemon::sys;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,12 +33,12 @@ impl Shutdown {
     }
 
     /// The wake eventfd fired: only a shutdown (or a signal handler) writes it.
-    pub(super) fn woken(&self) {
+    pub(in crate::daemon) fn woken(&self) {
         sys::drain_counter(self.wake.as_raw_fd());
         self.flag.store(true, Ordering::SeqCst);
     }
 
-    pub(super) fn requested(&self) -> bool {
+    pub(in crate::daemon) fn requested(&self) -> bool {
         self.flag.load(Ordering::SeqCst)
     }
 }

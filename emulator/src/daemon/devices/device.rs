@@ -1,20 +1,20 @@
 //! One served device: its interface, GID table, UDP sockets, transport engine, and what
 //! `ibv_query_device` / `ibv_query_port` / `rdma link show` report about it.
 
-use super::cm::gsi::ParkedReqs;
-use super::config::DeviceSpec;
-use super::gid_table::{GidTable, GID_TBL_LEN};
-use super::link::backend::Backend;
-use super::link::datagram::{BoundSocket, ROCE_V2_PORT};
-use super::link::fault::Faults;
-use super::link::faulty::Faulty;
-use super::link::local::Local;
-use super::link::packet::PacketLink;
-use super::link::udp::UdpBackend;
-use super::link::xdp::XdpLink;
-use super::netdev::{self, Netdev};
-use super::nic::{AppMemory, Limits, Nic};
-use super::siw;
+use crate::daemon::cm::gsi::ParkedReqs;
+use crate::daemon::config::DeviceSpec;
+use crate::daemon::devices::gid_table::{GidTable, GID_TBL_LEN};
+use crate::daemon::devices::netdev::{self, Netdev};
+use crate::daemon::devices::nic::{AppMemory, Limits, Nic};
+use crate::daemon::link::backend::Backend;
+use crate::daemon::link::datagram::{BoundSocket, ROCE_V2_PORT};
+use crate::daemon::link::fault::Faults;
+use crate::daemon::link::faulty::Faulty;
+use crate::daemon::link::local::Local;
+use crate::daemon::link::packet::PacketLink;
+use crate::daemon::link::udp::UdpBackend;
+use crate::daemon::link::xdp::XdpLink;
+use crate::daemon::siw;
 use emu_core::cm::gsi_route::{self, Rx};
 use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
@@ -86,7 +86,7 @@ pub struct ServedDevice {
     /// (`cm::gsi::LISTEN_GRACE`) before the agent rejects them.
     pub(in crate::daemon) parked_reqs: ParkedReqs,
     /// With `backend packet`: the socket 802.3 PAUSE / 802.1Qbb PFC frames arrive on.
-    pub pause: Option<super::link::pause::PauseReceiver>,
+    pub pause: Option<crate::daemon::link::pause::PauseReceiver>,
 }
 
 /// A RoCE device's link stack (`link/stack.rs`): fault injection (`rdma-emu fault`)
@@ -119,7 +119,7 @@ pub type NicFactory = fn(
 ) -> Box<dyn Nic + Send>;
 
 /// The index of the device named `name` among the served ones (removed ones are `None`).
-pub(super) fn index_of(devices: &[Option<ServedDevice>], name: &str) -> Option<usize> {
+pub(in crate::daemon) fn index_of(devices: &[Option<ServedDevice>], name: &str) -> Option<usize> {
     devices
         .iter()
         .position(|d| d.as_ref().is_some_and(|d| d.name() == name))
@@ -225,11 +225,14 @@ impl ServedDevice {
             Backend::Packet | Backend::Xdp => {
                 // Quanta are timed at the interface's speed (veth: 10 Gbit/s; a link that
                 // is down, tun, lo: none, then the configured line rate or 10 Gbit/s).
-                let rate = super::link::pause::link_speed_bps(&netdev.name)
+                let rate = crate::daemon::link::pause::link_speed_bps(&netdev.name)
                     .or((dcqcn.max_rate_mbps > 0)
                         .then(|| u64::from(dcqcn.max_rate_mbps) * 1_000_000))
-                    .unwrap_or(super::link::pause::DEFAULT_LINK_BPS);
-                Some(super::link::pause::PauseReceiver::open(netdev.index, rate)?)
+                    .unwrap_or(crate::daemon::link::pause::DEFAULT_LINK_BPS);
+                Some(crate::daemon::link::pause::PauseReceiver::open(
+                    netdev.index,
+                    rate,
+                )?)
             }
             _ => None,
         };
@@ -500,7 +503,7 @@ impl ServedDevice {
             max_pkeys: 64,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,
-            odp_caps: super::odp::roce_caps(),
+            odp_caps: crate::daemon::devices::odp::roce_caps(),
         }
     }
 

@@ -190,7 +190,7 @@ mod tests {
         let mut t = GidTable::new(&[v4]);
         assert_eq!(t.index_of(v4), Some(0));
         // DAD ends: netdev::gid_table would now list the link-local address first.
-        assert!(t.follow(&super::super::netdev::gid_table(&[v4, ll])));
+        assert!(t.follow(&crate::daemon::devices::netdev::gid_table(&[v4, ll])));
         assert_eq!(
             t.index_of(v4),
             Some(0),

@@ -1,22 +1,23 @@
 //! What the daemon serves: the devices, the clients' sessions and objects, the rings it
 //! drains, the CM tables and the fault rules ([`Served`]), and the views it lends to the
 //! parts that work on them for one call ([`DataPath`], [`Cm`], [`Clients`],
-//! [`FaultCtx`]). The engine's loop drives it; control requests (`control.rs`) are
+//! [`FaultCtx`]). The engine's loop drives it; control requests (`control/dispatch.rs`) are
 //! functions over it.
 
-use super::cm::{Cm, CmTables};
-use super::config::Config;
-use super::datapath::DataPath;
-use super::device::{NicFactory, ServedDevice};
-use super::fault_control::{FaultCtx, FaultIds};
-use super::memory::ProcMem;
-use super::nic::TxMeta;
-use super::objects::{Kind, Object, SessionId};
-use super::reload;
-use super::sessions::{Clients, DaemonCounters, Session};
-use super::sys::Epoll;
-use super::tokens::{udp_token, T_STREAM};
-use super::users::Users;
+pub(in crate::daemon) mod reload;
+
+use crate::daemon::cm::{Cm, CmTables};
+use crate::daemon::config::Config;
+use crate::daemon::datapath::rings::DataPath;
+use crate::daemon::devices::device::{NicFactory, ServedDevice};
+use crate::daemon::devices::memory::ProcMem;
+use crate::daemon::devices::nic::TxMeta;
+use crate::daemon::faults::{FaultCtx, FaultIds};
+use crate::daemon::sessions::clients::{Clients, DaemonCounters, Session};
+use crate::daemon::sessions::objects::{Kind, Object, SessionId};
+use crate::daemon::sessions::users::Users;
+use crate::daemon::sys::Epoll;
+use crate::daemon::tokens::{udp_token, T_STREAM};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -24,35 +25,35 @@ use std::time::Instant;
 use wire::client::proto::Handle;
 
 /// Packets staged per sendmmsg.
-pub(super) const TX_STAGE: usize = 32;
+pub(in crate::daemon) const TX_STAGE: usize = 32;
 
 /// The daemon's state, owned in one place and lent out in parts.
-pub(super) struct Served {
-    pub(super) cfg: Config,
-    pub(super) epoll: Epoll,
-    pub(super) factory: NicFactory,
-    pub(super) devices: Vec<Option<ServedDevice>>,
-    pub(super) sessions: HashMap<SessionId, Session>,
-    pub(super) objects: BTreeMap<Handle, Object>,
+pub(in crate::daemon) struct Served {
+    pub(in crate::daemon) cfg: Config,
+    pub(in crate::daemon) epoll: Epoll,
+    pub(in crate::daemon) factory: NicFactory,
+    pub(in crate::daemon) devices: Vec<Option<ServedDevice>>,
+    pub(in crate::daemon) sessions: HashMap<SessionId, Session>,
+    pub(in crate::daemon) objects: BTreeMap<Handle, Object>,
     /// QPs and SRQs whose rings the engine drains.
-    pub(super) rings: BTreeSet<Handle>,
-    pub(super) mem: ProcMem,
-    pub(super) counters: DaemonCounters,
+    pub(in crate::daemon) rings: BTreeSet<Handle>,
+    pub(in crate::daemon) mem: ProcMem,
+    pub(in crate::daemon) counters: DaemonCounters,
     /// What each user holds, against `cfg.user_limits`.
-    pub(super) users: Users,
+    pub(in crate::daemon) users: Users,
     next_handle: u32,
     /// Packets the cores produced, sent in batches (sendmmsg).
     tx_bufs: Vec<Vec<u8>>,
     tx_meta: Vec<TxMeta>,
     /// RDMA CM channels, ids, port spaces.
-    pub(super) cm_tables: CmTables,
+    pub(in crate::daemon) cm_tables: CmTables,
     /// The ids of fault rules (`rdma-emu fault add`).
     fault_ids: FaultIds,
 }
 
 impl Served {
     /// Nothing served yet: devices come through [`Served::add_device`].
-    pub(super) fn new(cfg: Config, epoll: Epoll, factory: NicFactory) -> Served {
+    pub(in crate::daemon) fn new(cfg: Config, epoll: Epoll, factory: NicFactory) -> Served {
         let seed = cfg.seed;
         Served {
             cfg,
@@ -74,7 +75,7 @@ impl Served {
     }
 
     /// Registers a device's sockets and makes it visible to clients.
-    pub(super) fn add_device(&mut self, mut dev: ServedDevice) -> io::Result<usize> {
+    pub(in crate::daemon) fn add_device(&mut self, mut dev: ServedDevice) -> io::Result<usize> {
         dev.set_cm_timers(self.cfg.cm_response_timeout, self.cfg.cm_max_retries);
         let index = self
             .devices
@@ -85,8 +86,10 @@ impl Served {
             self.epoll.add(fd, udp_token(index, slot))?;
         }
         if let Some(p) = &dev.pause {
-            self.epoll
-                .add(p.fd(), udp_token(index, super::link::pause::PAUSE_SOCKET))?;
+            self.epoll.add(
+                p.fd(),
+                udp_token(index, crate::daemon::link::pause::PAUSE_SOCKET),
+            )?;
         }
         if let Some(fd) = dev.nic.stream_fd() {
             self.epoll.add(fd, T_STREAM | index as u64)?;
@@ -97,16 +100,16 @@ impl Served {
         } else {
             self.devices[index] = Some(dev);
         }
-        super::cm::cm_device_added(&mut self.cm(), index);
+        crate::daemon::cm::cm_device_added(&mut self.cm(), index);
         Ok(index)
     }
 
-    pub(super) fn device_index(&self, name: &str) -> Option<usize> {
-        super::device::index_of(&self.devices, name)
+    pub(in crate::daemon) fn device_index(&self, name: &str) -> Option<usize> {
+        crate::daemon::devices::device::index_of(&self.devices, name)
     }
 
     /// Removes a device no client has open (`link del`, reload): ENODEV, EBUSY.
-    pub(super) fn remove_device(&mut self, name: &str) -> Result<(), i32> {
+    pub(in crate::daemon) fn remove_device(&mut self, name: &str) -> Result<(), i32> {
         let i = self.device_index(name).ok_or(libc::ENODEV)?;
         let d = self.devices[i].as_ref().ok_or(libc::ENODEV)?;
         if d.open_ctxs > 0 {
@@ -115,14 +118,14 @@ impl Served {
         for (_, fd) in d.port().fds() {
             self.epoll.remove(fd);
         }
-        super::cm::cm_device_removed(&mut self.cm(), i);
+        crate::daemon::cm::cm_device_removed(&mut self.cm(), i);
         tracing::info!(device = %name, "device removed");
         self.devices[i] = None;
         Ok(())
     }
 
     /// The parts of the engine a fault request touches.
-    pub(super) fn faults(&mut self) -> FaultCtx<'_> {
+    pub(in crate::daemon) fn faults(&mut self) -> FaultCtx<'_> {
         FaultCtx {
             devices: &mut self.devices,
             objects: &self.objects,
@@ -133,7 +136,7 @@ impl Served {
 
     /// The parts of the engine a request that creates or finds objects touches.
     /// The data path's parts, lent for one call.
-    pub(super) fn datapath(&mut self) -> DataPath<'_> {
+    pub(in crate::daemon) fn datapath(&mut self) -> DataPath<'_> {
         DataPath {
             objects: &self.objects,
             rings: &self.rings,
@@ -147,7 +150,7 @@ impl Served {
     }
 
     /// The RDMA CM with what it touches ([`Cm`]).
-    pub(super) fn cm(&mut self) -> Cm<'_> {
+    pub(in crate::daemon) fn cm(&mut self) -> Cm<'_> {
         let (clients, rest) = self.split_clients();
         Cm {
             tables: rest.cm_tables,
@@ -159,7 +162,7 @@ impl Served {
     }
 
     /// What a request that creates, finds or forgets objects touches ([`Clients`]).
-    pub(super) fn clients(&mut self) -> Clients<'_> {
+    pub(in crate::daemon) fn clients(&mut self) -> Clients<'_> {
         self.split_clients().0
     }
 
@@ -184,7 +187,7 @@ impl Served {
         (clients, rest)
     }
 
-    pub(super) fn set_sleeping(&self, sleeping: bool) {
+    pub(in crate::daemon) fn set_sleeping(&self, sleeping: bool) {
         for obj in self.objects.values() {
             if let Kind::Ctx(c) = &obj.kind {
                 if let Some(page) = wire::client::SessionPage::new(c.page.words()) {
@@ -196,7 +199,7 @@ impl Served {
 
     /// Takes what the rings hold and sends what it makes, before a request that could
     /// take away what that work needs.
-    pub(super) fn catch_up_rings(&mut self) {
+    pub(in crate::daemon) fn catch_up_rings(&mut self) {
         let now = Instant::now();
         if self.datapath().drain_rings(now) {
             self.datapath().drive_cores(now);
@@ -204,7 +207,7 @@ impl Served {
     }
 
     /// A client went away: everything it held is released.
-    pub(super) fn close_session(&mut self, id: SessionId) {
+    pub(in crate::daemon) fn close_session(&mut self, id: SessionId) {
         let Some(session) = self.sessions.remove(&id) else {
             return;
         };
@@ -218,7 +221,7 @@ impl Served {
         for ctx in ctxs {
             self.release_ctx(ctx);
         }
-        super::cm::cm_release_session(&mut self.cm(), id);
+        crate::daemon::cm::cm_release_session(&mut self.cm(), id);
         tracing::debug!(
             session = id,
             pid = session.pid,
@@ -228,7 +231,7 @@ impl Served {
     }
 
     /// Closes one device context: the core forgets its owner, every object under it goes.
-    pub(super) fn release_ctx(&mut self, ctx: Handle) {
+    pub(in crate::daemon) fn release_ctx(&mut self, ctx: Handle) {
         let now = Instant::now();
         let Some(Object {
             kind: Kind::Ctx(c),
@@ -248,7 +251,9 @@ impl Served {
             d.open_ctxs = d.open_ctxs.saturating_sub(1);
         }
         if let Some(Some(d)) = self.devices.get_mut(dev) {
-            let _ = super::mcast::sync_mcast(d, &self.epoll, |slot| udp_token(dev, slot));
+            let _ = crate::daemon::devices::mcast::sync_mcast(d, &self.epoll, |slot| {
+                udp_token(dev, slot)
+            });
         }
         let children: Vec<Handle> = self
             .objects
@@ -267,13 +272,13 @@ impl Served {
     }
 
     /// Removes an object from the tables (the core already destroyed or released it).
-    pub(super) fn forget(&mut self, h: Handle) {
+    pub(in crate::daemon) fn forget(&mut self, h: Handle) {
         self.clients().forget(h);
     }
 
     /// SIGTERM: QPs to error, completions flushed into the rings, DEVICE_FATAL to every
     /// client, socket removed.
-    pub(super) fn stop(&mut self) {
+    pub(in crate::daemon) fn stop(&mut self) {
         let now = Instant::now();
         tracing::info!("shutting down");
         let qps: Vec<(usize, u32)> = self
@@ -300,11 +305,11 @@ impl Served {
         }
         // Connections end as the CM ends them for a consumer that is gone: peers hear a
         // DREQ (or REJ) now instead of timing out.
-        let ids: Vec<Handle> = super::cm::cm_ids(&self.cm());
+        let ids: Vec<Handle> = crate::daemon::cm::cm_ids(&self.cm());
         for h in ids {
-            super::cm::cm_destroy_id(&mut self.cm(), now, h);
+            crate::daemon::cm::cm_destroy_id(&mut self.cm(), now, h);
         }
-        super::cm::drive_cm(&mut self.cm(), now);
+        crate::daemon::cm::drive_cm(&mut self.cm(), now);
         let ctxs: Vec<Handle> = self
             .objects
             .iter()
@@ -312,7 +317,7 @@ impl Served {
             .map(|(h, _)| *h)
             .collect();
         for ctx in ctxs {
-            super::notify::send_event(
+            crate::daemon::datapath::notify::send_event(
                 &self.objects,
                 ctx,
                 wire::client::verbs::event_type::DEVICE_FATAL,
@@ -324,7 +329,7 @@ impl Served {
 
     /// A new configuration: its settings at once (`reload::apply`), its device list
     /// through [`Served::remove_device`] and [`Served::add_device`].
-    pub(super) fn reload(&mut self, new: Config) {
+    pub(in crate::daemon) fn reload(&mut self, new: Config) {
         let plan = reload::apply(&mut self.cfg, new, &self.devices);
         let mut kept = Vec::new();
         for old in plan.remove {

@@ -14,9 +14,9 @@
 //! (IP_MULTICAST_IF) and loop it back to local listeners (IP_MULTICAST_LOOP), this daemon
 //! included, so the local path never short-circuits multicast.
 
-use super::device::ServedDevice;
-use super::link::datagram::{BoundSocket, MCAST_BASE, ROCE_V2_PORT};
-use super::sys::{self, Epoll};
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::link::datagram::{BoundSocket, MCAST_BASE, ROCE_V2_PORT};
+use crate::daemon::sys::{self, Epoll};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::AsRawFd;
 
@@ -62,7 +62,7 @@ fn open_group_socket(group: IpAddr, ifindex: u32) -> std::io::Result<BoundSocket
 /// join fails the attach with the socket's errno (rxe returns what `dev_mc_add` returns)
 /// and leaves nothing attached. `token` gives the epoll token of the device's multicast
 /// socket slot `i` (the engine owns the token space).
-pub(super) fn mcast_verb(
+pub(in crate::daemon) fn mcast_verb(
     d: &mut ServedDevice,
     epoll: &Epoll,
     token: impl Fn(usize) -> u64,
@@ -89,7 +89,7 @@ pub(super) fn mcast_verb(
 
 /// Joins the IP groups device `d` has attached QPs for and leaves the others. The first
 /// error (a group that could not be joined) is returned after the rest is done.
-pub(super) fn sync_mcast(
+pub(in crate::daemon) fn sync_mcast(
     d: &mut ServedDevice,
     epoll: &Epoll,
     token: impl Fn(usize) -> u64,

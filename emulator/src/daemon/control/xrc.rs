@@ -2,11 +2,11 @@
 //! of one device as the kernel's uverbs shares them by inode, XRC SRQs and XRC target
 //! QPs. The engine (`Nic`) keeps the objects; siw devices refuse them (EOPNOTSUPP).
 
-use super::answer::Answer;
-use super::nic::XrcSrqIds;
-use super::objects::{Kind, Object, Qp, Ring, SessionId};
-use super::queues::{record_srq, ring_memfd};
-use super::sessions::Clients;
+use crate::daemon::control::queues::{record_srq, ring_memfd};
+use crate::daemon::devices::nic::XrcSrqIds;
+use crate::daemon::sessions::answer::Answer;
+use crate::daemon::sessions::clients::Clients;
+use crate::daemon::sessions::objects::{Kind, Object, Qp, Ring, SessionId};
 use std::os::fd::{AsRawFd, OwnedFd};
 use wire::client::proto::Handle;
 use wire::client::slot::send_slot_size;
@@ -15,7 +15,7 @@ use wire::client::xrc::{XrcReply, XrcRequest};
 use wire::client::{QpCap, ReplyBody, RingLayout, SrqAttr};
 
 /// Carries out one XRC request of `session`; `fds` as the request's table says.
-pub(super) fn handle(
+pub(in crate::daemon) fn handle(
     clients: &mut Clients<'_>,
     session: SessionId,
     req: XrcRequest,

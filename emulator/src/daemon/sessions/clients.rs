@@ -4,10 +4,10 @@
 //! Every handle in a request must name an object of the requesting session (another
 //! session's handle is ENOENT, as if it did not exist) of the right kind (else EINVAL).
 
-use super::device::ServedDevice;
-use super::memory::ProcMem;
-use super::objects::{Kind, Object, SessionId};
-use super::users::{Resource, UserLimits, Users};
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::devices::memory::ProcMem;
+use crate::daemon::sessions::objects::{Kind, Object, SessionId};
+use crate::daemon::sessions::users::{Resource, UserLimits, Users};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::fd::OwnedFd;
 use wire::client::proto::Handle;
@@ -43,35 +43,44 @@ pub struct DaemonCounters {
 /// The parts of the engine a request that creates, finds or forgets objects touches,
 /// lent for one request: the sessions, their objects, the rings the engine drains, the
 /// per-user accounts, the devices the objects live on and the clients' memory.
-pub(super) struct Clients<'a> {
-    pub(super) sessions: &'a mut HashMap<SessionId, Session>,
-    pub(super) objects: &'a mut BTreeMap<Handle, Object>,
-    pub(super) rings: &'a mut BTreeSet<Handle>,
-    pub(super) users: &'a mut Users,
-    pub(super) limits: &'a UserLimits,
-    pub(super) next_handle: &'a mut u32,
-    pub(super) devices: &'a mut [Option<ServedDevice>],
-    pub(super) mem: &'a mut ProcMem,
+pub(in crate::daemon) struct Clients<'a> {
+    pub(in crate::daemon) sessions: &'a mut HashMap<SessionId, Session>,
+    pub(in crate::daemon) objects: &'a mut BTreeMap<Handle, Object>,
+    pub(in crate::daemon) rings: &'a mut BTreeSet<Handle>,
+    pub(in crate::daemon) users: &'a mut Users,
+    pub(in crate::daemon) limits: &'a UserLimits,
+    pub(in crate::daemon) next_handle: &'a mut u32,
+    pub(in crate::daemon) devices: &'a mut [Option<ServedDevice>],
+    pub(in crate::daemon) mem: &'a mut ProcMem,
 }
 
 impl Clients<'_> {
     /// An object of the session, or ENOENT.
-    pub(super) fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
+    pub(in crate::daemon) fn lookup(&self, session: SessionId, h: Handle) -> Result<&Object, i32> {
         lookup(self.objects, session, h)
     }
 
     /// (ctx, core PD id) of a PD handle.
-    pub(super) fn pd(&self, session: SessionId, pd: Handle) -> Result<(Handle, u32), i32> {
+    pub(in crate::daemon) fn pd(
+        &self,
+        session: SessionId,
+        pd: Handle,
+    ) -> Result<(Handle, u32), i32> {
         pd_of(self.objects, session, pd)
     }
 
     /// The core id of a CQ, which must be under `ctx`.
-    pub(super) fn cq_in(&self, session: SessionId, h: Handle, ctx: Handle) -> Result<u32, i32> {
+    pub(in crate::daemon) fn cq_in(
+        &self,
+        session: SessionId,
+        h: Handle,
+        ctx: Handle,
+    ) -> Result<u32, i32> {
         cq_in(self.objects, session, h, ctx)
     }
 
     /// The device the session's context `ctx` is open on.
-    pub(super) fn device_of(
+    pub(in crate::daemon) fn device_of(
         &mut self,
         session: SessionId,
         ctx: Handle,
@@ -85,7 +94,7 @@ impl Clients<'_> {
 
     /// Records a new object of the session, charged to its user: ENOMEM past the
     /// session's or the user's limit.
-    pub(super) fn insert(
+    pub(in crate::daemon) fn insert(
         &mut self,
         session: SessionId,
         ctx: Option<Handle>,
@@ -114,7 +123,7 @@ impl Clients<'_> {
     }
 
     /// Removes an object from the tables (the core already destroyed or released it).
-    pub(super) fn forget(&mut self, h: Handle) {
+    pub(in crate::daemon) fn forget(&mut self, h: Handle) {
         let Some(obj) = self.objects.remove(&h) else {
             return;
         };
@@ -162,7 +171,7 @@ impl Clients<'_> {
 
     /// [`Clients::insert`] of an object the engine of `ctx`'s device already made; when
     /// it fails, `undo` removes the engine's object.
-    pub(super) fn insert_or_undo(
+    pub(in crate::daemon) fn insert_or_undo(
         &mut self,
         session: SessionId,
         ctx: Handle,
@@ -179,7 +188,7 @@ impl Clients<'_> {
     }
 
     /// A fresh handle, never 0, never one in use.
-    pub(super) fn alloc_handle(&mut self) -> Handle {
+    pub(in crate::daemon) fn alloc_handle(&mut self) -> Handle {
         loop {
             let h = Handle(*self.next_handle);
             *self.next_handle = self.next_handle.wrapping_add(1).max(1);
@@ -191,7 +200,7 @@ impl Clients<'_> {
 }
 
 /// An object of the session, or ENOENT.
-pub(super) fn lookup(
+pub(in crate::daemon) fn lookup(
     objects: &BTreeMap<Handle, Object>,
     session: SessionId,
     h: Handle,
@@ -203,7 +212,7 @@ pub(super) fn lookup(
 }
 
 /// The index of the device the session's context `ctx` is open on.
-pub(super) fn ctx_device(
+pub(in crate::daemon) fn ctx_device(
     objects: &BTreeMap<Handle, Object>,
     session: SessionId,
     ctx: Handle,
@@ -215,7 +224,7 @@ pub(super) fn ctx_device(
 }
 
 /// (ctx, core PD id) of a PD handle.
-pub(super) fn pd_of(
+pub(in crate::daemon) fn pd_of(
     objects: &BTreeMap<Handle, Object>,
     session: SessionId,
     pd: Handle,
@@ -231,7 +240,7 @@ pub(super) fn pd_of(
 }
 
 /// The core id of a CQ, which must be under `ctx`.
-pub(super) fn cq_in(
+pub(in crate::daemon) fn cq_in(
     objects: &BTreeMap<Handle, Object>,
     session: SessionId,
     h: Handle,

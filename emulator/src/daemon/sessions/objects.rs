@@ -1,6 +1,6 @@
 //! The objects clients create, named by protocol [`Handle`]s and owned by one session.
 
-use super::sys::Mapping;
+use crate::daemon::sys::Mapping;
 use std::cell::Cell;
 use std::os::fd::OwnedFd;
 use wire::client::proto::Handle;

@@ -1,14 +1,14 @@
 //! The data path: draining SQ/RQ/SRQ rings into the core, driving the core's timers and
 //! output (transmits, completions into CQ rings, async events into pipes).
 
-use super::device::ServedDevice;
-use super::device_io::transmit;
-use super::memory::ProcMem;
-use super::nic::{EventElement, Nic, TxMeta};
-use super::notify::{deliver_cqe, send_event};
-use super::objects::{Kind, Object, Qp, Ring};
-use super::sessions::DaemonCounters;
-use super::sys::Mapping;
+use crate::daemon::datapath::notify::{deliver_cqe, send_event};
+use crate::daemon::devices::device::ServedDevice;
+use crate::daemon::devices::io::transmit;
+use crate::daemon::devices::memory::ProcMem;
+use crate::daemon::devices::nic::{EventElement, Nic, TxMeta};
+use crate::daemon::sessions::clients::DaemonCounters;
+use crate::daemon::sessions::objects::{Kind, Object, Qp, Ring};
+use crate::daemon::sys::Mapping;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 use wire::client::proto::Handle;
@@ -98,7 +98,10 @@ fn is_xrc_tgt(objects: &BTreeMap<Handle, Object>, h: Handle) -> bool {
 }
 
 /// Whether any SQ/RQ/SRQ ring of `rings` holds unconsumed work (checked before sleeping).
-pub(super) fn rings_pending(objects: &BTreeMap<Handle, Object>, rings: &BTreeSet<Handle>) -> bool {
+pub(in crate::daemon) fn rings_pending(
+    objects: &BTreeMap<Handle, Object>,
+    rings: &BTreeSet<Handle>,
+) -> bool {
     let pending = |ring: &Ring, map: &Mapping| {
         !ring.broken.get()
             && !ring.blocked.get()
@@ -128,7 +131,7 @@ fn ctx_dev(objects: &BTreeMap<Handle, Object>, ctx: Handle) -> Option<usize> {
 }
 
 /// [`release_recv_slots`] for QP or SRQ `h` (after a reset dropped its receives).
-pub(super) fn release_recv_slots_of(
+pub(in crate::daemon) fn release_recv_slots_of(
     objects: &BTreeMap<Handle, Object>,
     devices: &[Option<ServedDevice>],
     h: Handle,
@@ -142,7 +145,7 @@ pub(super) fn release_recv_slots_of(
 /// What the data path touches, lent by the engine for one pass: the objects and their
 /// rings, the devices, the client memory, the counters of broken input, and the staging
 /// buffers of transmits.
-pub(super) struct DataPath<'a> {
+pub(in crate::daemon) struct DataPath<'a> {
     pub objects: &'a BTreeMap<Handle, Object>,
     pub rings: &'a BTreeSet<Handle>,
     pub devices: &'a mut [Option<ServedDevice>],

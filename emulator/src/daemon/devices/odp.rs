@@ -18,8 +18,8 @@
 //! prefetch is best effort. `PREFETCH_NO_FAULT` faults nothing in: the daemon keeps no
 //! page table of its own to fill, so it only checks the keys.
 
-use super::memory::ProcMem;
-use super::nic::Nic;
+use crate::daemon::devices::memory::ProcMem;
+use crate::daemon::devices::nic::Nic;
 use wire::client::verbs::{advise, odp};
 use wire::client::{AdviseRange, OdpCaps};
 

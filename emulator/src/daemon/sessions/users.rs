@@ -12,7 +12,7 @@
 //!   (`rdmacg_try_charge`), registered bytes beyond `max_mr_bytes` ENOMEM (what
 //!   `ib_umem_get` returns past `RLIMIT_MEMLOCK`).
 
-use super::objects::Kind;
+use crate::daemon::sessions::objects::Kind;
 use serde::Deserialize;
 use std::collections::HashMap;
 use wire::client::fault::FaultRequest;

@@ -2,7 +2,7 @@
 //! spinning threads that never yield hold the cores (docs/performance.md, "What was
 //! changed", item 4).
 
-use super::sys;
+use crate::daemon::sys;
 use std::time::{Duration, Instant};
 
 /// The short scheduler time slice the engine thread asks for while it is being starved
@@ -38,7 +38,7 @@ const YIELD_WINDOW: u32 = 32;
 const SHORT_SLICE_HOLD: Duration = Duration::from_secs(2);
 
 /// Switches the engine thread's short time slice on and off ([`thread_slice`]).
-pub(super) struct SliceControl {
+pub(in crate::daemon) struct SliceControl {
     short: Option<Duration>,
     /// While the short slice is on: until when it stays.
     until: Option<Instant>,
@@ -48,7 +48,7 @@ pub(super) struct SliceControl {
 }
 
 impl SliceControl {
-    pub(super) fn new() -> SliceControl {
+    pub(in crate::daemon) fn new() -> SliceControl {
         SliceControl {
             short: thread_slice(),
             until: None,
@@ -58,7 +58,7 @@ impl SliceControl {
     }
 
     /// After a `sched_yield` that took `took`, at `now`.
-    pub(super) fn after_yield(&mut self, took: Duration, now: Instant) {
+    pub(in crate::daemon) fn after_yield(&mut self, took: Duration, now: Instant) {
         let Some(short) = self.short else {
             return;
         };
