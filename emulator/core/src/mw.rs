@@ -55,9 +55,9 @@ pub(crate) fn dealloc_mw(o: &mut Objects, mw: MwHandle) -> Result<(), Errno> {
 
 /// Binds (or, with `length == 0`, unbinds) a window to part of an MR: the work of
 /// [`Device::bind_mw`](crate::Device::bind_mw) (type 1, `qpn` = None) and of an
-/// `IBV_WR_BIND_MW` WR (type 1 or 2; a type 2 window is then bound to the QP `qpn`). `new_rkey` must keep the
-/// window's index (type 1 may pass 0: the key byte is incremented). Returns the new
-/// R_Key.
+/// `IBV_WR_BIND_MW` WR (type 1 or 2; a type 2 window is then bound to the QP `qpn`).
+/// `new_rkey` must keep the window's index (type 1 may pass 0: the key byte is
+/// incremented). Returns the new R_Key.
 pub(crate) fn bind_window(
     keys: &mut Keys,
     qp_pd: PdHandle,

@@ -356,7 +356,8 @@ pub fn step(state: CmState, input: Input) -> Option<Step> {
 
         // Disconnecting.
         (S::DreqSent, I::RecvDrep) => go(S::Timewait, None, Some(E::Disconnected), T::Timewait),
-        // Both sides disconnect at once: answer and wait (as both rxe hosts do in rdma_cm.pcap, frames 91–94).
+        // Both sides disconnect at once: answer and wait (as both rxe hosts do in
+        // rdma_cm.pcap, frames 91–94).
         (S::DreqSent, I::RecvDreq) => go(
             S::Timewait,
             Some(M::Drep),

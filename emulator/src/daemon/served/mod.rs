@@ -25,7 +25,7 @@ use std::time::Instant;
 use wire::client::proto::Handle;
 
 /// Packets staged per sendmmsg.
-pub(in crate::daemon) const TX_STAGE: usize = 32;
+const TX_STAGE: usize = 32;
 
 /// The daemon's state, owned in one place and lent out in parts.
 pub(in crate::daemon) struct Served {
