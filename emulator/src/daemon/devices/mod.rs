@@ -1,7 +1,7 @@
 //! The served devices: each with its interface (addresses, MTU, GID table, next hops),
 //! its transport engine behind the [`nic::Nic`] trait (the RoCE core in [`core_nic`]; the
-//! iWARP one is `siw`), its datagrams in and out ([`io`]), its multicast memberships
-//! ([`mcast`]), and the clients' memory as its DMA engine reaches it ([`memory`],
+//! iWARP one is `siw`), its datagrams in and out (`io`), its multicast memberships
+//! (`mcast`), and the clients' memory as its DMA engine reaches it ([`memory`],
 //! [`shared_pages`], [`odp`]).
 
 pub mod core_nic;
