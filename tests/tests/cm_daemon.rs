@@ -145,6 +145,11 @@ impl Cm {
         } else {
             qp_type::RC
         };
+        self.typed_id(ch, space, qp)
+    }
+
+    /// An id of `RDMA_PS_*` `space` naming QP type `qp` (RDMA_PS_IB takes any).
+    fn typed_id(&mut self, ch: &Channel, space: u32, qp: u32) -> Handle {
         match self.ok(CmRequest::CreateId {
             channel: ch.handle,
             ps: space,
@@ -226,12 +231,17 @@ impl Cm {
 
     fn listen(&mut self, ch: &Channel, space: u32, port: u16) -> Handle {
         let l = self.id(ch, space);
+        self.listen_on(l, port);
+        l
+    }
+
+    /// Binds `l` to the wildcard address and `port` and listens.
+    fn listen_on(&mut self, l: Handle, port: u16) {
         self.ok(CmRequest::BindAddr {
             id: l,
             addr: SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)),
         });
         self.ok(CmRequest::Listen { id: l, backlog: 8 });
-        l
     }
 
     fn qp_attr(&mut self, id: Handle, state: u32) -> (wire::client::QpAttr, u32) {
@@ -895,4 +905,101 @@ fn two_daemons_connect_across_a_veth() {
         e.id == req.id
     });
     assert_eq!((ev.event, ev.status), (event::DISCONNECTED, 0), "{ev:?}");
+}
+
+/// The value of counter `name` in `counters`.
+fn count(counters: &[(String, u64)], name: &str) -> Option<u64> {
+    counters.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
+}
+
+#[test]
+fn xrc_ids_connect_over_ps_ib_and_other_qp_types_are_rejected() {
+    let _s = serial();
+    let Some(ns) = netns("x") else { return };
+    let daemon = Daemon::start_with(Some(&ns), &SHORT_TIMERS);
+    let mut cm = Cm::connect(&daemon);
+    let mut ch = cm.channel();
+    let xrc_listener = cm.typed_id(&ch, ps::IB, qp_type::XRC_RECV);
+    cm.listen_on(xrc_listener, 7481);
+
+    // An XRC initiator's id (rdma_xclient -c x): REQ, CONNECT_REQUEST on the listener
+    // with the initiator's QPN, REP with the target's QPN and the SRQ number.
+    let ini = cm.typed_id(&ch, ps::IB, qp_type::XRC_SEND);
+    cm.resolve(&mut ch, ini, localhost(7481));
+    cm.ok(CmRequest::Connect {
+        id: ini,
+        param: rc_param(0x21, b"xrc"),
+    });
+    let req = cm.wait(&mut ch, Duration::from_secs(5), "CONNECT_REQUEST", |e| {
+        e.event == event::CONNECT_REQUEST
+    });
+    assert_eq!(req.listen_id, Some(xrc_listener));
+    assert_eq!(conn_of(&req).qp_num, 0x21);
+    assert_eq!(&conn_of(&req).private_data[..3], b"xrc");
+    let tgt = req.id;
+    // The target's half: responder attributes at RTR, only SQ_PSN and TIMEOUT at RTS.
+    let (rtr, mask) = cm.qp_attr(tgt, qp_state::RTR);
+    assert_eq!(rtr.dest_qp_num, 0x21);
+    assert_ne!(mask & qp_attr_mask::MAX_DEST_RD_ATOMIC, 0);
+    let (_, mask) = cm.qp_attr(tgt, qp_state::RTS);
+    assert_eq!(
+        mask,
+        qp_attr_mask::STATE | qp_attr_mask::SQ_PSN | qp_attr_mask::TIMEOUT
+    );
+    cm.ok(CmRequest::Accept {
+        id: tgt,
+        param: rc_param(0x31, &0x00ab_cdefu32.to_be_bytes()),
+    });
+    let rep = cm.wait(&mut ch, Duration::from_secs(5), "CONNECT_RESPONSE", |e| {
+        e.id == ini
+    });
+    assert_eq!(
+        (rep.event, rep.status),
+        (event::CONNECT_RESPONSE, 0),
+        "{rep:?}"
+    );
+    // The target's QPN came in the REP's EE context number; the SRQ number in its
+    // private data.
+    assert_eq!(conn_of(&rep).qp_num, 0x31);
+    assert_eq!(&conn_of(&rep).private_data[..4], &[0x00, 0xab, 0xcd, 0xef]);
+    let (rtr, mask) = cm.qp_attr(ini, qp_state::RTR);
+    assert_eq!(rtr.dest_qp_num, 0x31);
+    assert_eq!(mask & qp_attr_mask::MAX_DEST_RD_ATOMIC, 0);
+    let (_, mask) = cm.qp_attr(ini, qp_state::RTS);
+    assert_ne!(mask & qp_attr_mask::RETRY_CNT, 0);
+    cm.ok(CmRequest::Establish { id: ini });
+    let ev = cm.wait(&mut ch, Duration::from_secs(5), "ESTABLISHED", |e| {
+        e.id == tgt
+    });
+    assert_eq!(ev.event, event::ESTABLISHED, "{ev:?}");
+
+    // An RC REQ at the XRC listener, and an XRC REQ at an RC listener of RDMA_PS_IB:
+    // refused as the Linux CMA refuses them (cma_check_req_qp_type), with a consumer
+    // REJ, and counted; the listeners see nothing.
+    let rc_listener = cm.typed_id(&ch, ps::IB, qp_type::RC);
+    cm.listen_on(rc_listener, 7482);
+    for (n, (qp, port)) in [(qp_type::RC, 7481), (qp_type::XRC_SEND, 7482)]
+        .into_iter()
+        .enumerate()
+    {
+        let id = cm.typed_id(&ch, ps::IB, qp);
+        cm.resolve(&mut ch, id, localhost(port));
+        cm.ok(CmRequest::Connect {
+            id,
+            param: rc_param(0x40 + n as u32, b""),
+        });
+        let ev = cm.wait(&mut ch, Duration::from_secs(5), "REJECTED", |e| e.id == id);
+        assert_eq!((ev.event, ev.status), (event::REJECTED, 28), "{ev:?}");
+        let counters = cm.counters();
+        assert_eq!(
+            count(&counters, "cm_rx_qp_type_mismatch"),
+            Some(n as u64 + 1)
+        );
+        assert_eq!(count(&counters, "cm_rx_bad_transport"), Some(0));
+    }
+    assert!(
+        ch.stash.iter().all(|e| e.event != event::CONNECT_REQUEST),
+        "{:#?}",
+        ch.stash
+    );
 }

@@ -197,7 +197,9 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
 }
 
 /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: a target QP in the `XRCD` given (the only
-/// attribute it takes). It has no send or receive queue and no CQs.
+/// attribute it uses). It has no send or receive queue and no CQs. A `PD` given too (as
+/// librdmacm always gives one) is not used, but becomes the QP's `pd`, as libibverbs
+/// records it (librdmacm then takes the id's PD from the QP).
 pub(crate) fn create_tgt_qp(
     context: *mut ibv_context,
     a: &mut ibv_qp_init_attr_ex,
@@ -205,7 +207,8 @@ pub(crate) fn create_tgt_qp(
     if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
         return Err(Errno::EINVAL);
     }
-    if a.comp_mask & !(IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS) != 0
+    let taken = IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_PD;
+    if a.comp_mask & !taken != 0
         || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
     {
         return Err(Errno::EOPNOTSUPP);
@@ -225,8 +228,12 @@ pub(crate) fn create_tgt_qp(
         qp_type: IBV_QPT_XRC_RECV,
         sq_sig_all: 0,
     };
-    let null_pd = core::ptr::null_mut();
-    let qp = finish_qp(ctx, context, null_pd, &mut init, false, reply, fds)?;
+    let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
+        a.pd
+    } else {
+        core::ptr::null_mut()
+    };
+    let qp = finish_qp(ctx, context, pd, &mut init, false, reply, fds)?;
     a.cap = init.cap;
     Ok(qp)
 }

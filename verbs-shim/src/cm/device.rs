@@ -18,6 +18,9 @@ pub struct CmDevice {
     pub verbs: *mut ibv_context,
     /// The default PD (`cma_dev->pd`), NULL until an id needs it.
     pub pd: *mut ibv_pd,
+    /// The private XRC domain XRC ids use when given none (`cma_dev->xrcd`), NULL until
+    /// the first needs it.
+    pub xrcd: *mut ibv_xrcd,
     pub max_qpsize: u32,
     /// `max_qp_init_rd_atom`, `max_qp_rd_atom`.
     pub max_initiator_depth: u8,
@@ -93,6 +96,7 @@ fn open(name: &str, dev: *mut ibv_device) -> VResult<CmDevice> {
         name: name.to_string(),
         verbs,
         pd: core::ptr::null_mut(),
+        xrcd: core::ptr::null_mut(),
         max_qpsize: a.max_qp_wr.max(0) as u32,
         max_initiator_depth: a.max_qp_init_rd_atom.clamp(0, 255) as u8,
         max_responder_resources: a.max_qp_rd_atom.clamp(0, 255) as u8,
@@ -155,6 +159,27 @@ pub fn by_context(verbs: *mut ibv_context) -> Option<DeviceRef> {
         max_initiator_depth: d.max_initiator_depth,
         max_responder_resources: d.max_responder_resources,
     })
+}
+
+/// librdmacm's `ucma_get_xrcd`: the device's XRC domain, opened on first use as a private
+/// one (no file, `O_CREAT`) and kept for the life of the process. EINVAL for a context
+/// librdmacm did not open; what `ibv_open_xrcd` answers (EOPNOTSUPP on siw devices).
+pub fn xrcd(verbs: *mut ibv_context) -> VResult<*mut ibv_xrcd> {
+    let mut devs = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    let d = devs
+        .iter_mut()
+        .find(|d| d.verbs == verbs)
+        .ok_or(Errno::EINVAL)?;
+    if d.xrcd.is_null() {
+        let mut attr = ibv_xrcd_init_attr {
+            comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+            fd: -1,
+            oflags: libc::O_CREAT,
+        };
+        // SAFETY: verbs is a context this library opened; attr is valid.
+        d.xrcd = verbs_ptr(unsafe { crate::xrc::vctx_open_xrcd(verbs, &mut attr) })?;
+    }
+    Ok(d.xrcd)
 }
 
 /// The smallest `max_qp_wr` of all devices (`ucma_max_qpsize` without an id).

@@ -12,7 +12,7 @@ use crate::qp::{ibv_destroy_qp, ibv_modify_qp, qp_attr_from_wire, vctx_create_qp
 use crate::verbs::{ibv_create_srq, ibv_destroy_srq};
 use core::ffi::{c_int, c_void};
 use wire::client::cm::{CmReply, CmRequest};
-use wire::client::verbs::{qp_attr_mask as mask, qp_state, qp_type};
+use wire::client::verbs::{qp_attr_mask as mask, qp_state};
 
 /// `rdma_init_qp_attr`: the attributes and mask for moving the id's QP to `state`.
 pub fn init_qp_attr(c: &CmId, state: u32) -> VResult<(ibv_qp_attr, c_int)> {
@@ -142,9 +142,13 @@ fn create_cqs(c: &mut CmId, send_size: u32, recv_size: u32) -> VResult<()> {
     Ok(())
 }
 
-/// `ucma_destroy_cqs`.
+/// `ucma_destroy_cqs`. An XRC target id's CQ is its XRC SRQ's while that SRQ lives
+/// (`rdma_destroy_srq` destroys it after the SRQ).
 fn destroy_cqs(c: &mut CmId) {
     use core::ptr::null_mut as null;
+    if c.id.qp_type == IBV_QPT_XRC_RECV && !c.id.srq.is_null() {
+        return;
+    }
     if !c.id.recv_cq.is_null() {
         ibv_destroy_cq(c.id.recv_cq);
         if !c.id.send_cq.is_null() && c.id.send_cq != c.id.recv_cq {
@@ -182,9 +186,13 @@ fn create_qp_ex(c: &mut CmId, attr: &mut ibv_qp_init_attr_ex) -> VResult<()> {
     if clash(c.id.recv_cq, attr.recv_cq) || clash(c.id.send_cq, attr.send_cq) {
         return Err(Errno::EINVAL);
     }
-    if attr.qp_type as u32 == qp_type::XRC_RECV || attr.qp_type as u32 == qp_type::XRC_SEND {
-        // No XRC domains on this device (ibv_open_xrcd).
-        return Err(Errno::EOPNOTSUPP);
+    // An XRC target needs a domain: the device's own when the caller names none
+    // (librdmacm's rdma_create_qp_ex). The id's type decides, as in librdmacm.
+    if c.id.qp_type == IBV_QPT_XRC_RECV
+        && (attr.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null())
+    {
+        attr.xrcd = super::device::xrcd(c.id.verbs)?.cast();
+        attr.comp_mask |= IBV_QP_INIT_ATTR_XRCD;
     }
     let send = if attr.send_cq.is_null() && c.id.send_cq.is_null() {
         attr.cap.max_send_wr
@@ -297,10 +305,6 @@ pub fn destroy_qp(c: &mut CmId) {
     destroy_cqs(c);
 }
 
-const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
-const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
-const IBV_SRQT_BASIC: c_int = 0;
-
 fn create_srq_ex(c: &mut CmId, attr: &mut ibv_srq_init_attr_ex) -> VResult<()> {
     if attr.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
         return Err(Errno::EINVAL);
@@ -309,8 +313,10 @@ fn create_srq_ex(c: &mut CmId, attr: &mut ibv_srq_init_attr_ex) -> VResult<()> {
         attr.pd = c.id.pd;
         attr.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
     }
-    // What ibv_create_srq_ex reaches without a provider `create_srq_ex` (XRC, tag
-    // matching): EOPNOTSUPP.
+    if attr.srq_type == IBV_SRQT_XRC {
+        return create_xrc_srq(c, attr);
+    }
+    // Tag matching, and attributes a basic SRQ does not take: EOPNOTSUPP.
     if attr.srq_type != IBV_SRQT_BASIC
         || attr.comp_mask & !(IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD) != 0
     {
@@ -325,6 +331,25 @@ fn create_srq_ex(c: &mut CmId, attr: &mut ibv_srq_init_attr_ex) -> VResult<()> {
     if c.id.pd.is_null() {
         c.id.pd = attr.pd;
     }
+    c.id.srq = srq;
+    Ok(())
+}
+
+/// librdmacm's XRC branch of `rdma_create_srq_ex`: the device's XRC domain when none is
+/// given, and when no CQ is, a new receive CQ (with its channel) that becomes the id's
+/// `recv_cq` (replacing one `rdma_create_qp` made), so `rdma_get_recv_comp` sees the
+/// SRQ's completions.
+fn create_xrc_srq(c: &mut CmId, attr: &mut ibv_srq_init_attr_ex) -> VResult<()> {
+    if attr.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null() {
+        attr.xrcd = super::device::xrcd(c.id.verbs)?.cast();
+    }
+    if attr.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || attr.cq.is_null() {
+        create_cqs(c, 0, attr.attr.max_wr)?;
+        attr.cq = c.id.recv_cq;
+    }
+    attr.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    // SAFETY: verbs is a context this library opened; attr is a valid init attr.
+    let srq = verbs_ptr(unsafe { crate::xrc::vctx_create_srq_ex(c.id.verbs, attr) })?;
     c.id.srq = srq;
     Ok(())
 }
@@ -350,8 +375,8 @@ pub extern "C" fn rdma_create_srq(
             srq_context: a.srq_context,
             attr: a.attr,
             comp_mask: IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
-            srq_type: if c.id.qp_type as u32 == qp_type::XRC_RECV {
-                1
+            srq_type: if c.id.qp_type == IBV_QPT_XRC_RECV {
+                IBV_SRQT_XRC
             } else {
                 IBV_SRQT_BASIC
             },

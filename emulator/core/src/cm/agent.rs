@@ -127,8 +127,8 @@ impl CmAgent {
             .ok_or(Errno::ENOENT)
     }
 
-    /// Sends a REQ (rdma_connect on RC/UC). EINVAL: private data over 56 octets, a QP
-    /// type other than RC/UC.
+    /// Sends a REQ (rdma_connect on RC/UC, or an XRC initiator). EINVAL: private data
+    /// over 56 octets, another QP type.
     pub fn connect(
         &mut self,
         now: Instant,
@@ -137,7 +137,7 @@ impl CmAgent {
         route: Route,
     ) -> Result<ConnId, Errno> {
         if params.private_data.len() > format::REQ_USER_PRIVATE
-            || !matches!(params.qp_type, QpType::Rc | QpType::Uc)
+            || !matches!(params.qp_type, QpType::Rc | QpType::Uc | QpType::XrcSend)
         {
             return Err(Errno::EINVAL);
         }
@@ -235,6 +235,15 @@ impl CmAgent {
         c.sidr.status = sidr_status::REJECT;
         c.out_private = private_data.to_vec();
         self.m.apply(now, id.0, Input::Reject, Payload::default())
+    }
+
+    /// Rejects a connection request whose QP type is not the listener's (the Linux CMA's
+    /// `cma_check_req_qp_type` refusal: a consumer REJ), and counts it
+    /// ([`CmCounters::rx_qp_type_mismatch`]).
+    pub fn reject_qp_type_mismatch(&mut self, now: Instant, id: ConnId) -> Result<(), Errno> {
+        self.reject(now, id, reason::CONSUMER_DEFINED, &[])?;
+        self.m.counters.rx_qp_type_mismatch += 1;
+        Ok(())
     }
 
     /// Active side after REP: sends the RTU (rdma_establish, or the CMA once the QP is

@@ -55,6 +55,16 @@ pub(crate) fn build(cfg: &CmConfig, c: &Conn, state: CmState, send: Msg) -> [u8;
     match send {
         Msg::Req => {
             let pd = cma_private(c);
+            // Linux (cm_format_req, cm_req_set_qp_type): an XRC initiator's REQ is
+            // transport type 3, extended type 1, and leaves responder resources, both
+            // retry counts and the SRQ bit 0.
+            let xrc = c.params.qp_type == QpType::XrcSend;
+            let rc_only = |v: u8| if xrc { 0 } else { v };
+            let transport = match c.params.qp_type {
+                QpType::Uc => 1,
+                QpType::XrcSend => 3,
+                _ => 0,
+            };
             emit(
                 c.tid,
                 CmMessage::Req(Req {
@@ -64,23 +74,23 @@ pub(crate) fn build(cfg: &CmConfig, c: &Conn, state: CmState, send: Msg) -> [u8;
                     local_ca_guid: cfg.local_ca_guid,
                     local_qkey: Qkey(0),
                     local_qpn: c.params.qpn,
-                    responder_resources: c.params.responder_resources,
+                    responder_resources: rc_only(c.params.responder_resources),
                     local_eecn: 0,
                     initiator_depth: c.params.initiator_depth,
                     remote_eecn: 0,
                     remote_cm_response_timeout: cfg.cm_response_timeout,
-                    transport_service_type: u8::from(c.params.qp_type == QpType::Uc),
+                    transport_service_type: transport,
                     end_to_end_flow_control: c.params.flow_control,
                     starting_psn: c.psn,
                     local_cm_response_timeout: cfg.cm_response_timeout,
-                    retry_count: c.params.retry_count.min(7),
+                    retry_count: rc_only(c.params.retry_count.min(7)),
                     pkey: Pkey::DEFAULT,
                     path_mtu: c.mtu as u8,
                     rdc_exists: false,
-                    rnr_retry_count: c.params.rnr_retry_count.min(7),
+                    rnr_retry_count: rc_only(c.params.rnr_retry_count.min(7)),
                     max_cm_retries: cfg.max_cm_retries.min(15),
-                    srq: c.params.srq,
-                    extended_transport_type: 0,
+                    srq: c.params.srq && !xrc,
+                    extended_transport_type: u8::from(xrc),
                     primary_path: CmPath {
                         local_lid: PERMISSIVE_LID,
                         remote_lid: PERMISSIVE_LID,
@@ -100,27 +110,38 @@ pub(crate) fn build(cfg: &CmConfig, c: &Conn, state: CmState, send: Msg) -> [u8;
                 }),
             )
         }
-        Msg::Rep => emit(
-            c.tid,
-            CmMessage::Rep(Rep {
-                local_comm_id: c.local_comm_id,
-                remote_comm_id: c.remote_comm_id,
-                local_qkey: Qkey(0),
-                local_qpn: c.params.qpn,
-                local_eecn: 0,
-                starting_psn: c.psn,
-                vendor_id: 0,
-                responder_resources: c.params.responder_resources,
-                initiator_depth: c.params.initiator_depth,
-                target_ack_delay: cfg.target_ack_delay,
-                failover_accepted: 0,
-                end_to_end_flow_control: c.params.flow_control,
-                rnr_retry_count: c.params.rnr_retry_count.min(7),
-                srq: c.params.srq,
-                local_ca_guid: cfg.local_ca_guid,
-                private_data: &c.params.private_data,
-            }),
-        ),
+        Msg::Rep => {
+            // Linux (cm_format_rep): an XRC target names its QP in the Local EE Context
+            // Number, sets the SRQ bit, and leaves the Local QPN, initiator depth and
+            // flow control 0.
+            let tgt = c.params.qp_type == QpType::XrcRecv;
+            let (qpn, eecn) = if tgt {
+                (Qpn(0), c.params.qpn.0)
+            } else {
+                (c.params.qpn, 0)
+            };
+            emit(
+                c.tid,
+                CmMessage::Rep(Rep {
+                    local_comm_id: c.local_comm_id,
+                    remote_comm_id: c.remote_comm_id,
+                    local_qkey: Qkey(0),
+                    local_qpn: qpn,
+                    local_eecn: eecn,
+                    starting_psn: c.psn,
+                    vendor_id: 0,
+                    responder_resources: c.params.responder_resources,
+                    initiator_depth: if tgt { 0 } else { c.params.initiator_depth },
+                    target_ack_delay: cfg.target_ack_delay,
+                    failover_accepted: 0,
+                    end_to_end_flow_control: c.params.flow_control && !tgt,
+                    rnr_retry_count: c.params.rnr_retry_count.min(7),
+                    srq: c.params.srq || tgt,
+                    local_ca_guid: cfg.local_ca_guid,
+                    private_data: &c.params.private_data,
+                }),
+            )
+        }
         Msg::Rtu => emit(
             c.tid,
             CmMessage::Rtu(CommIds {

@@ -72,10 +72,19 @@ impl MadInput<'_> {
         let Some(mtu) = Mtu::from_raw(u32::from(r.path_mtu)) else {
             return false;
         };
-        let qp_type = match r.transport_service_type {
-            0 => QpType::Rc,
-            1 => QpType::Uc,
-            _ => return false,
+        let Some(qp_type) = req_qp_type(r) else {
+            // IBA 12.6.5: a transport this CM does not serve (RD, or an extended type
+            // other than XRC) is rejected with reason 9.
+            self.m.counters.rx_bad_transport += 1;
+            self.m.reply_rej(
+                from,
+                to,
+                tid,
+                r.local_comm_id,
+                0,
+                reason::INVALID_TRANSPORT_TYPE,
+            );
+            return true;
         };
         // A REQ from a QP that is still connected here under another comm ID: the old
         // connection is stale (IBA ch. 12): like the Linux CM, reject the REQ and
@@ -186,7 +195,13 @@ impl MadInput<'_> {
                     addr: from,
                     comm_id: r.local_comm_id,
                     ca_guid: r.local_ca_guid,
-                    qpn: r.local_qpn,
+                    // An XRC target names its QP in the Local EE Context Number
+                    // (Linux: cm_rep_get_qpn).
+                    qpn: if c.params.qp_type == QpType::XrcSend {
+                        Qpn(r.local_eecn)
+                    } else {
+                        r.local_qpn
+                    },
                     starting_psn: r.starting_psn,
                     responder_resources: r.responder_resources,
                     initiator_depth: r.initiator_depth,
@@ -379,5 +394,17 @@ impl MadInput<'_> {
         self.m
             .apply(now, r.request_id, Input::RecvSidrRep, payload)
             .is_ok()
+    }
+}
+
+/// The QP type a REQ asks for, as the answering side sees it (Linux: `cm_req_get_qp_type`):
+/// transport service type 0 RC, 1 UC, 3 with extended transport type 1 an XRC initiator,
+/// answered by an XRC target. `None`: RD or an unknown extended type.
+pub(super) fn req_qp_type(r: &Req) -> Option<QpType> {
+    match (r.transport_service_type, r.extended_transport_type) {
+        (0, _) => Some(QpType::Rc),
+        (1, _) => Some(QpType::Uc),
+        (3, 1) => Some(QpType::XrcRecv),
+        _ => None,
     }
 }

@@ -61,7 +61,12 @@ pub(super) fn conn_qp_attr(c: &Conn, state: QpState) -> Result<(QpAttr, QpAttrMa
     if qp_type == QpType::Ud {
         return ud_qp_attr(state, RDMA_UDP_QKEY, c.psn);
     }
-    let rc = qp_type == QpType::Rc;
+    // Reliable: RC and both XRC halves. Linux (cm_init_qp_rtr_attr/rts_attr): the
+    // responder attributes go to RC and XRC targets, the requester ones to RC and XRC
+    // initiators, the ACK timeout to all three.
+    let rc = matches!(qp_type, QpType::Rc | QpType::XrcSend | QpType::XrcRecv);
+    let responds = matches!(qp_type, QpType::Rc | QpType::XrcRecv);
+    let requests = matches!(qp_type, QpType::Rc | QpType::XrcSend);
     let Some(peer) = c.peer else {
         return match state {
             QpState::Init => Ok(unconnected_init_attr(qp_type, Qkey(0))),
@@ -119,7 +124,7 @@ pub(super) fn conn_qp_attr(c: &Conn, state: QpState) -> Result<(QpAttr, QpAttrMa
                 | QpAttrMask::PATH_MTU
                 | QpAttrMask::DEST_QPN
                 | QpAttrMask::RQ_PSN;
-            if rc {
+            if responds {
                 m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
             }
             Ok((a, m))
@@ -141,10 +146,10 @@ pub(super) fn conn_qp_attr(c: &Conn, state: QpState) -> Result<(QpAttr, QpAttrMa
             };
             let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
             if rc {
-                m |= QpAttrMask::TIMEOUT
-                    | QpAttrMask::RETRY_CNT
-                    | QpAttrMask::RNR_RETRY
-                    | QpAttrMask::MAX_QP_RD_ATOMIC;
+                m |= QpAttrMask::TIMEOUT;
+            }
+            if requests {
+                m |= QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC;
             }
             Ok((a, m))
         }

@@ -21,6 +21,9 @@ pub mod reason {
     /// Invalid service ID: nobody listens (what the Linux CM sends; librdmacm reports
     /// RDMA_CM_EVENT_REJECTED with status 8).
     pub const INVALID_SERVICE_ID: u16 = 8;
+    /// Invalid transport service type: a REQ for a transport the CM does not serve (RD,
+    /// or an extended type other than XRC).
+    pub const INVALID_TRANSPORT_TYPE: u16 = 9;
     /// Stale connection.
     pub const STALE_CONN: u16 = 10;
     /// Consumer reject (`rdma_reject`).
@@ -100,7 +103,7 @@ pub struct ConnId(pub u32);
 /// The consumer's side of a connection (`struct rdma_conn_param` plus the QP).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnParams {
-    /// RC or UC.
+    /// RC, UC, or an XRC half: `XrcSend` connects (an XRC REQ), `XrcRecv` accepts.
     pub qp_type: QpType,
     /// The local QP.
     pub qpn: Qpn,
@@ -236,7 +239,7 @@ pub struct PeerInfo {
     pub rnr_retry_count: u8,
     /// Path MTU (REQ: the path's; REP: the connection's).
     pub path_mtu: Mtu,
-    /// RC or UC (from the REQ).
+    /// RC, UC or, from an XRC REQ, `XrcRecv` (the QP this side answers with).
     pub qp_type: QpType,
     /// It uses an SRQ.
     pub srq: bool,
@@ -349,6 +352,12 @@ pub struct CmCounters {
     pub rx_duplicates: u64,
     /// MADs dropped: unparsable, unknown connection, or not valid in the state.
     pub rx_dropped: u64,
+    /// REQs rejected for their transport service type (RD, or an extended transport
+    /// type other than XRC): REJ reason 9.
+    pub rx_bad_transport: u64,
+    /// REQs the consumer side refused because their QP type is not the listener's
+    /// (an XRC REQ at an RC listener, or the reverse): a consumer REJ.
+    pub rx_qp_type_mismatch: u64,
 }
 
 /// Who a connection belongs to (for events).

@@ -55,7 +55,8 @@ pub(super) fn cm_set_option(
         }
         (option::LEVEL_ID, option::ID_ACK_TIMEOUT) => {
             let t = byte()?;
-            if id.qp_type != QpType::Rc {
+            // rdma_set_ack_timeout: RC and XRC initiators only.
+            if !matches!(id.qp_type, QpType::Rc | QpType::XrcSend) {
                 return Err(libc::EINVAL);
             }
             id.ack_timeout = Some(t.min(31));

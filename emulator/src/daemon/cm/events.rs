@@ -363,6 +363,23 @@ fn cm_connect_request(cm: &mut Cm<'_>, now: Instant, dev: usize, conn: ConnId, e
     let Some(l) = cm.tables.ids.get(&lh) else {
         return;
     };
+    // Linux (cma_check_req_qp_type): a REQ whose QP type is not the listener's (an XRC
+    // REQ at an RC listener, an RC REQ at an XRC one) is refused by the CMA, which the
+    // CM answers with a consumer REJ.
+    if let Some(p) = &peer {
+        if p.qp_type != l.qp_type {
+            tracing::debug!(
+                comm_id = conn.0,
+                listener = ?l.qp_type,
+                req = ?p.qp_type,
+                "cm request of another QP type than the listener's: rejected"
+            );
+            if let Some(Some(d)) = cm.clients.devices.get_mut(dev) {
+                let _ = d.cm.reject_qp_type_mismatch(now, conn);
+            }
+            return;
+        }
+    }
     let (session, channel, ps, lport, tos, ack, afonly) = (
         l.session,
         l.channel,

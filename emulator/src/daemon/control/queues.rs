@@ -476,6 +476,8 @@ pub(in crate::daemon) fn stat(
                 counters.push(("cm_rx".into(), cm.rx));
                 counters.push(("cm_rx_duplicates".into(), cm.rx_duplicates));
                 counters.push(("cm_rx_dropped".into(), cm.rx_dropped + d.gsi_rx_dropped));
+                counters.push(("cm_rx_bad_transport".into(), cm.rx_bad_transport));
+                counters.push(("cm_rx_qp_type_mismatch".into(), cm.rx_qp_type_mismatch));
                 counters.push(("cm_connections".into(), d.cm.connection_count() as u64));
                 counters.extend(
                     d.faults()
