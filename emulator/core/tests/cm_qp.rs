@@ -5,7 +5,7 @@ mod cm_util;
 
 use std::time::Duration;
 
-use cm_util::{ip, Net, SEC};
+use cm_util::{ip, ready_qp, Net, SEC};
 use emu_core::cm::{CmEvent, CmState, ConnId, ConnParams, PortSpace, Route, ServiceId};
 use emu_core::sim::{make_end, ConnOpts, End, Fabric, LinkModel};
 use emu_core::{
@@ -14,14 +14,7 @@ use emu_core::{
 };
 
 fn ready(f: &mut Fabric, cm: &Net, node: usize, id: ConnId, e: &End) {
-    let now = f.now;
-    for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
-        let (attr, mask) = cm.agents[node].init_qp_attr(id, st).unwrap();
-        f.nodes[node]
-            .dev
-            .modify_qp(now, e.qpn, &attr, mask)
-            .unwrap_or_else(|err| panic!("node {node} {st:?} {mask:?}: {err:?}"));
-    }
+    ready_qp(f, node, &cm.agents[node], id, e.qpn);
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //! reaches the SRQ the REP named; one naming an unknown SRQ is NAKed Invalid Request),
 //! and a REQ for a transport the CM does not serve gets REJ reason 9, counted.
 
+mod cm_util;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
@@ -217,18 +219,6 @@ fn a_req_for_rd_or_an_unknown_extended_transport_gets_rej_9_counted() {
     }
 }
 
-/// Takes a QP of `dev` through INIT, RTR and RTS with what the agent derives.
-fn ready_qp(f: &mut Fabric, node: usize, cm: &CmAgent, id: ConnId, qpn: Qpn) {
-    let now = f.now;
-    for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
-        let (attr, mask) = cm.init_qp_attr(id, st).unwrap();
-        f.nodes[node]
-            .dev
-            .modify_qp(now, qpn, &attr, mask)
-            .unwrap_or_else(|e| panic!("node {node} {st:?} {mask:?}: {e:?}"));
-    }
-}
-
 fn send(f: &mut Fabric, from: &End, ini: Qpn, id: u64, srqn: u32) {
     let mut wr = SendWr::new(WrId(id), WrOpcode::Send);
     wr.sg_list = vec![Sge {
@@ -297,7 +287,7 @@ fn cm_attributes_connect_real_xrc_qps_and_an_unknown_srq_is_naked() {
     let mut pb = xrc_params(QpType::XrcRecv, tgt);
     pb.private_data = srq.0.to_be_bytes().to_vec();
     cb_agent.accept(now, cb, pb).unwrap();
-    ready_qp(&mut f, 1, &cb_agent, cb, tgt);
+    cm_util::ready_qp(&mut f, 1, &cb_agent, cb, tgt);
     deliver(now, &mut cb_agent, &mut ca_agent);
     let ev = events(&mut ca_agent);
     let [(_, CmEvent::ConnectResponse { private_data, .. })] = &ev[..] else {
@@ -305,7 +295,7 @@ fn cm_attributes_connect_real_xrc_qps_and_an_unknown_srq_is_naked() {
     };
     // rdma_xclient: the SRQ number is the first four octets of the REP's private data.
     let srqn = u32::from_be_bytes(private_data[..4].try_into().unwrap());
-    ready_qp(&mut f, 0, &ca_agent, ca, ini);
+    cm_util::ready_qp(&mut f, 0, &ca_agent, ca, ini);
 
     let rwr = RecvWr {
         wr_id: WrId(7),

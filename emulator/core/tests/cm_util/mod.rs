@@ -11,8 +11,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use emu_core::cm::{gsi, CmAgent, CmConfig, CmEvent, ConnId};
-use emu_core::sim::{LinkModel, Rng};
-use emu_core::{Gid, Mtu, Psn};
+use emu_core::sim::{Fabric, LinkModel, Rng};
+use emu_core::{Gid, Mtu, Psn, QpState, Qpn};
 
 pub const SEC: Duration = Duration::from_secs(1);
 
@@ -187,5 +187,18 @@ impl Net {
 
     pub fn has(&self, node: usize, f: impl Fn(&CmEvent) -> bool) -> bool {
         self.events[node].iter().any(|(_, e)| f(e))
+    }
+}
+
+/// Takes QP `qpn` of simulated node `node` through INIT, RTR and RTS with the attributes
+/// `agent` derives for connection `id` (what librdmacm does around connect and accept).
+pub fn ready_qp(f: &mut Fabric, node: usize, agent: &CmAgent, id: ConnId, qpn: Qpn) {
+    let now = f.now;
+    for st in [QpState::Init, QpState::Rtr, QpState::Rts] {
+        let (attr, mask) = agent.init_qp_attr(id, st).unwrap();
+        f.nodes[node]
+            .dev
+            .modify_qp(now, qpn, &attr, mask)
+            .unwrap_or_else(|err| panic!("node {node} {st:?} {mask:?}: {err:?}"));
     }
 }
