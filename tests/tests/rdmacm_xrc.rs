@@ -16,29 +16,36 @@ fn counter(stat: &str, name: &str) -> Option<u64> {
     words.next()?.parse().ok()
 }
 
-/// `rdma_xserver -c kind` in namespace a, `rdma_xclient -c kind` in b: both print
-/// `end 0` and exit 0; no XRC request or CM REQ was refused on either side.
-fn xserver_xclient_two_hosts(kind: &str, port: u16) {
+/// `rdma_xserver -c kind` and `rdma_xclient -c kind`: in namespaces a and b with a
+/// daemon each (`two`), or both on one daemon over loopback. Both print `end 0` and exit
+/// 0; no CM REQ and no XRC request was refused.
+fn xserver_xclient(two: bool, kind: &str, port: u16) {
     let _s = serial();
     if missing(&["rdma_xserver", "rdma_xclient"]) {
         return;
     }
-    let Some(net) = two_hosts() else {
-        return;
+    let net = if two {
+        match two_hosts() {
+            Some(n) => Some(n),
+            None => return,
+        }
+    } else {
+        None
     };
-    let da = Daemon::start_with(Some(&net.a), &["--netdev", net.iface]);
-    let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
+    let (ns_a, ns_b) = (net.as_ref().map(|n| &n.a), net.as_ref().map(|n| &n.b));
+    let iface: Vec<&str> = net
+        .as_ref()
+        .map_or(Vec::new(), |n| vec!["--netdev", n.iface]);
+    let da = Daemon::start_with(ns_a, &iface);
+    let db = net.as_ref().map(|n| Daemon::start_with(Some(&n.b), &iface));
+    let dc = db.as_ref().unwrap_or(&da);
+    let addr = net.as_ref().map_or("127.0.0.1", |n| n.addr_a.as_str());
     let p = port.to_string();
     let (s, c) = run_pair_when(
-        da.program(Some(&net.a), &["rdma_xserver", "-p", &p, "-c", kind]),
-        || wait_cm_listening(&da, Some(&net.a), port, Duration::from_secs(20)),
+        da.program(ns_a, &["rdma_xserver", "-p", &p, "-c", kind]),
+        || wait_cm_listening(&da, ns_a, port, Duration::from_secs(20)),
         &format!("RDMA CM port {port}"),
-        || {
-            db.program(
-                Some(&net.b),
-                &["rdma_xclient", "-s", &net.addr_a, "-p", &p, "-c", kind],
-            )
-        },
+        || dc.program(ns_b, &["rdma_xclient", "-s", addr, "-p", &p, "-c", kind]),
         LIMIT,
     );
     c.assert_success();
@@ -52,26 +59,29 @@ fn xserver_xclient_two_hosts(kind: &str, port: u16) {
             out.stderr
         );
     }
-    for (d, ns) in [(&da, &net.a), (&db, &net.b)] {
-        let stat = d.cli(Some(ns), &["stat", "rxe0"]).stdout;
+    let daemons = [(&da, ns_a), (dc, ns_b)];
+    for (d, ns) in &daemons[..if two { 2 } else { 1 }] {
+        let stat = d.cli(*ns, &["stat", "rxe0"]).stdout;
         assert_eq!(counter(&stat, "cm_rx_bad_transport"), Some(0), "{stat}");
         assert_eq!(counter(&stat, "cm_rx_qp_type_mismatch"), Some(0), "{stat}");
         assert!(counter(&stat, "cm_rx").is_some_and(|n| n > 0), "{stat}");
-        if kind == "x" {
-            assert_eq!(counter(&stat, "xrc_srq_errors"), Some(0), "{stat}");
-        }
+        assert_eq!(counter(&stat, "xrc_srq_errors"), Some(0), "{stat}");
+        // The client's Send arrived (through the XRC target QP with `-c x`).
+        assert!(counter(&stat, "rcvd_pkts").is_some_and(|n| n > 0), "{stat}");
     }
-    // The server's Send arrived through its XRC target QP: its daemon received data.
-    let stat = da.cli(Some(&net.a), &["stat", "rxe0"]).stdout;
-    assert!(counter(&stat, "rcvd_pkts").is_some_and(|n| n > 0), "{stat}");
 }
 
 #[test]
 fn rdma_xserver_xclient_xrc_two_hosts() {
-    xserver_xclient_two_hosts("x", 7481);
+    xserver_xclient(true, "x", 7481);
 }
 
 #[test]
 fn rdma_xserver_xclient_rc_two_hosts() {
-    xserver_xclient_two_hosts("r", 7482);
+    xserver_xclient(true, "r", 7482);
+}
+
+#[test]
+fn rdma_xserver_xclient_xrc_one_host() {
+    xserver_xclient(false, "x", 7483);
 }
