@@ -1,7 +1,10 @@
 //! QPs and SRQs on ids: `rdma_create_qp(_ex)`, `rdma_create_srq(_ex)`,
 //! `rdma_init_qp_attr`, and the transitions librdmacm makes around
 //! connect and accept (`ucma_modify_qp_rtr/rts/sqd/err`, `ucma_init_conn_qp`,
-//! `ucma_init_ud_qp`), with the attributes the daemon's CM computes.
+//! `ucma_init_ud_qp`), with the attributes the daemon's CM computes. XRC ids get what
+//! librdmacm gives them: the device's private XRC domain (`device::xrcd`) for a target
+//! QP or an XRC SRQ that names none, and an XRC SRQ's own receive CQ as the id's
+//! `recv_cq`.
 use super::abi::*;
 use super::request::{call, verbs_ptr, verbs_rc};
 use super::state::{cm, CmId};
