@@ -750,6 +750,95 @@ fn captured_req(name: &str) -> Option<Captured> {
     None
 }
 
+/// The MAD of the next GSI packet the daemon at `daemon_ip` sent to `peer` (checked:
+/// from port 4791, a valid ICRC, to QP1), or `None` when nothing came within the socket's
+/// read timeout.
+fn recv_mad(peer: &UdpSocket, peer_ip: Ipv4Addr, daemon_ip: Ipv4Addr) -> Option<Vec<u8>> {
+    let mut buf = [0u8; 2048];
+    let (len, from) = peer.recv_from(&mut buf).ok()?;
+    let ib = &buf[..len];
+    assert_eq!(from, SocketAddr::from((daemon_ip, 4791)));
+    assert!(
+        !matches!(
+            icrc::verify_udp4_any_id(daemon_ip, peer_ip, 4791, 4791, ib),
+            icrc::IcrcCheck::Invalid
+        ),
+        "the daemon's GSI packet has a bad ICRC"
+    );
+    assert_eq!(ib[5..8], [0, 0, 1], "to QP1");
+    Some(ib[20..].to_vec())
+}
+
+#[test]
+fn a_req_for_the_rd_transport_gets_rej_9_counted() {
+    // rxe's captured REQ, rewritten to ask for RD (transport service type 2): the CM
+    // answers REJ "invalid transport service type", counts it, and no listener hears of it.
+    let _s = serial();
+    let Some(ns) = netns("r") else { return };
+    let daemon = Daemon::start_with(Some(&ns), &[]);
+    let mut cm = Cm::connect(&daemon);
+    let mut ch = cm.channel();
+    let peer = udp_in(&ns, SocketAddr::from(([127, 0, 0, 2], 4791)));
+    let (peer_ip, daemon_ip) = (Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::LOCALHOST);
+    let mut req = captured_req("rdma_cm.pcap").expect("a REQ in rdma_cm.pcap");
+    let (comm_id, service_id, mad) = {
+        let m = CmMad::parse(&req.ib[20..]).expect("checked when read");
+        let CmMessage::Req(r) = m.message else {
+            unreachable!("checked when read");
+        };
+        let mut mad = vec![0u8; 256];
+        CmMad {
+            header: m.header,
+            message: CmMessage::Req(wire::cm::messages::Req {
+                transport_service_type: 2,
+                ..r
+            }),
+        }
+        .emit(&mut mad);
+        (r.local_comm_id, r.service_id, mad)
+    };
+    let (_, port) = wire::cm::ServiceId(service_id)
+        .as_rdma_ip()
+        .expect("an RDMA CM service ID");
+    let listener = cm.listen(&ch, ps::TCP, port);
+    req.ib[20..276].copy_from_slice(&mad);
+    let n = req.ib.len();
+    let crc = icrc::for_udp4(peer_ip, daemon_ip, 4791, 4791, &req.ib[..n - 4]);
+    wire::roce::packet::Packet::new_unchecked(&mut req.ib[..]).set_icrc(crc);
+    peer.send_to(&req.ib, SocketAddr::from((daemon_ip, 4791)))
+        .expect("send the REQ");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let rej = loop {
+        assert!(Instant::now() < deadline, "no REJ came back");
+        let Some(mad) = recv_mad(&peer, peer_ip, daemon_ip) else {
+            continue;
+        };
+        if let CmMessage::Rej(j) = CmMad::parse(&mad).expect("a CM MAD").message {
+            break (j.remote_comm_id, j.reason, j.message_rejected);
+        }
+    };
+    assert_eq!(rej, (comm_id, 9, 0));
+    let counters = cm.counters();
+    assert_eq!(count(&counters, "cm_rx_bad_transport"), Some(1));
+    assert_eq!(count(&counters, "cm_connections"), Some(0));
+    // The listener got nothing: a connect of ours still reaches it first.
+    let id = cm.id(&ch, ps::TCP);
+    cm.resolve(&mut ch, id, localhost(port));
+    cm.ok(CmRequest::Connect {
+        id,
+        param: rc_param(0x50, b""),
+    });
+    let ev = cm.wait(&mut ch, Duration::from_secs(5), "CONNECT_REQUEST", |e| {
+        e.listen_id == Some(listener)
+    });
+    assert_eq!(ev.event, event::CONNECT_REQUEST);
+    assert_eq!(
+        conn_of(&ev).qp_num,
+        0x50,
+        "the first request is ours: {ev:?}"
+    );
+}
+
 #[test]
 fn captured_rxe_reqs_are_answered_with_a_rep() {
     let _s = serial();
@@ -788,21 +877,10 @@ fn captured_rxe_reqs_are_answered_with_a_rep() {
         let deadline = Instant::now() + Duration::from_secs(5);
         let rep = loop {
             assert!(Instant::now() < deadline, "{name}: no REP came back");
-            let mut buf = [0u8; 2048];
-            let Ok((len, from)) = peer.recv_from(&mut buf) else {
+            let Some(mad) = recv_mad(&peer, peer_ip, daemon_ip) else {
                 continue;
             };
-            let ib = &buf[..len];
-            assert_eq!(from, SocketAddr::from((daemon_ip, 4791)));
-            assert!(
-                !matches!(
-                    icrc::verify_udp4_any_id(daemon_ip, peer_ip, 4791, 4791, ib),
-                    icrc::IcrcCheck::Invalid
-                ),
-                "{name}: the daemon's GSI packet has a bad ICRC"
-            );
-            assert_eq!(ib[5..8], [0, 0, 1], "to QP1");
-            let m = CmMad::parse(&ib[20..]).expect("a CM MAD");
+            let m = CmMad::parse(&mad).expect("a CM MAD");
             if let CmMessage::Rep(r) = m.message {
                 break (r.remote_comm_id, r.local_qpn.0);
             }
