@@ -27,6 +27,16 @@ fn alloc_pd(c: &mut emulator::client::Client, ctx: Handle) -> Handle {
 }
 
 fn create_cq(c: &mut emulator::client::Client, ctx: Handle, cqe: u32) -> (Handle, MappedRing) {
+    create_cq_ts(c, ctx, cqe, false)
+}
+
+/// A CQ whose CQEs the daemon stamps when `timestamps`.
+fn create_cq_ts(
+    c: &mut emulator::client::Client,
+    ctx: Handle,
+    cqe: u32,
+    timestamps: bool,
+) -> (Handle, MappedRing) {
     let (body, fds) = c
         .call(
             RequestBody::CreateCq {
@@ -34,6 +44,7 @@ fn create_cq(c: &mut emulator::client::Client, ctx: Handle, cqe: u32) -> (Handle
                 cqe,
                 channel: None,
                 comp_vector: 0,
+                timestamps,
             },
             &[],
         )
@@ -190,6 +201,7 @@ fn objects_are_created_used_and_destroyed_in_order() {
                 cqe: 100,
                 channel: Some(ch),
                 comp_vector: 0,
+                timestamps: false,
             },
             &[],
         )
@@ -343,7 +355,8 @@ fn hostile_requests_get_errors_and_the_daemon_keeps_serving() {
                 ctx: ctx.handle,
                 cqe: 1 << 22,
                 channel: None,
-                comp_vector: 0
+                comp_vector: 0,
+                timestamps: false
             },
             &[]
         )),
@@ -355,7 +368,8 @@ fn hostile_requests_get_errors_and_the_daemon_keeps_serving() {
                 ctx: ctx.handle,
                 cqe: 0,
                 channel: None,
-                comp_vector: 0
+                comp_vector: 0,
+                timestamps: false
             },
             &[]
         )),
@@ -434,14 +448,29 @@ fn requests_before_hello_are_refused() {
     d.stop();
 }
 
+/// Also the error path's CQE timestamps: stamped when the daemon writes the CQE (between
+/// the post and the poll, on both clocks) if the CQ asked for them, zero otherwise.
 #[test]
 fn oversized_wqe_completes_with_an_error_instead_of_being_executed() {
     let d = TestDaemon::start();
     let mut c = d.connect();
     let ctx = open_device(&mut c);
     let pd = alloc_pd(&mut c, ctx.handle);
-    let (cq, cq_ring) = create_cq(&mut c, ctx.handle, 16);
-    let (_qp, qpn, cap, rings) = create_qp(&mut c, pd, rc_init(cq));
+    for timestamps in [true, false] {
+        oversized_wqe_on_a_new_qp(&mut c, &ctx, pd, timestamps);
+    }
+    d.stop();
+}
+
+fn oversized_wqe_on_a_new_qp(
+    c: &mut emulator::client::Client,
+    ctx: &Ctx,
+    pd: Handle,
+    timestamps: bool,
+) {
+    let clock = emulator::daemon::sys::clock_ns;
+    let (cq, cq_ring) = create_cq_ts(c, ctx.handle, 16, timestamps);
+    let (_qp, qpn, cap, rings) = create_qp(c, pd, rc_init(cq));
     let sges = vec![
         Sge {
             addr: 0,
@@ -466,6 +495,7 @@ fn oversized_wqe_completes_with_an_error_instead_of_being_executed() {
     };
     let mut slot = vec![0u8; rings.layouts[0].slot_size as usize];
     wqe.emit(&mut slot).unwrap();
+    let (mono0, real0) = (clock(libc::CLOCK_MONOTONIC), clock(libc::CLOCK_REALTIME));
     rings.producer(0).push(&slot).unwrap();
     emulator::daemon::sys::eventfd_signal(ctx.doorbell.as_raw_fd()).unwrap();
     let mut cons = cq_ring.consumer(0);
@@ -474,12 +504,26 @@ fn oversized_wqe_completes_with_an_error_instead_of_being_executed() {
         cons.pop(&mut buf).unwrap().then_some(())
     });
     assert!(got.is_some(), "an error completion arrives");
+    let (mono1, real1) = (clock(libc::CLOCK_MONOTONIC), clock(libc::CLOCK_REALTIME));
     let cqe = CqeRepr::parse(&Cqe::new_checked(&buf[..]).unwrap()).unwrap();
     assert_eq!(
         (cqe.wr_id, cqe.status, cqe.qp_num),
         (0xabc, wc_status::LOC_LEN_ERR, qpn)
     );
-    d.stop();
+    if timestamps {
+        assert!(
+            (mono0..=mono1).contains(&cqe.completion_ts),
+            "raw stamp {} outside [{mono0}, {mono1}]",
+            cqe.completion_ts
+        );
+        assert!(
+            (real0..=real1).contains(&cqe.completion_wallclock_ns),
+            "wall-clock stamp {} outside [{real0}, {real1}]",
+            cqe.completion_wallclock_ns
+        );
+    } else {
+        assert_eq!((cqe.completion_ts, cqe.completion_wallclock_ns), (0, 0));
+    }
 }
 
 #[test]

@@ -52,6 +52,7 @@ fn create_cq(c: &mut Client, ctx: Handle) -> Result<Handle, i32> {
         cqe: 16,
         channel: None,
         comp_vector: 0,
+        timestamps: false,
     };
     match reply_errno(c.call(req, &[]))?.0 {
         ReplyBody::Cq { handle, .. } => Ok(handle),

@@ -49,6 +49,7 @@ fn pd_and_cq(c: &mut Client, ctx: Handle) -> (Handle, Handle) {
         cqe: 16,
         channel: None,
         comp_vector: 0,
+        timestamps: false,
     };
     let ReplyBody::Cq { handle: cq, .. } = c.call(req, &[]).unwrap().0 else {
         panic!("cq")

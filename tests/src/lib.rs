@@ -793,11 +793,33 @@ pub fn run_pair_when(
     (s, c)
 }
 
+/// Writes the one-host configuration of an rxe and a siw device on loopback to `path`:
+/// `rxe0` serves loopback's own address, `siw0` 127.0.0.2, so an RDMA CM program chooses
+/// the device by the address it uses.
+pub fn write_rxe_siw_loopback_config(path: &Path) {
+    std::fs::write(
+        path,
+        "[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"lo\"\n\n\
+         [[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\n\
+         addrs = [\"127.0.0.2\"]\n",
+    )
+    .expect("write the configuration");
+}
+
 /// Compiles `tests/c/NAME.c` with gcc against the system's libibverbs; `None` (with the
 /// reason) when the headers are missing outside CI.
 pub fn compile_c(name: &str, dir: &Path) -> Option<std::path::PathBuf> {
+    compile_c_with(name, dir, false)
+}
+
+/// [`compile_c`], also against librdmacm when `rdmacm`.
+pub fn compile_c_with(name: &str, dir: &Path, rdmacm: bool) -> Option<std::path::PathBuf> {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         let _ = cannot_run("libibverbs-dev is not installed (apt-get install libibverbs-dev)");
+        return None;
+    }
+    if rdmacm && !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        let _ = cannot_run("librdmacm-dev is not installed (apt-get install librdmacm-dev)");
         return None;
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -808,6 +830,7 @@ pub fn compile_c(name: &str, dir: &Path) -> Option<std::path::PathBuf> {
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&exe)
         .arg(&src)
+        .args(rdmacm.then_some("-lrdmacm"))
         .arg("-libverbs")
         .output()
         .expect("cannot run gcc");

@@ -227,6 +227,7 @@ fn hostile() {
                 cqe: 4,
                 channel: None,
                 comp_vector: 0,
+                timestamps: false,
             },
         ),
         (

@@ -25,6 +25,12 @@ const LIMIT: Duration = Duration::from_secs(900);
 /// siw as rdma-emu's; docs/compatibility.md says so in the same words.
 const IWARP_NEEDS_CM: &str = "Failed to modify QP state to RTS. Errno: 22, Invalid argument";
 
+/// The CQE timestamp test that runs on any device (test_mlx5_timestamp.py, despite its
+/// name): RC traffic on CQs created with `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`,
+/// each stamp read with `ibv_wc_read_completion_wallclock_ns`. On siw0 it is one of the
+/// RTS-without-a-connection errors.
+const TIMESTAMP_TEST: &str = "test_timestamp_real_time_rc_traffic";
+
 /// What one run of the suite printed, read from unittest's verbose output.
 #[derive(Debug, Default)]
 struct Summary {
@@ -59,7 +65,14 @@ fn parse(out: &str) -> Summary {
                 .push(r.get(1..r.len().saturating_sub(1)).unwrap_or(r).to_string());
         }
         if let Some(test) = line.strip_suffix(" ... ok") {
-            let name = test.split_whitespace().next().unwrap_or_default();
+            // A test with a docstring prints its name on a line of its own, then the
+            // docstring's first line with the verdict.
+            let name_line = i
+                .checked_sub(1)
+                .map(|p| lines[p])
+                .filter(|l| !l.contains(" ... ") && l.contains(" (") && l.ends_with(')'))
+                .unwrap_or(test);
+            let name = name_line.split_whitespace().next().unwrap_or_default();
             s.passed.push(name.to_string());
         }
         if let Some(n) = line.strip_prefix("Ran ") {
@@ -279,9 +292,10 @@ fn check(dev: &str, s: &Summary, allowed_errors: &[&str]) -> usize {
     s.ran - s.skipped - s.failures - s.errors
 }
 
-/// Asserts that `tests` ran and passed on `dev`: the FLUSH and ATOMIC WRITE tests, which
-/// skip on a device without them (and "Extended QP is not supported on this device" is a
-/// documented reason on siw0, so the skip table alone would not notice).
+/// Asserts that `tests` ran and passed on `dev`: the FLUSH, ATOMIC WRITE and CQE
+/// timestamp tests, which skip on a device without them (and "Extended QP is not supported
+/// on this device" is a documented reason on siw0, so the skip table alone would not
+/// notice).
 fn assert_passed(dev: &str, s: &Summary, tests: &[&str]) {
     for t in tests {
         assert!(
@@ -296,7 +310,7 @@ fn rdma_core_pyverbs_suite_passes_on_rxe0() {
     let Some(s) = run_suite("rxe0") else { return };
     assert_eq!(s.errors, 0, "{:#?}", s.problems);
     let passed = check("rxe0", &s, &[]);
-    assert_passed("rxe0", &s, &["test_qp_ex_rc_atomic_write"]);
+    assert_passed("rxe0", &s, &["test_qp_ex_rc_atomic_write", TIMESTAMP_TEST]);
     // The kernel's rxe passes 86 of this suite; rdma-emu passes what it does.
     assert!(passed >= 80, "rxe0: only {passed} tests passed");
 }
@@ -325,6 +339,7 @@ fn rdma_core_v59_pyverbs_suite_passes_on_rxe0() {
             "test_qp_ex_rc_atomic_write",
             "test_qp_ex_rc_flush",
             "test_qp_ex_rc_flush_type_violate",
+            TIMESTAMP_TEST,
         ],
     );
     assert!(passed >= 80, "rxe0 (v59): only {passed} tests passed");
@@ -348,15 +363,17 @@ fn unittest_output_is_read_whole() {
                Doc line of b ... skipped 'Create XRCD is not supported'\n\
                test_c (tests.t.T.test_c) ... skipped \"Device rxe0 doesn't have net interface\"\n\
                test_d (tests.t.T.test_d) ... ERROR\n\
+               test_e (tests.t.T.test_e)\n\
+               Doc line of e ... ok\n\
                \n======================================================================\n\
                ERROR: test_d (tests.t.T.test_d)\n\
                ----------------------------------------------------------------------\n\
                Traceback (most recent call last):\n  File \"x\", line 1\n\
                pyverbs.pyverbs_error.PyverbsRDMAError: boom\n\
                \n----------------------------------------------------------------------\n\
-               Ran 4 tests in 0.1s\n\nFAILED (errors=1, skipped=2)\n";
+               Ran 5 tests in 0.1s\n\nFAILED (errors=1, skipped=2)\n";
     let s = parse(out);
-    assert_eq!((s.ran, s.failures, s.errors, s.skipped), (4, 0, 1, 2));
+    assert_eq!((s.ran, s.failures, s.errors, s.skipped), (5, 0, 1, 2));
     assert_eq!(
         s.skip_reasons,
         [
@@ -366,5 +383,5 @@ fn unittest_output_is_read_whole() {
     );
     assert_eq!(s.problems.len(), 1);
     assert!(s.problems[0].1.ends_with("boom"));
-    assert_eq!(s.passed, ["test_a"]);
+    assert_eq!(s.passed, ["test_a", "test_e"]);
 }

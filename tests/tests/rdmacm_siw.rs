@@ -38,13 +38,7 @@ impl Setup {
         let config = dir.path().join("rdma-emu.toml");
         if place == Place::OneHost {
             let ns = loopback_ns("siw", false)?;
-            std::fs::write(
-                &config,
-                "[[device]]\nname = \"rxe0\"\ntype = \"rxe\"\nnetdev = \"lo\"\n\n\
-                 [[device]]\nname = \"siw0\"\ntype = \"siw\"\nnetdev = \"lo\"\n\
-                 addrs = [\"127.0.0.2\"]\n",
-            )
-            .expect("write the configuration");
+            write_rxe_siw_loopback_config(&config);
             let cfg = config.display().to_string();
             let server_daemon = Daemon::start_with(Some(&ns), &["--config", &cfg]);
             return Some(Setup {

@@ -3,7 +3,7 @@
 use crate::abi::*;
 use crate::async_event;
 use crate::context::{Context, EventObject};
-use crate::cq_ex::cq_ex_table;
+use crate::cq_ex::{cq_ex_table, TIMESTAMP_WC_FLAGS};
 use crate::ffi::{self, Errno, VResult};
 use crate::mmap::Mapping;
 use crate::objects::{cq_of, obj, Cq, CqPoll};
@@ -87,17 +87,19 @@ pub extern "C" fn ibv_create_cq(
     ffi::ptr(|| {
         let cqe = u32::try_from(cqe).map_err(|_| Errno::EINVAL)?;
         let comp_vector = u32::try_from(comp_vector).map_err(|_| Errno::EINVAL)?;
-        create_cq(context, cqe, cq_context, channel, comp_vector).map(|c| c as *mut ibv_cq)
+        create_cq(context, cqe, cq_context, channel, comp_vector, 0).map(|c| c as *mut ibv_cq)
     })
 }
 
-/// Creates a CQ (both `ibv_create_cq` and `ibv_create_cq_ex`).
+/// Creates a CQ (both `ibv_create_cq` and `ibv_create_cq_ex`, whose `wc_flags` were
+/// checked against [`SUPPORTED_WC_FLAGS`]).
 fn create_cq(
     context: *mut ibv_context,
     cqe: u32,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
     comp_vector: u32,
+    wc_flags: u64,
 ) -> VResult<*mut Cq> {
     let ctx = ctx_of(context)?;
     let ch = if channel.is_null() {
@@ -112,6 +114,7 @@ fn create_cq(
             cqe,
             channel: ch.map(|c| c.handle),
             comp_vector,
+            timestamps: wc_flags & TIMESTAMP_WC_FLAGS != 0,
         },
         &[],
     )?;
@@ -123,7 +126,7 @@ fn create_cq(
     let tail = wire::client::RingView::new(map.words(), ring)
         .map_err(|_| Errno::EIO)?
         .consumer_index();
-    let mut cqx = cq_ex_table();
+    let mut cqx = cq_ex_table(wc_flags);
     cqx.context = context;
     cqx.channel = channel;
     cqx.cq_context = cq_context;
@@ -153,9 +156,11 @@ fn create_cq(
     Ok(cq)
 }
 
-/// `IBV_WC_STANDARD_FLAGS`: the `ibv_wc` fields; timestamps, CVLAN, flow tag and tag
-/// matching are not produced.
-const SUPPORTED_WC_FLAGS: u64 = 0x7f;
+/// `IBV_WC_STANDARD_FLAGS` (the `ibv_wc` fields) and the two timestamps, which the daemon
+/// writes into each CQE (wire's `CqeRepr::completion_ts`); CVLAN (raw packet QPs), flow
+/// tag (flow steering) and tag matching are not produced: EOPNOTSUPP, as rdma-core's
+/// providers answer for what their device lacks.
+const SUPPORTED_WC_FLAGS: u64 = 0x7f | TIMESTAMP_WC_FLAGS;
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
 /// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a hint, honoured by taking the lock anyway.
 const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
@@ -182,8 +187,15 @@ pub unsafe extern "C" fn vctx_create_cq_ex(
         {
             return Err(Errno::EOPNOTSUPP);
         }
-        create_cq(context, a.cqe, a.cq_context, a.channel, a.comp_vector)
-            .map(|c| c as *mut ibv_cq_ex)
+        create_cq(
+            context,
+            a.cqe,
+            a.cq_context,
+            a.channel,
+            a.comp_vector,
+            a.wc_flags,
+        )
+        .map(|c| c as *mut ibv_cq_ex)
     })
 }
 

@@ -299,7 +299,7 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
             destroy_wq: None,
             modify_wq: None,
             create_wq: None,
-            query_rt_values: None,
+            query_rt_values: Some(crate::cq_ex::vctx_query_rt_values),
             create_cq_ex: Some(crate::cq::vctx_create_cq_ex),
             priv_: core::ptr::null_mut(),
             query_device_ex: Some(vctx_query_device_ex),
@@ -417,6 +417,9 @@ unsafe extern "C" fn vctx_query_device_ex(
             per_transport_caps: [odp.rc_odp_caps, odp.uc_odp_caps, odp.ud_odp_caps],
         };
         ex.xrc_odp_caps = odp.xrc_odp_caps;
+        // The clock CQE timestamps count (crate::cq_ex), on every device.
+        ex.completion_timestamp_mask = wire::client::slot::CQE_TIMESTAMP_MASK;
+        ex.hca_core_clock = wire::client::slot::CQE_CLOCK_KHZ;
         // SAFETY: a context this library opened has its device.
         if unsafe { (*(*context).device).transport_type } != IBV_TRANSPORT_IWARP {
             ex.device_cap_flags_ex |= PLACEMENT_CAPS;

@@ -93,6 +93,7 @@ fn rust_layouts() -> Vec<Layout> {
             read_dlid_path_bits, read_completion_ts, read_cvlan, read_flow_tag, read_tm_info,
             read_completion_wallclock_ns }
         ibv_poll_cq_attr { comp_mask }
+        ibv_values_ex { comp_mask, raw_clock }
         ibv_cq_init_attr_ex { cqe, cq_context, channel, comp_vector, wc_flags, comp_mask,
             flags, parent_domain }
         ibv_ah { context, pd, handle }

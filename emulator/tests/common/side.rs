@@ -125,6 +125,7 @@ impl Side {
                     cqe: 64,
                     channel: ch_handle,
                     comp_vector: 0,
+                    timestamps: false,
                 },
                 &[],
             )

@@ -305,3 +305,11 @@ pub struct ibv_qp_attr {
 pub struct ibv_poll_cq_attr {
     pub comp_mask: u32,
 }
+
+/// `struct ibv_values_ex` (`ibv_query_rt_values_ex`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}

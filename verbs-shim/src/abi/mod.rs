@@ -485,7 +485,7 @@ pub struct verbs_context {
     pub destroy_wq: Unused,
     pub modify_wq: Unused,
     pub create_wq: Unused,
-    pub query_rt_values: Unused,
+    pub query_rt_values: Option<unsafe extern "C" fn(Ctx, *mut ibv_values_ex) -> c_int>,
     pub create_cq_ex: Option<unsafe extern "C" fn(Ctx, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
     pub priv_: *mut c_void,
     pub query_device_ex:

@@ -170,6 +170,10 @@ pub enum RequestBody {
         /// The completion vector: below the context's `num_comp_vectors`, 1 (EINVAL
         /// otherwise); otherwise unused.
         comp_vector: u32,
+        /// `ibv_create_cq_ex` asked for `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` or
+        /// `…_WALLCLOCK`: the daemon stamps each CQE it writes (`CqeRepr::completion_ts`).
+        /// Without it the two fields stay 0 and no clock is read per completion.
+        timestamps: bool,
     },
     /// `ibv_destroy_cq`; the core refuses (EBUSY) while QPs use it.
     DestroyCq {

@@ -53,6 +53,7 @@ fn sample_requests() -> Vec<Request> {
             cqe: 100,
             channel: Some(Handle(9)),
             comp_vector: 0,
+            timestamps: true,
         },
         RequestBody::CreateQp {
             pd: Handle(3),

@@ -52,6 +52,8 @@ mod field {
         pub const SLID: Field = 42..44;
         pub const SL: usize = 44;
         pub const DLID_PATH_BITS: usize = 45;
+        pub const COMPLETION_TS: Field = 48..56;
+        pub const WALLCLOCK_NS: Field = 56..64;
     }
 
     pub mod sge {
@@ -69,7 +71,27 @@ pub const RECV_WQE_HEADER_LEN: usize = field::recv::SGES;
 /// Bytes of one scatter/gather element.
 pub const SGE_LEN: usize = 16;
 /// Bytes of one CQE slot.
+///
+/// | bytes | field | bytes | field |
+/// |---|---|---|---|
+/// | 0..8 | `wr_id` | 32..36 | `src_qp` |
+/// | 8..12 | `status` | 36..40 | `wc_flags` |
+/// | 12..16 | `opcode` | 40..42 | `pkey_index` |
+/// | 16..20 | `vendor_err` | 42..44 | `slid` |
+/// | 20..24 | `byte_len` | 44, 45 | `sl`, `dlid_path_bits` |
+/// | 24..28 | `imm_data` | 46..48 | zero |
+/// | 28..32 | `qp_num` | 48..56 | `completion_ts` ([`CQE_CLOCK_KHZ`] ticks) |
+/// | | | 56..64 | `completion_wallclock_ns` |
 pub const CQE_LEN: usize = 64;
+
+/// The frequency of the clock a CQE's `completion_ts` counts, in kHz, as
+/// `ibv_device_attr_ex.hca_core_clock` reports it: 1 GHz, so one tick is one nanosecond of
+/// the host's `CLOCK_MONOTONIC` (the daemon's and its clients' are the same clock, unless
+/// they live in different time namespaces). `ibv_query_rt_values_ex` reads the same clock.
+pub const CQE_CLOCK_KHZ: u64 = 1_000_000;
+/// The bits of `completion_ts` that count (`completion_timestamp_mask`): all 64, which
+/// `CLOCK_MONOTONIC` nanoseconds fill only after 584 years of uptime.
+pub const CQE_TIMESTAMP_MASK: u64 = u64::MAX;
 
 /// Slot size of a send queue: `64 + max(16 × max_send_sge, max_inline_data rounded up to
 /// 16)`, rounded up to 64. `None` if it overflows.
@@ -595,6 +617,16 @@ impl<T: AsRef<[u8]>> Cqe<T> {
     pub fn dlid_path_bits(&self) -> u8 {
         self.b()[field::cqe::DLID_PATH_BITS]
     }
+    /// When the daemon wrote the CQE, in [`CQE_CLOCK_KHZ`] ticks (`CLOCK_MONOTONIC` ns);
+    /// 0 when the CQ was created without timestamps.
+    pub fn completion_ts(&self) -> u64 {
+        u64_at(self.b(), field::cqe::COMPLETION_TS)
+    }
+    /// When the daemon wrote the CQE, in `CLOCK_REALTIME` nanoseconds; 0 when the CQ was
+    /// created without timestamps.
+    pub fn completion_wallclock_ns(&self) -> u64 {
+        u64_at(self.b(), field::cqe::WALLCLOCK_NS)
+    }
 }
 
 /// A completion (`struct ibv_wc`), numbering as verbs.h.
@@ -628,6 +660,13 @@ pub struct CqeRepr {
     pub sl: u8,
     /// Destination LID path bits; 0 on RoCE and iWARP.
     pub dlid_path_bits: u8,
+    /// `ibv_wc_read_completion_ts`: when the daemon wrote the CQE into the ring, as a NIC
+    /// stamps its CQE write, in [`CQE_CLOCK_KHZ`] ticks (`CLOCK_MONOTONIC` nanoseconds).
+    /// 0 when the CQ was created without timestamps.
+    pub completion_ts: u64,
+    /// `ibv_wc_read_completion_wallclock_ns`: the same moment in `CLOCK_REALTIME`
+    /// nanoseconds since the epoch; 0 when the CQ was created without timestamps.
+    pub completion_wallclock_ns: u64,
 }
 
 impl CqeRepr {
@@ -650,6 +689,8 @@ impl CqeRepr {
             slid: cqe.slid(),
             sl: cqe.sl(),
             dlid_path_bits: cqe.dlid_path_bits(),
+            completion_ts: cqe.completion_ts(),
+            completion_wallclock_ns: cqe.completion_wallclock_ns(),
         })
     }
 
@@ -658,7 +699,7 @@ impl CqeRepr {
         CQE_LEN
     }
 
-    /// Writes all 64 bytes (the tail zeroed).
+    /// Writes all 64 bytes (46..48 zeroed).
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), SlotError> {
         let buf = buf.get_mut(..CQE_LEN).ok_or(SlotError::BufferTooSmall)?;
         use field::cqe as f;
@@ -676,6 +717,8 @@ impl CqeRepr {
         buf[f::SLID].copy_from_slice(&self.slid.to_le_bytes());
         buf[f::SL] = self.sl;
         buf[f::DLID_PATH_BITS] = self.dlid_path_bits;
+        buf[f::COMPLETION_TS].copy_from_slice(&self.completion_ts.to_le_bytes());
+        buf[f::WALLCLOCK_NS].copy_from_slice(&self.completion_wallclock_ns.to_le_bytes());
         Ok(())
     }
 }

@@ -405,9 +405,10 @@ pub(in crate::daemon) fn dispatch(
             cqe,
             channel,
             comp_vector,
+            timestamps,
         } => {
             emu_core::check_comp_vector(comp_vector).map_err(|e| e.0)?;
-            queues::create_cq(&mut st.clients(), session, ctx, cqe, channel)
+            queues::create_cq(&mut st.clients(), session, ctx, cqe, channel, timestamps)
         }
         R::DestroyCq { cq } => {
             let (ctx, id) = match lookup(st, session, cq)? {

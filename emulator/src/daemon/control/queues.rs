@@ -36,6 +36,7 @@ pub(in crate::daemon) fn create_cq(
     ctx: Handle,
     cqe: u32,
     channel: Option<Handle>,
+    timestamps: bool,
 ) -> Answer {
     let d = clients.device_of(session, ctx)?;
     if cqe == 0 || cqe > d.nic.limits().max_cqe {
@@ -72,6 +73,7 @@ pub(in crate::daemon) fn create_cq(
         ring: Ring::new(layout),
         channel,
         overflowed: Cell::new(false),
+        timestamps,
     };
     let handle = clients.insert_or_undo(session, ctx, Kind::Cq(cq), |d| {
         let _ = d.nic.destroy_cq(id);

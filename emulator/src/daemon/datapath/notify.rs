@@ -33,6 +33,11 @@ pub fn send_event(objects: &BTreeMap<Handle, Object>, ctx: Handle, event: u32, e
 
 /// Puts a completion into a CQ ring and fires its channel if armed. Overflow raises
 /// IBV_EVENT_CQ_ERR once.
+///
+/// A CQ created with timestamps gets them here, as a NIC stamps the CQE it writes: every
+/// completion of every device (rxe and siw, success or error) reaches its ring through
+/// this function. The raw stamp is `CLOCK_MONOTONIC` nanoseconds (`CQE_CLOCK_KHZ`), the
+/// wall clock `CLOCK_REALTIME` nanoseconds, both read now.
 pub fn deliver_cqe(objects: &BTreeMap<Handle, Object>, cq_h: Handle, cqe: &CqeRepr) {
     let Some(Object {
         kind: Kind::Cq(cq),
@@ -46,6 +51,17 @@ pub fn deliver_cqe(objects: &BTreeMap<Handle, Object>, cq_h: Handle, cqe: &CqeRe
         return;
     };
     let mut slot = [0u8; 64];
+    let stamped;
+    let cqe = if cq.timestamps {
+        stamped = CqeRepr {
+            completion_ts: sys::clock_ns(libc::CLOCK_MONOTONIC),
+            completion_wallclock_ns: sys::clock_ns(libc::CLOCK_REALTIME),
+            ..*cqe
+        };
+        &stamped
+    } else {
+        cqe
+    };
     if cqe.emit(&mut slot).is_err() {
         return;
     }

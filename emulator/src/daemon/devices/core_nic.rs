@@ -316,6 +316,9 @@ pub(in crate::daemon) fn cqe_out(wc: &core::WorkCompletion) -> CqeRepr {
         slid: wc.slid,
         sl: wc.sl,
         dlid_path_bits: wc.dlid_path_bits,
+        // Stamped when written into the ring (notify::deliver_cqe), if the CQ asked.
+        completion_ts: 0,
+        completion_wallclock_ns: 0,
     }
 }
 

@@ -110,6 +110,8 @@ pub struct Cq {
     pub channel: Option<Handle>,
     /// CQ_ERR was raised (the ring overflowed).
     pub overflowed: Cell<bool>,
+    /// Each CQE gets its completion timestamps when written (`CreateCq.timestamps`).
+    pub timestamps: bool,
 }
 
 pub struct Srq {

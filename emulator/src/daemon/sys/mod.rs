@@ -4,7 +4,7 @@
 //! - [`memfd`]: sealed memfds and their shared mappings (rings, session pages, pages a
 //!   client shares);
 //! - [`fd`]: eventfd doorbells, pipes, whole-record writes, positioned reads and writes;
-//! - [`poll`]: timerfds and epoll;
+//! - [`poll`]: timerfds, epoll and clock reads;
 //! - [`unix`]: the control socket (`SOCK_SEQPACKET`, peer credentials, `SCM_RIGHTS`);
 //! - [`socket`]: socket options and IP multicast membership;
 //! - [`netlink`]: address-change notifications;

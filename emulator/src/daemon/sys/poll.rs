@@ -1,9 +1,26 @@
-//! Waiting: timerfds and an epoll set.
+//! Waiting and time: timerfds, an epoll set and clock reads.
 
 use super::cvt::{cvt, own};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
+
+/// Nanoseconds of `clock` (`CLOCK_MONOTONIC`, `CLOCK_REALTIME`, ...) as one u64: what a
+/// CQE timestamp holds. 0 if the clock cannot be read (an unknown clock id), which a
+/// timestamp never is otherwise.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which `ts` is.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
 
 /// A CLOCK_MONOTONIC timerfd, nonblocking.
 pub fn timerfd() -> io::Result<OwnedFd> {
