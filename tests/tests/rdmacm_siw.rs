@@ -303,10 +303,11 @@ fn perftest_srq(place: Place, qps: u32, iters: u32, extra: &[&str], rows: usize)
     }
 }
 
-/// `ibv_srq_pingpong` on siw0 gets its SRQ and its 16 QPs on it, and stops where an iWARP
-/// QP must have a TCP connection (the RDMA CM) to reach RTS: unmodified, it connects QPs
-/// by QP numbers as on InfiniBand, which the kernel's siw refuses in the same place
-/// (`siw_qp_modify`: no socket, EINVAL). docs/compatibility.md says so.
+/// siw0 reports siw's SRQ limits, and `ibv_srq_pingpong` on it gets its SRQ and its 16
+/// QPs on it, and stops where an iWARP QP must have a TCP connection (the RDMA CM) to
+/// reach RTS: unmodified, it connects QPs by QP numbers as on InfiniBand, which the
+/// kernel's siw refuses in the same place (`siw_qp_modify`: no socket, EINVAL).
+/// docs/compatibility.md says so.
 #[test]
 fn ibv_srq_pingpong_on_siw0_stops_only_at_rts() {
     let _s = serial();
@@ -316,8 +317,26 @@ fn ibv_srq_pingpong_on_siw0_stops_only_at_rts() {
     let Some(setup) = Setup::new(Place::OneHost) else {
         return;
     };
-    let argv = ["ibv_srq_pingpong", "-d", "siw0", "-g", "0", "-p", "18517"];
     let ns = setup.server_ns();
+    // siw's SRQ limits (SIW_MAX_SRQ, SIW_MAX_SRQ_WR, SIW_MAX_SGE), as siw reports them.
+    let info = setup
+        .server_daemon
+        .program(ns, &["ibv_devinfo", "-v", "-d", "siw0"])
+        .wait(Duration::from_secs(60));
+    info.assert_success();
+    let words: Vec<&str> = info.stdout.split_whitespace().collect();
+    let value = |key: &str| words.windows(2).find(|w| w[0] == key).map(|w| w[1]);
+    assert_eq!(
+        [
+            value("max_srq:"),
+            value("max_srq_wr:"),
+            value("max_srq_sge:")
+        ],
+        [Some("102400"), Some("327680"), Some("6")],
+        "{}",
+        info.stdout
+    );
+    let argv = ["ibv_srq_pingpong", "-d", "siw0", "-g", "0", "-p", "18517"];
     let srv = setup.server_daemon.program(ns, &argv);
     assert!(
         wait_listening(ns, 18517, Duration::from_secs(20)),
