@@ -243,6 +243,120 @@ fn perftest(place: Place, program: &str) {
     );
 }
 
+/// `ib_send_bw -R -d siw0 --use-srq -q QPS -n ITERS` plus `extra`: every QP of the
+/// receiving side takes its receives from one SRQ (siw's SRQs); `rows` result rows, each
+/// of ITERS × QPS messages, on both sides.
+fn perftest_srq(place: Place, qps: u32, iters: u32, extra: &[&str], rows: usize) {
+    let _s = serial();
+    if missing(&["ib_send_bw"]) {
+        return;
+    }
+    let Some(setup) = Setup::new(place) else {
+        return;
+    };
+    let addr = setup.addr.clone();
+    let (qps_arg, iters_arg) = (qps.to_string(), iters.to_string());
+    let mut server = vec![
+        "ib_send_bw",
+        "-R",
+        "-d",
+        "siw0",
+        "-p",
+        "18516",
+        "-n",
+        &iters_arg,
+        "--use-srq",
+        "-q",
+        &qps_arg,
+    ];
+    server.extend_from_slice(extra);
+    let mut client = server.clone();
+    client.push(&addr);
+    let (s, c) = setup.perftest_pair(&server, &client, 18516);
+    let iterations = (iters * qps).to_string();
+    for out in [&s, &c] {
+        let text = &out.stdout;
+        assert!(
+            text.contains("Using SRQ      : ON") && text.contains("Transport type : IW"),
+            "`{}` did not run on siw0 with an SRQ:\n{text}",
+            out.argv
+        );
+        assert!(
+            text.contains(&format!("Number of qps   : {qps}")),
+            "`{}`:\n{text}",
+            out.argv
+        );
+        let results = text
+            .lines()
+            .filter(|l| {
+                let t: Vec<&str> = l.split_whitespace().collect();
+                t.len() >= 4 && t[0].parse::<u64>().is_ok() && t[1] == iterations
+            })
+            .count();
+        assert_eq!(results, rows, "`{}` output:\n{text}", out.argv);
+    }
+}
+
+/// siw0 reports siw's SRQ limits, and `ibv_srq_pingpong` on it gets its SRQ and its 16
+/// QPs on it, and stops where an iWARP QP must have a TCP connection (the RDMA CM) to
+/// reach RTS: unmodified, it connects QPs by QP numbers as on InfiniBand, which the
+/// kernel's siw refuses in the same place (`siw_qp_modify`: no socket, EINVAL).
+/// docs/compatibility.md says so.
+#[test]
+fn ibv_srq_pingpong_on_siw0_stops_only_at_rts() {
+    let _s = serial();
+    if missing(&["ibv_srq_pingpong"]) {
+        return;
+    }
+    let Some(setup) = Setup::new(Place::OneHost) else {
+        return;
+    };
+    let ns = setup.server_ns();
+    // siw's SRQ limits (SIW_MAX_SRQ, SIW_MAX_SRQ_WR, SIW_MAX_SGE), as siw reports them.
+    let info = setup
+        .server_daemon
+        .program(ns, &["ibv_devinfo", "-v", "-d", "siw0"])
+        .wait(Duration::from_secs(60));
+    info.assert_success();
+    let words: Vec<&str> = info.stdout.split_whitespace().collect();
+    let value = |key: &str| words.windows(2).find(|w| w[0] == key).map(|w| w[1]);
+    assert_eq!(
+        [
+            value("max_srq:"),
+            value("max_srq_wr:"),
+            value("max_srq_sge:")
+        ],
+        [Some("102400"), Some("327680"), Some("6")],
+        "{}",
+        info.stdout
+    );
+    let argv = ["ibv_srq_pingpong", "-d", "siw0", "-g", "0", "-p", "18517"];
+    let srv = setup.server_daemon.program(ns, &argv);
+    assert!(
+        wait_listening(ns, 18517, Duration::from_secs(20)),
+        "ibv_srq_pingpong never listened"
+    );
+    let mut client_argv = argv.to_vec();
+    client_argv.push(&setup.addr);
+    let mut client = setup.server_daemon.program(ns, &client_argv);
+    let s = srv.wait(Duration::from_secs(60));
+    // The client waits for the server's addresses, which never come.
+    client.kill9();
+    let _ = client.wait(Duration::from_secs(5));
+    assert!(!s.success(), "the server cannot reach RTS:\n{}", s.stdout);
+    assert!(
+        s.stderr.contains("Failed to modify QP[0] to RTS"),
+        "server:\n{}\n{}",
+        s.stdout,
+        s.stderr
+    );
+    // It made its SRQ and 16 QPs on it (one address line per QP; the killed client's
+    // buffered output is lost).
+    let qps = s.stdout.matches("local address:").count();
+    assert_eq!(qps, 16, "server:\n{}\n{}", s.stdout, s.stderr);
+    assert!(!s.stderr.contains("SRQ"), "{}", s.stderr);
+}
+
 /// Where the two programs run: one host (siw0 on `127.0.0.2`), two hosts with siw0 on the
 /// kernel's TCP, or two hosts with siw0 on smoltcp (an address of its own, issue 8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,4 +427,15 @@ all! {
         ib_write_lat_r_a_siw_smoltcp => |t| perftest_all_sizes(t, "ib_write_lat");
     ib_read_lat_r_a_siw_one_host, ib_read_lat_r_a_siw_two_hosts, ib_read_lat_r_a_siw_smoltcp =>
         |t| perftest_all_sizes(t, "ib_read_lat");
+}
+
+// Shared receive queues on siw0 (siw's SRQs): perftest's `--use-srq`, one QP and four
+// QPs on one SRQ, every size with `-a`.
+all! {
+    ib_send_bw_r_srq_siw_one_host, ib_send_bw_r_srq_siw_two_hosts,
+        ib_send_bw_r_srq_siw_smoltcp => |t| perftest_srq(t, 1, 200, &[], 1);
+    ib_send_bw_r_srq_q4_siw_one_host, ib_send_bw_r_srq_q4_siw_two_hosts,
+        ib_send_bw_r_srq_q4_siw_smoltcp => |t| perftest_srq(t, 4, 200, &[], 1);
+    ib_send_bw_r_srq_a_siw_one_host, ib_send_bw_r_srq_a_siw_two_hosts,
+        ib_send_bw_r_srq_a_siw_smoltcp => |t| perftest_srq(t, 2, 50, &["-a"], 23);
 }

@@ -327,15 +327,6 @@ pub(crate) fn imm_to_wc(i: wire::roce::ImmDt) -> u32 {
 pub(crate) fn take_rwqe(qp: &mut Qp, o: &mut Objects) -> Option<RecvWr> {
     match qp.init.srq {
         None => qp.rq.pop_front(),
-        Some(h) => {
-            let s = o.srqs.get_mut(&h.0)?;
-            let w = s.wqes.pop_front()?;
-            if s.attr.srq_limit > 0 && (s.wqes.len() as u32) < s.attr.srq_limit {
-                s.attr.srq_limit = 0;
-                o.events
-                    .push_back((s.owner, AsyncEvent::SrqLimitReached(h)));
-            }
-            Some(w)
-        }
+        Some(h) => crate::srq::take(o, h),
     }
 }

@@ -125,3 +125,17 @@ pub(crate) fn post_recv(o: &mut Objects, srq: SrqHandle, wr: RecvWr) -> Result<(
     s.wqes.push_back(wr);
     Ok(())
 }
+
+/// Takes the oldest receive WR of SRQ `srq` for an arriving message; when that leaves
+/// fewer WRs than the armed limit, raises IBV_EVENT_SRQ_LIMIT_REACHED and disarms the
+/// limit, as rxe's and siw's receive paths do. `None` when it is empty or unknown.
+pub(crate) fn take(o: &mut Objects, srq: SrqHandle) -> Option<RecvWr> {
+    let s = o.srqs.get_mut(&srq.0)?;
+    let w = s.wqes.pop_front()?;
+    if s.attr.srq_limit > 0 && (s.wqes.len() as u32) < s.attr.srq_limit {
+        s.attr.srq_limit = 0;
+        o.events
+            .push_back((s.owner, AsyncEvent::SrqLimitReached(srq)));
+    }
+    Some(w)
+}

@@ -272,6 +272,7 @@ impl Harness {
             sq_sig_all: false,
             max_send_wr: 16,
             max_recv_wr: 16,
+            srq: None,
             max_inline_data: 64,
             inline_space: SPACE,
             revision: 2,

@@ -8,7 +8,7 @@ use wire::iwarp::{Error as WireError, TerminateError};
 use wire::roce::Qpn;
 
 use crate::attr::WorkCompletion;
-use crate::types::{CqHandle, PdHandle};
+use crate::types::{CqHandle, PdHandle, SrqHandle};
 
 /// Which zero-length message serves as the RFC 6581 RTR (ready to receive) message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,6 +73,10 @@ pub struct IwarpConfig {
     pub max_send_wr: u32,
     /// Receive queue depth.
     pub max_recv_wr: u32,
+    /// The shared receive queue the QP takes its receives from (`ibv_qp_init_attr.srq`),
+    /// reached through the [`super::Stags`] table's device, in posting order; `None`: the
+    /// QP's own receive queue.
+    pub srq: Option<SrqHandle>,
     /// Largest inline data.
     pub max_inline_data: u32,
     /// Whose memory `IBV_SEND_INLINE` SGEs name when the WR has no `inline_data` copy
@@ -116,6 +120,7 @@ impl Default for IwarpConfig {
             sq_sig_all: false,
             max_send_wr: 1024,
             max_recv_wr: 1024,
+            srq: None,
             max_inline_data: 512,
             inline_space: crate::types::AddrSpace(0),
             revision: 2,

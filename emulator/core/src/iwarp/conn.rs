@@ -195,7 +195,7 @@ impl Connection {
             self.rx_stall = None;
         }
         if let Some((u, until)) = self.held.take() {
-            if !self.recv.has_recv() {
+            if !self.recv.has_recv(keys) {
                 self.held = Some((u, until));
             } else {
                 // A receive WR arrived: the stream's clock restarts with it.
@@ -229,7 +229,7 @@ impl Connection {
                 Some(Ok(Deframed::Fpdu { ulpdu, .. })) => {
                     if self.phase == Phase::Rts
                         && self.recv.needs_recv(ulpdu)
-                        && !self.recv.has_recv()
+                        && !self.recv.has_recv(keys)
                         && !self.recv_wait.is_zero()
                     {
                         self.held = Some((ulpdu.to_vec(), now + self.recv_wait));

@@ -3,7 +3,10 @@
 //! sends on, the message being reassembled and the RTR expected; its handler takes the
 //! send side, the owed responses and the outbox it touches, and returns the Terminate it
 //! decided on ([`Stop`]) for the connection to send. Placement into receive buffers and
-//! the Terminate cause of each failure are `placement.rs`'s.
+//! the Terminate cause of each failure are `placement.rs`'s. A QP on a shared receive
+//! queue takes its receive WRs from the SRQ through the [`Stags`] table instead of its
+//! own queue; a flush then completes only the receive in progress, and the SRQ's WRs
+//! stay for the other QPs (siw's `siw_rq_flush`).
 
 use std::collections::VecDeque;
 
@@ -21,7 +24,7 @@ use super::tx::{Irq, IrqEntry, SendQueue};
 use super::Stags;
 use crate::attr::RecvWr;
 use crate::memory::Memory;
-use crate::types::{AccessFlags, WcFlags, WcOpcode, WcStatus, WrId};
+use crate::types::{AccessFlags, PdHandle, SrqHandle, WcFlags, WcOpcode, WcStatus, WrId};
 
 /// Which part of the offending segment a Terminate quotes (RFC 5040 §7: the DDP header,
 /// and the RDMAP header of a Read Request).
@@ -45,6 +48,8 @@ pub(super) enum Stop {
 #[derive(Debug)]
 struct RxSend {
     wr: RecvWr,
+    /// The PD its SGEs are checked against: the QP's, or its SRQ's.
+    pd: PdHandle,
     len: u64,
 }
 
@@ -53,6 +58,8 @@ struct RxSend {
 #[derive(Debug)]
 pub(super) struct RecvSide {
     rq: VecDeque<RecvWr>,
+    /// The SRQ receive WRs come from instead of `rq`.
+    srq: Option<SrqHandle>,
     msns: [u32; 4],
     rx_send: Option<RxSend>,
     /// Octets of the tagged Write in progress, and of the last finished one (the length
@@ -70,6 +77,7 @@ impl RecvSide {
     pub(super) fn new(cfg: &IwarpConfig, role: Role) -> RecvSide {
         RecvSide {
             rq: VecDeque::new(),
+            srq: cfg.srq,
             msns: [1; 4],
             rx_send: None,
             cur_write_len: 0,
@@ -109,12 +117,28 @@ impl RecvSide {
         Ok(())
     }
 
-    /// Whether a receive WR is queued.
-    pub(super) fn has_recv(&self) -> bool {
-        !self.rq.is_empty()
+    /// Whether a receive WR is queued (on the QP's SRQ, if it has one).
+    pub(super) fn has_recv<K: Stags + ?Sized>(&self, keys: &K) -> bool {
+        match self.srq {
+            None => !self.rq.is_empty(),
+            Some(srq) => keys.srq_has_recv(srq),
+        }
     }
 
-    /// Completes every receive WR with WR_FLUSH_ERR (the QP is in error).
+    /// The next receive WR for a message, and the PD its SGEs belong to.
+    fn take_recv<K: Stags + ?Sized>(
+        &mut self,
+        keys: &mut K,
+        cfg: &IwarpConfig,
+    ) -> Option<(RecvWr, PdHandle)> {
+        match self.srq {
+            None => self.rq.pop_front().map(|wr| (wr, cfg.pd)),
+            Some(srq) => keys.take_srq_recv(srq),
+        }
+    }
+
+    /// Completes every receive WR of the QP with WR_FLUSH_ERR (the QP is in error): the
+    /// one in progress and its own queue; an SRQ's WRs are not the QP's.
     pub(super) fn flush(&mut self, out: &mut Outbox) {
         if let Some(r) = self.rx_send.take() {
             out.recv_wc(r.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
@@ -354,10 +378,10 @@ impl RecvSide {
             return Err(Stop::Terminate(TerminateError::DdpUntaggedMsnRange, cite));
         }
         if self.rx_send.is_none() {
-            let Some(wr) = self.rq.pop_front() else {
+            let Some((wr, pd)) = self.take_recv(keys, cfg) else {
                 return Err(Stop::Terminate(TerminateError::DdpUntaggedNoBuffer, cite));
             };
-            self.rx_send = Some(RxSend { wr, len: 0 });
+            self.rx_send = Some(RxSend { wr, pd, len: 0 });
         }
         let Some(rx) = self.rx_send.as_mut() else {
             return Ok(());
@@ -373,7 +397,7 @@ impl RecvSide {
         if scatter(
             keys,
             mem,
-            cfg.pd,
+            rx.pd,
             cfg.qpn.0,
             &rx.wr.sg_list,
             u64::from(s.mo),
@@ -515,7 +539,7 @@ impl RecvSide {
                 if msn != self.msns[0] || self.rx_send.is_some() {
                     return Err(Stop::Terminate(TerminateError::DdpUntaggedMsnRange, cite));
                 }
-                let Some(wr) = self.rq.pop_front() else {
+                let Some((wr, _)) = self.take_recv(keys, cfg) else {
                     return Err(Stop::Terminate(TerminateError::DdpUntaggedNoBuffer, cite));
                 };
                 self.msns[0] = msn.wrapping_add(1);

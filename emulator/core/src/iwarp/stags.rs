@@ -4,9 +4,14 @@
 //! application memory after the PD, bounds and access checks. [`crate::Device`]
 //! implements it with the same key table and checks the RoCE transport uses (an STag is
 //! the MR's lkey/rkey); [`MrTable`] is a small stand-alone table for tests and tools.
+//!
+//! The same table is how a connection reaches the device's shared receive queues: a QP
+//! created with an SRQ ([`super::IwarpConfig::srq`]) takes each Send's receive WR from
+//! it when the Send's first segment arrives, as siw's `siw_rqe_get` does.
 
+use crate::attr::RecvWr;
 use crate::mr::KeyError;
-use crate::types::{AccessFlags, AddrSpace, PdHandle};
+use crate::types::{AccessFlags, AddrSpace, PdHandle, SrqHandle};
 
 /// Why an STag check failed (RFC 5040 §7 / RFC 5041 §7 name each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +57,21 @@ pub trait Stags {
 
     /// Invalidates `stag` (Send with Invalidate, RFC 5040 §5.3; Local Invalidate).
     fn invalidate(&mut self, stag: u32, pd: PdHandle) -> Result<(), StagError>;
+
+    /// Takes the oldest receive WR of shared receive queue `srq`, with the SRQ's PD (its
+    /// SGEs are checked against it), raising the SRQ's limit event when it falls below
+    /// its armed limit; `None` when the SRQ is empty or unknown. A table of STags alone
+    /// has no SRQs.
+    fn take_srq_recv(&mut self, srq: SrqHandle) -> Option<(RecvWr, PdHandle)> {
+        let _ = srq;
+        None
+    }
+
+    /// Whether shared receive queue `srq` holds a receive WR.
+    fn srq_has_recv(&self, srq: SrqHandle) -> bool {
+        let _ = srq;
+        false
+    }
 }
 
 impl Stags for crate::Device {
@@ -88,6 +108,15 @@ impl Stags for crate::Device {
         }
         r.valid = false;
         Ok(())
+    }
+
+    fn take_srq_recv(&mut self, srq: SrqHandle) -> Option<(RecvWr, PdHandle)> {
+        let pd = self.o.srqs.get(&srq.0)?.pd;
+        crate::srq::take(&mut self.o, srq).map(|wr| (wr, pd))
+    }
+
+    fn srq_has_recv(&self, srq: SrqHandle) -> bool {
+        self.o.srqs.get(&srq.0).is_some_and(|s| !s.wqes.is_empty())
     }
 }
 

@@ -238,7 +238,7 @@ pub(in crate::daemon) fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
     }
 }
 
-fn srq_in(a: &proto::SrqAttr) -> core::SrqAttr {
+pub(in crate::daemon) fn srq_in(a: &proto::SrqAttr) -> core::SrqAttr {
     core::SrqAttr {
         max_wr: a.max_wr,
         max_sge: a.max_sge,
@@ -246,12 +246,30 @@ fn srq_in(a: &proto::SrqAttr) -> core::SrqAttr {
     }
 }
 
-fn srq_out(a: &core::SrqAttr) -> proto::SrqAttr {
+pub(in crate::daemon) fn srq_out(a: &core::SrqAttr) -> proto::SrqAttr {
     proto::SrqAttr {
         max_wr: a.max_wr,
         max_sge: a.max_sge,
         srq_limit: a.srq_limit,
     }
+}
+
+/// A core async event as (owner, `ibv_event_type`, element).
+pub(in crate::daemon) fn event_out(
+    (owner, ev): (core::ClientId, core::AsyncEvent),
+) -> (Owner, u32, EventElement) {
+    let (kind, _) = ev.raw();
+    let element = match ev {
+        core::AsyncEvent::CqErr(c) => EventElement::Cq(c.0),
+        core::AsyncEvent::SrqLimitReached(s) => EventElement::Srq(s.0),
+        core::AsyncEvent::QpFatal(q)
+        | core::AsyncEvent::QpReqErr(q)
+        | core::AsyncEvent::QpAccessErr(q)
+        | core::AsyncEvent::CommEst(q)
+        | core::AsyncEvent::SqDrained(q)
+        | core::AsyncEvent::QpLastWqeReached(q) => EventElement::Qp(q.0),
+    };
+    (owner.0, kind, element)
 }
 
 /// A send WQE slot as the core's work request.
@@ -682,19 +700,7 @@ impl Nic for CoreNic {
             .map(|(cq, wc)| (cq.0, cqe_out(&wc)))
     }
     fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)> {
-        let (owner, ev) = self.dev.poll_event()?;
-        let (kind, _) = ev.raw();
-        let element = match ev {
-            core::AsyncEvent::CqErr(c) => EventElement::Cq(c.0),
-            core::AsyncEvent::SrqLimitReached(s) => EventElement::Srq(s.0),
-            core::AsyncEvent::QpFatal(q)
-            | core::AsyncEvent::QpReqErr(q)
-            | core::AsyncEvent::QpAccessErr(q)
-            | core::AsyncEvent::CommEst(q)
-            | core::AsyncEvent::SqDrained(q)
-            | core::AsyncEvent::QpLastWqeReached(q) => EventElement::Qp(q.0),
-        };
-        Some((owner.0, kind, element))
+        self.dev.poll_event().map(event_out)
     }
     fn counters(&self) -> Vec<(String, u64)> {
         named(self.dev.counters())

@@ -9,6 +9,8 @@
 //!   (`backend tcp`, nonblocking sockets in an epoll set of their own) or smoltcp's on
 //!   an AF_PACKET socket (`backend smoltcp`, `smol.rs` and `link.rs`). The engine
 //!   watches one descriptor per device ([`crate::daemon::devices::nic::Nic::stream_fd`]).
+//! - Shared receive queues (`srq.rs`): the core's SRQs with siw's checks; a QP created
+//!   with one takes its receives from it.
 //! - The API the RDMA CM driver calls (`cm.rs`): listen, connect, accept, reject,
 //!   disconnect, and [`SiwCmEvent`]s. The RDMA CM port of an iWARP id is the TCP port.
 //! - What `ibv_query_device` / `ibv_query_port` / `ibv_query_gid` report (this file), as
@@ -27,6 +29,9 @@ mod nic;
 mod qp;
 mod smol;
 mod sock;
+mod srq;
+#[cfg(test)]
+mod srq_tests;
 mod tcp;
 
 pub use cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};

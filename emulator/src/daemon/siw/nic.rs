@@ -7,14 +7,19 @@
 //! is reached only through the connection; SQD closes the stream gracefully and the QP
 //! returns to Idle (read RESET); ERROR closes it and flushes. This file carries out the
 //! connection actions the machine returns.
+//!
+//! A QP created with an SRQ (`siw/srq.rs`) takes its receives from the core's SRQ, which
+//! several QPs share, in posting order; its own receive queue is empty (siw reports
+//! `max_recv_wr` 0 for it).
 
 use super::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 use super::limits;
 use super::net::{KernelNet, StreamNet};
 use super::qp::{SiwCounters, SiwQp};
+use super::srq;
 use super::tcp::{ConnPhase, Service, Streams};
 use crate::daemon::config::MpaOptions;
-use crate::daemon::devices::core_nic::{refused, send_wr, sges};
+use crate::daemon::devices::core_nic::{event_out, refused, send_wr, sges};
 use crate::daemon::devices::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
 use emu_core as core;
 use emu_core::siw_state::{SiwAction, SiwQpState};
@@ -79,7 +84,9 @@ impl SiwNic {
                 max_mr: l.max_mr,
                 max_pd: l.max_pd,
                 max_srq: l.max_srq,
-                max_srq_wr: l.max_srq_wr,
+                // siw rounds an SRQ's depth up to a power of two after checking it
+                // against `max_srq_wr`, which is not one.
+                max_srq_wr: l.max_srq_wr.next_power_of_two(),
                 max_srq_sge: l.max_srq_sge,
                 max_inline_data: l.max_inline,
                 ..core::DeviceLimits::default()
@@ -380,24 +387,34 @@ impl Nic for SiwNic {
     }
     fn create_srq(
         &mut self,
-        _owner: Owner,
-        _pd: u32,
-        _attr: &proto::SrqAttr,
+        owner: Owner,
+        pd: u32,
+        attr: &proto::SrqAttr,
     ) -> Result<(u32, proto::SrqAttr), Errno> {
-        // The iWARP engine takes receives from the QP's own queue only.
-        Err(libc::EOPNOTSUPP)
+        srq::create(&mut self.dev, owner, pd, attr)
     }
-    fn modify_srq(&mut self, _srq: u32, _attr: &proto::SrqAttr, _mask: u32) -> Result<(), Errno> {
-        Err(libc::EINVAL)
+    fn modify_srq(&mut self, srq: u32, attr: &proto::SrqAttr, mask: u32) -> Result<(), Errno> {
+        srq::modify(&mut self.dev, srq, attr, mask)
     }
-    fn query_srq(&self, _srq: u32) -> Result<proto::SrqAttr, Errno> {
-        Err(libc::EINVAL)
+    fn query_srq(&self, srq: u32) -> Result<proto::SrqAttr, Errno> {
+        srq::query(&self.dev, srq)
     }
-    fn destroy_srq(&mut self, _srq: u32) -> Result<(), Errno> {
-        Err(libc::EINVAL)
+    fn destroy_srq(&mut self, srq: u32) -> Result<(), Errno> {
+        srq::destroy(&mut self.dev, &self.qps, srq)
     }
-    fn post_srq_recv(&mut self, _srq: u32, _wr_id: u64, _sges: SgeList<'_>) -> Result<(), Errno> {
-        Err(libc::EINVAL)
+    /// Queues the receive on the SRQ; a connection waiting for a receive WR takes it on
+    /// the engine's next pass (`Service::resume_input`).
+    fn post_srq_recv(&mut self, srq: u32, wr_id: u64, list: SgeList<'_>) -> Result<(), Errno> {
+        let wr = core::RecvWr {
+            wr_id: core::WrId(wr_id),
+            sg_list: sges(list),
+        };
+        self.dev.post_srq_recv(core::SrqHandle(srq), wr).map_err(e)
+    }
+    /// The SRQ's ring slots stay taken until a connection takes their receives, so the
+    /// SRQ holds no more than its `max_wr` (siw's SRQ ring is full then: ENOMEM).
+    fn srq_outstanding(&self, srq: u32) -> Option<usize> {
+        self.dev.srq_outstanding(core::SrqHandle(srq))
     }
     /// iWARP has no address handles (siw has no `create_ah`).
     fn create_ah(&mut self, _pd: u32, _attr: &proto::AhAttr) -> Result<u32, Errno> {
@@ -413,8 +430,8 @@ impl Nic for SiwNic {
         if init.qp_type != qp_type::RC {
             return Err(libc::EOPNOTSUPP);
         }
-        if init.srq.is_some() {
-            return Err(libc::EOPNOTSUPP);
+        if let Some(s) = init.srq {
+            srq::check_usable(&self.dev, s)?;
         }
         let c = init.cap;
         if c.max_send_wr > limits::MAX_QP_WR
@@ -436,7 +453,8 @@ impl Nic for SiwNic {
         self.next_qpn = (qpn + 1) & 0xff_ffff;
         let cap = proto::QpCap {
             max_send_wr: c.max_send_wr.next_power_of_two(),
-            max_recv_wr: if c.max_recv_wr == 0 {
+            // Verbs 6.3.7, as siw: the RQ size is ignored when an SRQ is present.
+            max_recv_wr: if c.max_recv_wr == 0 || init.srq.is_some() {
                 0
             } else {
                 c.max_recv_wr.next_power_of_two()
@@ -458,6 +476,7 @@ impl Nic for SiwNic {
                 access: 0,
                 conn: None,
                 pending_recvs: Vec::new(),
+                srq: init.srq,
             },
         );
         tracing::debug!(qpn, "siw: QP created");
@@ -609,8 +628,11 @@ impl Nic for SiwNic {
     fn poll_completion(&mut self) -> Option<(u32, CqeRepr)> {
         self.completions.pop_front()
     }
+    /// The connections' events, then the core's (an SRQ's limit event).
     fn poll_event(&mut self) -> Option<(Owner, u32, EventElement)> {
-        self.events.pop_front()
+        self.events
+            .pop_front()
+            .or_else(|| self.dev.poll_event().map(event_out))
     }
     fn counters(&self) -> Vec<(String, u64)> {
         let c = self.counters;

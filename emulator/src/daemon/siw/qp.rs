@@ -23,6 +23,8 @@ pub(in crate::daemon::siw) struct SiwQp {
     pub conn: Option<ConnId>,
     /// Receives posted before the connection's engine exists.
     pub pending_recvs: Vec<core::RecvWr>,
+    /// The SRQ (the core's id) its receives come from, if it was created with one.
+    pub srq: Option<u32>,
 }
 
 /// Counters of the device (`rdma-emu stat siw0`).

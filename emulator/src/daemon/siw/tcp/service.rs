@@ -115,6 +115,7 @@ impl Service<'_> {
             cfg.sq_sig_all = qp.sq_sig_all;
             cfg.max_send_wr = qp.cap.max_send_wr.max(1);
             cfg.max_recv_wr = qp.cap.max_recv_wr;
+            cfg.srq = qp.srq.map(core::SrqHandle);
             cfg.max_inline_data = qp.cap.max_inline_data;
             cfg.inline_space = core::AddrSpace(qp.owner);
         }
