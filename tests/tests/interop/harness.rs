@@ -88,8 +88,24 @@ impl Guest {
         env: &[&str],
         timeout: Duration,
     ) -> Result<Guest, String> {
+        Guest::boot_image(netns, share, taps, env, timeout, None)
+    }
+
+    /// [`Guest::boot`] from the image in folder `image` (`vm.sh --image`; None: the cache
+    /// folder's, Debian 12's own kernel).
+    pub fn boot_image(
+        netns: &Netns,
+        share: &Path,
+        taps: &[(&str, String)],
+        env: &[&str],
+        timeout: Duration,
+        image: Option<&Path>,
+    ) -> Result<Guest, String> {
         std::fs::create_dir_all(share).map_err(|e| e.to_string())?;
         let mut args: Vec<String> = Vec::new();
+        if let Some(dir) = image {
+            args.extend(["--image".to_string(), dir.display().to_string()]);
+        }
         for (tap, cidr) in taps {
             args.extend(["--tap".to_string(), format!("{tap}={cidr}")]);
         }

@@ -41,6 +41,7 @@
 //! port; over siw0 the RDMA CM port is the TCP port, which `ss` sees.
 mod harness;
 mod iwarp;
+mod newer_kernel;
 
 use harness::*;
 use iwarp::check_iwarp_capture;
