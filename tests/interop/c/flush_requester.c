@@ -28,7 +28,7 @@
  * Each prints `ok NAME ...`; then `done` goes to the guest and its `bye` is awaited, and
  * `all checks passed` ends the output. Exit status 0 only when every check passed.
  */
-#include <infiniband/verbs.h>
+#include "exchange.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -41,31 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); putchar('\n'); fflush(stdout); exit(1); } while (0)
-
 static struct ibv_cq_ex *cq;
-
-static int read_line(int fd, char *buf, size_t cap)
-{
-	size_t n = 0;
-	while (n + 1 < cap) {
-		ssize_t r = read(fd, buf + n, 1);
-		if (r <= 0)
-			return -1;
-		if (buf[n] == '\n')
-			break;
-		n++;
-	}
-	buf[n] = 0;
-	return 0;
-}
-
-static void send_line(int fd, const char *s)
-{
-	size_t len = strlen(s);
-	if (write(fd, s, len) != (ssize_t)len)
-		FAIL("write to the guest: %s", strerror(errno));
-}
 
 /* One completion, waited for up to 60 s (the guest runs under TCG). */
 static void complete(uint64_t wr_id, enum ibv_wc_opcode opcode, enum ibv_wc_status want,
@@ -107,17 +83,9 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	int gid_index = atoi(argv[2]);
 
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-	for (int i = 0; list && list[i]; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))
-			ctx = ibv_open_device(list[i]);
-	if (!ctx)
-		FAIL("device %s not found", argv[1]);
 	struct ibv_port_attr pattr;
 	union ibv_gid gid;
-	if (ibv_query_port(ctx, 1, &pattr) || ibv_query_gid(ctx, 1, gid_index, &gid))
-		FAIL("query port/gid: %s", strerror(errno));
+	struct ibv_context *ctx = open_named(argv[1], gid_index, &pattr, &gid);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq_init_attr_ex cattr = { .cqe = 16 };
 	cq = ibv_create_cq_ex(ctx, &cattr);
@@ -154,51 +122,20 @@ int main(int argc, char **argv)
 	unsigned rqpn, rpsn, rkey, rlen;
 	uint64_t raddr;
 	int persistent;
+	union ibv_gid dgid;
 	if (read_line(fd, line, sizeof(line)) ||
 	    sscanf(line, "%u %u %63s %u %" SCNu64 " %u %d", &rqpn, &rpsn, rgid, &rkey, &raddr, &rlen,
-		   &persistent) != 7 || strlen(rgid) != 32)
+		   &persistent) != 7 || gid_parse(rgid, &dgid))
 		FAIL("the guest's parameters: '%s'", line);
 	printf("guest: qpn %u psn %u rkey 0x%x addr 0x%" PRIx64 " len %u persistent %d\n", rqpn, rpsn,
 	       rkey, raddr, rlen, persistent);
 	printf("host qpn %u\n", qp->qp_num);
 	uint32_t psn = 0x151515;
 	char hex[33];
-	for (int i = 0; i < 16; i++)
-		sprintf(hex + 2 * i, "%02x", gid.raw[i]);
+	gid_hex(&gid, hex);
 	snprintf(line, sizeof(line), "%u %u %s %s\n", qp->qp_num, psn, hex, phase);
 	send_line(fd, line);
-	union ibv_gid dgid;
-	for (int i = 0; i < 16; i++) {
-		unsigned b;
-		sscanf(rgid + 2 * i, "%2x", &b);
-		dgid.raw[i] = b;
-	}
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = pattr.active_mtu;
-	a.dest_qp_num = rqpn;
-	a.rq_psn = rpsn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.grh.dgid = dgid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		FAIL("modify to RTR: %s", strerror(errno));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 18; /* 1.07 s: the guest's rxe runs under TCG (docs/interop.md) */
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = psn;
-	a.max_rd_atomic = 4;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		FAIL("modify to RTS: %s", strerror(errno));
+	connect_rc(qp, pattr.active_mtu, rqpn, rpsn, psn, &dgid, gid_index, 1, 4);
 	if (read_line(fd, line, sizeof(line)) || strcmp(line, "ready"))
 		FAIL("waiting for the guest's ready: '%s'", line);
 

@@ -22,7 +22,7 @@
  *      filler) and `[PHASE] qp_state S`, sends `bye` and destroys the QP.
  * Exit status 0 when all of that worked.
  */
-#include <infiniband/verbs.h>
+#include "exchange.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -37,29 +37,6 @@
 #define REGION 4096
 #define ACC_FLUSH_GLOBAL (1 << 8)
 #define ACC_FLUSH_PERSISTENT (1 << 9)
-#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); putchar('\n'); fflush(stdout); exit(1); } while (0)
-
-static int read_line(int fd, char *buf, size_t cap)
-{
-	size_t n = 0;
-	while (n + 1 < cap) {
-		ssize_t r = read(fd, buf + n, 1);
-		if (r <= 0)
-			return -1;
-		if (buf[n] == '\n')
-			break;
-		n++;
-	}
-	buf[n] = 0;
-	return 0;
-}
-
-static void send_line(int fd, const char *s)
-{
-	size_t len = strlen(s);
-	if (write(fd, s, len) != (ssize_t)len)
-		FAIL("write to the host: %s", strerror(errno));
-}
 
 /* One connection: a new QP on the region, the exchange, the host's operations, the report. */
 static void serve(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_mr *mr, uint8_t *buf, int base,
@@ -89,48 +66,17 @@ static void serve(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_mr *mr, uint8
 
 	uint32_t psn = 0x2a2a2a;
 	char line[256], hex[33];
-	for (int i = 0; i < 16; i++)
-		sprintf(hex + 2 * i, "%02x", gid->raw[i]);
+	gid_hex(gid, hex);
 	snprintf(line, sizeof(line), "%u %u %s %u %" PRIu64 " %u %d\n", qp->qp_num, psn, hex,
 		 mr->rkey, (uint64_t)(uintptr_t)buf, REGION, persistent);
 	send_line(fd, line);
 	unsigned rqpn, rpsn;
 	char rgid[64], phase[32];
-	if (read_line(fd, line, sizeof(line)) ||
-	    sscanf(line, "%u %u %63s %31s", &rqpn, &rpsn, rgid, phase) != 4 || strlen(rgid) != 32)
-		FAIL("the host's parameters: '%s'", line);
 	union ibv_gid dgid;
-	for (int i = 0; i < 16; i++) {
-		unsigned b;
-		sscanf(rgid + 2 * i, "%2x", &b);
-		dgid.raw[i] = b;
-	}
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = pattr->active_mtu;
-	a.dest_qp_num = rqpn;
-	a.rq_psn = rpsn;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.grh.dgid = dgid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		FAIL("modify to RTR: %s", strerror(errno));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 18;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = psn;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		FAIL("modify to RTS: %s", strerror(errno));
+	if (read_line(fd, line, sizeof(line)) ||
+	    sscanf(line, "%u %u %63s %31s", &rqpn, &rpsn, rgid, phase) != 4 || gid_parse(rgid, &dgid))
+		FAIL("the host's parameters: '%s'", line);
+	connect_rc(qp, pattr->active_mtu, rqpn, rpsn, psn, &dgid, gid_index, 4, 1);
 	printf("[%s] connected: local qpn %u, remote qpn %u psn %u\n", phase, qp->qp_num, rqpn, rpsn);
 	send_line(fd, "ready\n");
 
@@ -168,17 +114,9 @@ int main(int argc, char **argv)
 	int gid_index = atoi(argv[2]), port = atoi(argv[3]), connections = atoi(argv[4]);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-	for (int i = 0; list && list[i]; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), argv[1]))
-			ctx = ibv_open_device(list[i]);
-	if (!ctx)
-		FAIL("device %s not found", argv[1]);
 	struct ibv_port_attr pattr;
 	union ibv_gid gid;
-	if (ibv_query_port(ctx, 1, &pattr) || ibv_query_gid(ctx, 1, gid_index, &gid))
-		FAIL("query port/gid: %s", strerror(errno));
+	struct ibv_context *ctx = open_named(argv[1], gid_index, &pattr, &gid);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 	if (!pd || !cq)
@@ -215,6 +153,5 @@ int main(int argc, char **argv)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	return 0;
 }
