@@ -3,6 +3,12 @@
 #
 #   build-image.sh            build unless $DIR holds a complete image of IMAGE_VERSION
 #   build-image.sh --force    rebuild
+#   build-image.sh --backports-kernel [--force]
+#                             the second guest, in $DIR/bpo-kernel/ (same file names):
+#                             bookworm with linux-image-amd64 from bookworm-backports (6.12)
+#                             and libibverbs-dev, no siw; for the pairs that need a newer
+#                             rxe than 6.1's (ATOMIC_WRITE and FLUSH came with 6.2). The
+#                             6.1 image beside it is neither read nor changed.
 #
 # $DIR is ${RDMA_EMU_INTEROP_DIR:-$HOME/.cache/rdma-emu-interop}. Output there:
 #   vmlinuz, initrd.img   Debian 12's own kernel (linux-image-amd64) and its initramfs
@@ -24,8 +30,19 @@ IMAGE_VERSION=2
 SUITE=bookworm
 IMG_SIZE=3G
 
-FORCE=0
-[ "${1:-}" = --force ] && FORCE=1
+FORCE=0 BPO=0
+for a in "$@"; do
+  case "$a" in
+    --force) FORCE=1 ;;
+    --backports-kernel) BPO=1 ;;
+    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  esac
+done
+if [ "$BPO" = 1 ]; then
+  # its own version: bumping it rebuilds this image only
+  IMAGE_VERSION=bpo1
+  DIR="$DIR/bpo-kernel"
+fi
 [ "$(id -u)" = 0 ] || { echo "build-image.sh needs root" >&2; exit 1; }
 mkdir -p "$DIR"
 exec 9>"$DIR/build.lock"
@@ -65,6 +82,15 @@ PKGS=(
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest
   iproute2 procps iputils-ping tcpdump
 )
+SOURCES=()
+if [ "$BPO" = 1 ]; then
+  # the kernel from backports (apt's pkg/release: its dependencies follow it there);
+  # libibverbs-dev to compile the guest's test program in the guest
+  PKGS=(linux-image-amd64/$SUITE-backports gcc libc6-dev libibverbs-dev
+        initramfs-tools zstd kmod rdma-core ibverbs-providers ibverbs-utils
+        iproute2 procps iputils-ping)
+  SOURCES=("deb $MIRROR $SUITE-backports main")
+fi
 mmdebstrap --mode=root --variant=minbase --format=directory \
   --aptopt='APT::Install-Recommends "false"' \
   --aptopt='Acquire::Retries "3"' \
@@ -75,7 +101,7 @@ mmdebstrap --mode=root --variant=minbase --format=directory \
   "$SUITE" "$ROOTFS" \
   "deb $MIRROR $SUITE main" \
   "deb $MIRROR $SUITE-updates main" \
-  "deb $SEC_MIRROR $SUITE-security main"
+  "deb $SEC_MIRROR $SUITE-security main" "${SOURCES[@]}"
 stamp rootfs
 
 ABI=$(basename "$(ls -d "$ROOTFS"/lib/modules/*-amd64 | sort -V | tail -1)")
@@ -104,7 +130,9 @@ build_siw() {
     install -D -m644 siw.ko /lib/modules/$ABI/updates/siw.ko
     depmod -a $ABI"
 }
-if build_siw; then
+if [ "$BPO" = 1 ]; then
+  SIW="siw.ko not built (image for the RoCE pairs that need a newer kernel)"
+elif build_siw; then
   SIW="siw.ko built out of tree from $SRCPKG $KVER, with module parameters mpa_crc_required, mpa_crc_strict"
 else
   SIW="siw.ko missing: building it from $SRCPKG=$KVER failed (see build.log)"

@@ -11,6 +11,8 @@
 #   --timeout S      qemu is killed after S seconds (default 600); MAX_SECONDS = S - 20
 #   --smp N --mem MiB   default 1 vCPU, 1024 MiB
 #   --accel tcg|kvm  default tcg (docs/interop.md: a /dev/kvm may exist and still not boot the guest)
+#   --image DIR      the image folder (vmlinuz, initrd.img, rootfs.ext4); default the cache
+#                    folder, $DIR/bpo-kernel for build-image.sh --backports-kernel's guest
 #   -e VAR=VALUE     passed to the guest
 #
 # The last command execs `ip netns exec NS timeout S qemu-system-x86_64 ...`, so the
@@ -19,7 +21,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DIR="${RDMA_EMU_INTEROP_DIR:-$HOME/.cache/rdma-emu-interop}"
-NS="" SHARE="" TAPS=() ENVS=() TIMEOUT=600 SMP=1 MEM=1024 ACCEL=tcg
+NS="" SHARE="" TAPS=() ENVS=() TIMEOUT=600 SMP=1 MEM=1024 ACCEL=tcg IMAGE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --netns) NS=$2; shift ;;
@@ -29,12 +31,14 @@ while [ $# -gt 0 ]; do
     --smp) SMP=$2; shift ;;
     --mem) MEM=$2; shift ;;
     --accel) ACCEL=$2; shift ;;
+    --image) IMAGE=$2; shift ;;
     -e) ENVS+=("$2"); shift ;;
-    *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,22p' "$0" >&2; exit 2 ;;
   esac
   shift
 done
-[ -n "$NS" ] && [ -n "$SHARE" ] && [ ${#TAPS[@]} -gt 0 ] || { sed -n '2,20p' "$0" >&2; exit 2; }
+[ -n "$NS" ] && [ -n "$SHARE" ] && [ ${#TAPS[@]} -gt 0 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[ -n "$IMAGE" ] && DIR=$IMAGE
 for f in vmlinuz initrd.img rootfs.ext4; do
   [ -s "$DIR/$f" ] || { echo "vm.sh: missing $DIR/$f: run build-image.sh" >&2; exit 1; }
 done

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// From starting qemu to the guest's `ready` file (measured: 28-49 s under TCG, 97 s while
 /// two cargo builds shared the two cores).
@@ -64,6 +64,74 @@ pub fn run_bounded(cmd: &mut Command, limit: Duration, log: &Path) -> (Option<i3
     (code, std::fs::read_to_string(log).unwrap_or_default())
 }
 
+/// Whether the interop suite may run: not when `RDMA_EMU_SKIP_INTEROP` is set, nor
+/// without root (then it says why, and fails under CI).
+pub fn interop_wanted() -> bool {
+    if std::env::var_os("RDMA_EMU_SKIP_INTEROP").is_some_and(|v| !v.is_empty() && v != "0") {
+        eprintln!("SKIPPED: interop suite skipped (RDMA_EMU_SKIP_INTEROP is set)");
+        return false;
+    }
+    if !is_root() {
+        let _ = cannot_run(
+            "the interop suite needs root (apt-get, mmdebstrap, a network namespace and a tap)",
+        );
+        return false;
+    }
+    true
+}
+
+/// A new folder `runs/<seconds since 1970><suffix>` in the cache folder; the newest five
+/// run folders are kept.
+pub fn new_run_dir(suffix: &str) -> PathBuf {
+    let runs_dir = cache_dir().join("runs");
+    let stamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let run_dir = runs_dir.join(format!("{stamp}{suffix}"));
+    std::fs::create_dir_all(&run_dir).expect("run folder");
+    prune_runs(&runs_dir, 5);
+    run_dir
+}
+
+/// `prepare.sh ARGS` (host packages, the guest image when missing) within `limit`, its
+/// output in `run_dir/prepare.log`: the seconds it took, or None when it failed (said
+/// through `cannot_run`).
+pub fn prepare(run_dir: &Path, args: &[&str], limit: Duration) -> Option<f64> {
+    let t = Instant::now();
+    let (code, log) = run_bounded(
+        Command::new("bash")
+            .arg(interop_scripts().join("prepare.sh"))
+            .args(args),
+        limit,
+        &run_dir.join("prepare.log"),
+    );
+    if code != Some(0) {
+        let _ = cannot_run(&format!(
+            "cannot prepare the interop guest (prepare.sh {}: {}):\n{}",
+            args.join(" "),
+            code.map_or("timed out".into(), |c| format!("exit {c}")),
+            tail(&log, 20)
+        ));
+        return None;
+    }
+    Some(t.elapsed().as_secs_f64())
+}
+
+/// tcpdump on `tap` in `netns`, every frame into `pcap`.
+pub fn capture(netns: &Netns, tap: &str, pcap: &Path, log: &Path) -> Capture {
+    Capture(
+        Command::new("ip")
+            .args(["netns", "exec", &netns.name, "tcpdump", "-i", tap, "-U"])
+            .args(["-s", "0", "-w"])
+            .arg(pcap)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("log"))
+            .spawn()
+            .expect("cannot start tcpdump"),
+    )
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
@@ -88,8 +156,24 @@ impl Guest {
         env: &[&str],
         timeout: Duration,
     ) -> Result<Guest, String> {
+        Guest::boot_image(netns, share, taps, env, timeout, None)
+    }
+
+    /// [`Guest::boot`] from the image in folder `image` (`vm.sh --image`; None: the cache
+    /// folder's, Debian 12's own kernel).
+    pub fn boot_image(
+        netns: &Netns,
+        share: &Path,
+        taps: &[(&str, String)],
+        env: &[&str],
+        timeout: Duration,
+        image: Option<&Path>,
+    ) -> Result<Guest, String> {
         std::fs::create_dir_all(share).map_err(|e| e.to_string())?;
         let mut args: Vec<String> = Vec::new();
+        if let Some(dir) = image {
+            args.extend(["--image".to_string(), dir.display().to_string()]);
+        }
         for (tap, cidr) in taps {
             args.extend(["--tap".to_string(), format!("{tap}={cidr}")]);
         }

@@ -41,14 +41,15 @@
 //! port; over siw0 the RDMA CM port is the TCP port, which `ss` sees.
 mod harness;
 mod iwarp;
+mod newer_kernel;
 
 use harness::*;
 use iwarp::check_iwarp_capture;
 use rdma_emu_tests::*;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// The whole suite, boot to power-off, stays within this (issue 12: about 10 minutes).
 const SUITE_BUDGET: Duration = Duration::from_secs(540);
@@ -746,42 +747,10 @@ fn daemon_config(crc_only: bool) -> String {
     }
 }
 
-/// tcpdump on `tap` in `netns`, every frame into `pcap`.
-fn capture(netns: &Netns, tap: &str, pcap: &std::path::Path, log: &std::path::Path) -> Capture {
-    Capture(
-        Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &netns.name,
-                "tcpdump",
-                "-i",
-                tap,
-                "-U",
-                "-s",
-                "0",
-                "-w",
-            ])
-            .arg(pcap)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).expect("log"))
-            .spawn()
-            .expect("cannot start tcpdump"),
-    )
-}
-
 #[test]
 fn rdma_emu_and_kernel_rxe_and_siw_interoperate_both_ways() {
     let _s = serial();
-    if std::env::var_os("RDMA_EMU_SKIP_INTEROP").is_some_and(|v| !v.is_empty() && v != "0") {
-        eprintln!("SKIPPED: interop suite skipped (RDMA_EMU_SKIP_INTEROP is set)");
-        return;
-    }
-    if !is_root() {
-        let _ = cannot_run(
-            "the interop suite needs root (apt-get, mmdebstrap, a network namespace and a tap)",
-        );
+    if !interop_wanted() {
         return;
     }
     let programs: Vec<&str> = PAIRS
@@ -794,30 +763,12 @@ fn rdma_emu_and_kernel_rxe_and_siw_interoperate_both_ways() {
     }
     require_build();
     let suite_start = Instant::now();
-    let runs_dir = cache_dir().join("runs");
-    let stamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let run_dir = runs_dir.join(stamp.to_string());
-    std::fs::create_dir_all(&run_dir).expect("run folder");
-    prune_runs(&runs_dir, 5);
+    let run_dir = new_run_dir("");
 
     // 1. Host packages and the guest image (built once, then cached).
-    let t = Instant::now();
-    let (code, log) = run_bounded(
-        Command::new("bash").arg(interop_scripts().join("prepare.sh")),
-        PREPARE_LIMIT,
-        &run_dir.join("prepare.log"),
-    );
-    if code != Some(0) {
-        let _ = cannot_run(&format!(
-            "cannot prepare the interop guest (prepare.sh {}):\n{}",
-            code.map_or("timed out".into(), |c| format!("exit {c}")),
-            tail(&log, 20)
-        ));
+    let Some(prepare_secs) = prepare(&run_dir, &[], PREPARE_LIMIT) else {
         return;
-    }
-    let prepare_secs = t.elapsed().as_secs_f64();
+    };
 
     // 2. The namespace and its taps; deleted (with the taps) when `netns` drops.
     let id = std::process::id() % 250;
