@@ -462,9 +462,11 @@ impl Completer<'_> {
         };
         let w = &qp.sq[i];
         let Some(first) = w.first_psn else { return };
-        if w.wr.opcode == WrOpcode::Flush && psn == first && payload.is_empty() {
-            // A FLUSH answered with a zero-length READ response, as the first drafts of
-            // rxe did and its completer still takes: as good as the ACK ours send.
+        let placement = matches!(w.wr.opcode, WrOpcode::Flush | WrOpcode::AtomicWrite);
+        if placement && psn == first && payload.is_empty() {
+            // A FLUSH or ATOMIC WRITE answered with a zero-length READ response, as
+            // Linux's rxe answers both (`send_read_response_ack`, seen from 6.12 in the
+            // interop suite): as good as the ACK ours send.
             req.una = psn.wrapping_add(1);
             qp.sq[i].done = Some(WcStatus::Success);
             self.progress(now, qpn, true);

@@ -271,3 +271,67 @@ fn placement_errors_complete_as_rxe_completes_them() {
         assert_eq!(wc.status, WcStatus::RemAccessErr, "seed {seed}");
     }
 }
+
+/// B's answer to A's one request, rewritten from an Acknowledge into a zero-length RDMA
+/// READ Response Only (same BTH and AETH, opcode 0x10, the ICRC made anew), delivered to
+/// A; then A's completion.
+fn answered_by_zero_length_read_response(make: impl Fn(&End) -> SendWr) -> WorkCompletion {
+    let mut f = Fabric::new(1, 2, Mtu::Mtu4096, LinkModel::default());
+    let opts = ConnOpts {
+        access: access(),
+        ..ConnOpts::default()
+    };
+    let (a, b) = connect(&mut f, &opts);
+    let now = f.now;
+    let n = &mut f.nodes[0];
+    n.dev.post_send(now, a.qpn, make(&b), &mut n.mem).unwrap();
+    let mut req = vec![0u8; 8192];
+    let t = n
+        .dev
+        .poll_transmit(now, &mut n.mem, &mut req)
+        .expect("the request");
+    let n = &mut f.nodes[1];
+    let d = Datagram {
+        src: t.src,
+        dst: t.dst,
+        payload: &req[..t.len],
+    };
+    n.dev.handle_datagram(now, &d, &mut n.mem);
+    let mut ack = vec![0u8; 8192];
+    let r = n
+        .dev
+        .poll_transmit(now, &mut n.mem, &mut ack)
+        .expect("B's answer");
+    let ack = &mut ack[..r.len];
+    assert_eq!(ack[0], 0x11, "B answers with an RC Acknowledge");
+    assert_eq!(r.len, 12 + 4 + 4, "BTH, AETH, ICRC");
+    ack[0] = 0x10; // RC RDMA READ Response Only
+    let (std::net::SocketAddr::V4(s), std::net::SocketAddr::V4(d)) = (r.src, r.dst) else {
+        panic!("the fabric is IPv4");
+    };
+    let body = r.len - 4;
+    let crc = wire::roce::icrc::for_udp4(*s.ip(), *d.ip(), s.port(), d.port(), &ack[..body]);
+    ack[body..].copy_from_slice(&crc.to_le_bytes());
+    let n = &mut f.nodes[0];
+    let d = Datagram {
+        src: r.src,
+        dst: r.dst,
+        payload: ack,
+    };
+    n.dev.handle_datagram(now, &d, &mut n.mem);
+    assert_eq!(n.dev.counters().icrc_errors, 0);
+    let (_, wc) = n.dev.poll_completion().expect("a completion");
+    assert!(n.dev.poll_completion().is_none());
+    wc
+}
+
+/// Linux 6.12's rxe answers an ATOMIC WRITE, as it answers a FLUSH, with a zero-length
+/// RDMA READ Response Only rather than an Acknowledge (seen against the interop suite's
+/// 6.12 guest, docs/interop.md). Either answer completes the WR.
+#[test]
+fn atomic_write_and_flush_complete_on_a_zero_length_read_response() {
+    let wc = answered_by_zero_length_read_response(|b| atomic_write_wr(7, b, 64, 0x1122));
+    assert_eq!((wc.wr_id, wc.status), (WrId(7), WcStatus::Success));
+    let wc = answered_by_zero_length_read_response(|b| flush_wr(8, b, 1, false, 0, 64));
+    assert_eq!((wc.wr_id, wc.status), (WrId(8), WcStatus::Success));
+}

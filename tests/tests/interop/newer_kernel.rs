@@ -19,11 +19,12 @@
 //! Every ATOMIC_WRITE and FLUSH on the wire must have the kernel's answer to its PSN on its
 //! QP, every ICRC must be good (`rdma-emu decode`) and tshark must find nothing malformed.
 //!
-//! Two findings keep parts of it pending (docs/interop.md, "Findings"):
-//! [`EMU_TAKES_RXES_ATOMIC_WRITE_ANSWER`] (rdma-emu's side) and [`RXE_TAKES_IBA_FLUSH`]
-//! (the kernel's: its FLUSH ICRC check covers the wrong bytes, so it drops every FLUSH
-//! whose ICRC is the IBA's; the `flush-unanswered` phase then checks exactly that, with a
-//! kretprobe on the guest's `rxe_icrc_check`).
+//! One finding keeps FLUSH from being answered (docs/interop.md, "Findings"):
+//! [`RXE_TAKES_IBA_FLUSH`] (the kernel's FLUSH ICRC check covers the wrong bytes, so it
+//! drops every FLUSH whose ICRC is the IBA's; the `flush-unanswered` phase then checks
+//! exactly that, with a kretprobe on the guest's `rxe_icrc_check`). rxe answers an
+//! ATOMIC_WRITE with a zero-length READ response, which rdma-emu's completer takes since
+//! this pair found it did not.
 use crate::harness::*;
 use rdma_emu_tests::releases::headers;
 use rdma_emu_tests::*;
@@ -52,14 +53,6 @@ const FIRST: &str = "1122334455667788";
 const SECOND: &str = "deadbeef01234567";
 /// How often rdma-emu sends a request nobody answers: once and retry_cnt (7) times more.
 const SENDS_UNANSWERED: usize = 8;
-
-/// Whether rdma-emu's requester completes an ATOMIC_WRITE as the kernel's rxe answers it:
-/// rxe 6.12 answers with a zero-length RDMA READ Response Only (opcode 0x10, AETH ACK),
-/// which rdma-emu's completer (`emulator/core/src/completer.rs`, `read_response`) takes
-/// for a FLUSH but not for an ATOMIC_WRITE: it waits for an Acknowledge and re-sends until
-/// `IBV_WC_RETRY_EXC_ERR`. While false the `atomic_write` phase is listed as pending;
-/// `RDMA_EMU_INTEROP_ATOMIC_WRITE=1` runs it anyway (it passed with that one-line change).
-const EMU_TAKES_RXES_ATOMIC_WRITE_ANSWER: bool = false;
 
 /// Whether the guest kernel's rxe takes a FLUSH whose ICRC is computed as the IBA says.
 /// Linux 6.12's `rxe_opcode.c` gives `IB_OPCODE_RC_FLUSH` no payload offset, so
@@ -198,20 +191,14 @@ struct Phase {
     want: Vec<(&'static str, Answer)>,
 }
 
-/// The phases this run goes through, and the one listed as pending (with why).
-fn phases(atomic_write: bool, persistent: bool) -> (Vec<Phase>, Option<&'static str>) {
-    let mut list = Vec::new();
-    let mut pending = None;
-    if atomic_write {
-        list.push(Phase {
-            name: "atomic_write",
-            want: vec![("AtomicWrite", Answer::Ack), ("AtomicWrite", Answer::Ack)],
-        });
-    } else {
-        pending = Some(
-            "ATOMIC_WRITE pending: rdma-emu's completer does not take rxe's zero-length READ response as its answer (EMU_TAKES_RXES_ATOMIC_WRITE_ANSWER)",
-        );
-    }
+/// The phases this run goes through. rxe answers an ATOMIC_WRITE with a zero-length RDMA
+/// READ Response Only (opcode 0x10, AETH ACK), which rdma-emu's completer takes as its
+/// answer (`emulator/core/src/completer.rs`, `read_response`).
+fn phases(persistent: bool) -> Vec<Phase> {
+    let mut list = vec![Phase {
+        name: "atomic_write",
+        want: vec![("AtomicWrite", Answer::Ack), ("AtomicWrite", Answer::Ack)],
+    }];
     if RXE_TAKES_IBA_FLUSH {
         let last = if persistent { Answer::Ack } else { Answer::Nak };
         list.push(Phase {
@@ -229,7 +216,7 @@ fn phases(atomic_write: bool, persistent: bool) -> (Vec<Phase>, Option<&'static 
             want: vec![("Flush", Answer::None)],
         });
     }
-    (list, pending)
+    list
 }
 
 /// Builds the host's requester against rdma-core v59's headers, linked to the shim.
@@ -284,8 +271,6 @@ fn kernel_6_12_rxe_answers_rdma_emus_atomic_write_and_flush() {
     let Some(requester) = build_requester(&run_dir) else {
         return;
     };
-    let atomic_write = EMU_TAKES_RXES_ATOMIC_WRITE_ANSWER
-        || std::env::var_os("RDMA_EMU_INTEROP_ATOMIC_WRITE").is_some_and(|v| v == "1");
 
     // 1. The second guest's image (built once, beside the 6.1 one).
     let Some(prepare_secs) = prepare(&run_dir, &["--backports-kernel"], PREPARE_LIMIT) else {
@@ -361,7 +346,7 @@ fn kernel_6_12_rxe_answers_rdma_emus_atomic_write_and_flush() {
 
     // 4. The guest compiles its responder and serves one connection per phase; a
     //    kretprobe counts what rxe_icrc_check says of every packet rxe0 receives.
-    let (plan, _) = phases(atomic_write, false);
+    let plan = phases(false);
     let job = guest.job(
         "flush-responder",
         &format!(
@@ -387,7 +372,7 @@ fn kernel_6_12_rxe_answers_rdma_emus_atomic_write_and_flush() {
     // FLUSH_PERSISTENT (only on persistent memory).
     let early = std::fs::read_to_string(share.join("jobs/flush-responder.out")).unwrap_or_default();
     let persistent = value(&early, "persistent_mr") == Some("ok");
-    let (plan, pending) = phases(atomic_write, persistent);
+    let plan = phases(persistent);
     let t = Instant::now();
     let port = PORT.to_string();
     let mut host_runs: Vec<(&Phase, Output)> = Vec::new();
@@ -511,12 +496,6 @@ fn kernel_6_12_rxe_answers_rdma_emus_atomic_write_and_flush() {
             phase.name, out.status, out.stdout, out.stderr
         );
     }
-    if let Some(why) = pending {
-        let _ = writeln!(
-            table,
-            "| {PAIR} | atomic_write | server kernel rxe, client rdma-emu | pending | {kernel} | {why} |"
-        );
-    }
     let _ = writeln!(table, "\ncapture {}:\n{}", pcap.display(), report.text);
     let _ = writeln!(
         table,
@@ -597,17 +576,12 @@ mod tests {
 
     #[test]
     fn the_phases_follow_the_two_findings() {
-        let (plan, pending) = phases(false, false);
-        let names: Vec<&str> = plan.iter().map(|p| p.name).collect();
+        let names: Vec<&str> = phases(false).iter().map(|p| p.name).collect();
         let flush = if RXE_TAKES_IBA_FLUSH {
             "flush"
         } else {
             "flush-unanswered"
         };
-        assert_eq!(names, [flush]);
-        assert!(pending.is_some());
-        let (plan, pending) = phases(true, false);
-        assert_eq!(plan[0].name, "atomic_write");
-        assert!(pending.is_none());
+        assert_eq!(names, ["atomic_write", flush]);
     }
 }
