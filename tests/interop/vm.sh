@@ -65,7 +65,7 @@ case "$ACCEL" in
   kvm) ACC=(-accel kvm -cpu host) ;;
   *) echo "vm.sh: --accel tcg|kvm" >&2; exit 2 ;;
 esac
-CMDLINE="console=ttyS0,115200 root=/dev/vda rw init=/usr/local/sbin/rdma-emu-boot-stub net.ifnames=0 panic=-1 loglevel=4 tsc=reliable"
+CMDLINE="console=ttyS0,115200 root=/dev/vda rw init=/usr/local/sbin/rdma-emu-boot-stub net.ifnames=0 panic=-1 loglevel=4 tsc=reliable clocksource=hpet"
 exec ip netns exec "$NS" timeout "$TIMEOUT" qemu-system-x86_64 "${ACC[@]}" -smp "$SMP" -m "$MEM" \
   -nodefaults -no-user-config -no-reboot -display none -vga none \
   -kernel "$DIR/vmlinuz" -initrd "$DIR/initrd.img" -append "$CMDLINE" \
