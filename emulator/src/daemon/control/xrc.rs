@@ -7,7 +7,8 @@ use crate::daemon::devices::nic::XrcSrqIds;
 use crate::daemon::sessions::answer::Answer;
 use crate::daemon::sessions::clients::Clients;
 use crate::daemon::sessions::objects::{Kind, Object, Qp, Ring, SessionId};
-use std::os::fd::{AsRawFd, OwnedFd};
+use crate::daemon::sys;
+use std::os::fd::OwnedFd;
 use wire::client::proto::Handle;
 use wire::client::slot::send_slot_size;
 use wire::client::verbs::qp_type;
@@ -40,12 +41,7 @@ pub(in crate::daemon) fn handle(
 
 /// (device, inode) of an open file.
 fn file_id(fd: &OwnedFd) -> Result<(u64, u64), i32> {
-    // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is open for the call; st is a valid out pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(libc::EBADF);
-    }
+    let st = sys::fstat(fd).map_err(|_| libc::EBADF)?;
     Ok((st.st_dev, st.st_ino))
 }
 

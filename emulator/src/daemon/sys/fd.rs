@@ -118,14 +118,20 @@ pub fn pwrite_all(fd: RawFd, mut offset: u64, mut data: &[u8]) -> io::Result<()>
     Ok(())
 }
 
+/// `fstat(2)` of an open descriptor.
+pub fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open for the call; st is a valid out pointer.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(st)
+}
+
 /// Checks the descriptor is the write end of a pipe, and makes it nonblocking.
 pub fn is_pipe_write_end(fd: &OwnedFd) -> bool {
-    // SAFETY: fstat/fcntl on a descriptor we own, with a zeroed out-parameter.
-    let ok = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0
-            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-            && libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE == libc::O_WRONLY
-    };
-    ok && set_nonblocking(fd.as_raw_fd()).is_ok()
+    let fifo = fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO);
+    // SAFETY: fcntl(F_GETFL) on a descriptor we own.
+    let write_only =
+        || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) } & libc::O_ACCMODE == libc::O_WRONLY;
+    fifo && write_only() && set_nonblocking(fd.as_raw_fd()).is_ok()
 }

@@ -114,17 +114,14 @@ pub struct MemfdInfo {
 
 /// Seals, size and identity of a descriptor that should be a memfd.
 pub fn memfd_info(fd: &OwnedFd) -> io::Result<MemfdInfo> {
-    // SAFETY: fcntl/fstat on a descriptor we own, with a zeroed out-parameter.
-    unsafe {
-        let seals = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS))?;
-        let mut st: libc::stat = std::mem::zeroed();
-        cvt(libc::fstat(fd.as_raw_fd(), &mut st))?;
-        Ok(MemfdInfo {
-            seals,
-            size: u64::try_from(st.st_size).unwrap_or(0),
-            id: (st.st_dev, st.st_ino),
-        })
-    }
+    // SAFETY: fcntl(F_GET_SEALS) on a descriptor we own.
+    let seals = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })?;
+    let st = super::fd::fstat(fd)?;
+    Ok(MemfdInfo {
+        seals,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        id: (st.st_dev, st.st_ino),
+    })
 }
 
 /// A whole client memfd mapped shared and read-write: application pages the client moved
