@@ -449,7 +449,7 @@ impl ServedDevice {
     /// `ibv_query_device`, as rxe fills it.
     pub fn device_attr(&self) -> DeviceAttr {
         if self.is_siw() {
-            return siw::device_attr(self.node_guid, self.netdev.mac); // siw hook
+            return siw::device_attr(self.node_guid); // siw hook
         }
         let l = self.nic.limits();
         let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
@@ -551,7 +551,7 @@ impl ServedDevice {
     /// The occupied GID entries (what `rdma link show` and a device's opening list).
     pub fn gid_entries(&self) -> Vec<GidEntry> {
         if self.is_siw() {
-            return siw::gid_entries(self.netdev.mac); // siw hook
+            return siw::gid_entries(self.node_guid); // siw hook
         }
         self.gids
             .iter()
@@ -561,6 +561,19 @@ impl ServedDevice {
 
     /// The entry at `index` (`ibv_query_gid`): an empty slot is the zero GID.
     pub fn gid_entry(&self, index: u32) -> GidEntry {
+        if self.is_siw() {
+            // siw's one GID, as `siw_query_gid` answers (the MAC in the first octets);
+            // the table has no other entry.
+            return siw::gid_entries(self.node_guid)
+                .into_iter()
+                .find(|e| e.index == index)
+                .unwrap_or(GidEntry {
+                    index,
+                    port_num: 1,
+                    gid: [0; 16],
+                    gid_type: 0,
+                });
+        }
         Self::gid_entry_of(index as usize, self.gids.get(index as usize))
     }
 

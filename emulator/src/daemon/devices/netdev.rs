@@ -79,14 +79,38 @@ pub fn gid_table(addrs: &[IpAddr]) -> Vec<IpAddr> {
 /// all zero (loopback), so that two devices never share one.
 pub fn node_guid(mac: [u8; 6], name: &str) -> u64 {
     if mac == [0; 6] {
-        // FNV-1a of the name, with the locally administered bit set.
-        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-        return h | (0x02 << 56);
+        return fnv1a(name) | (0x02 << 56);
     }
+    eui48(mac)
+}
+
+/// `addrconf_addr_eui48`: the modified EUI-64 of a MAC (the universal/local bit flipped,
+/// `ff:fe` in the middle).
+pub fn eui48(mac: [u8; 6]) -> u64 {
     let [a, b, c, d, e, f] = mac;
     u64::from_be_bytes([a ^ 0x02, b, c, 0xff, 0xfe, d, e, f])
+}
+
+/// The MAC back from [`eui48`]'s EUI-64.
+pub fn mac_of_eui48(guid: u64) -> [u8; 6] {
+    let [a, b, c, _, _, d, e, f] = guid.to_be_bytes();
+    [a ^ 0x02, b, c, d, e, f]
+}
+
+/// A locally administered unicast MAC for an interface that has none (loopback, tun), as
+/// `eth_random_addr` makes one; from `seed` and the device's name, so two devices of one
+/// daemon never share it.
+pub fn fabricated_mac(seed: u64, name: &str) -> [u8; 6] {
+    let h = (seed ^ fnv1a(name)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let [a, b, c, d, e, f, _, _] = h.to_be_bytes();
+    [(a & 0xfe) | 0x02, b, c, d, e, f]
+}
+
+/// FNV-1a of a name.
+fn fnv1a(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// Looks up an interface by name.

@@ -64,23 +64,26 @@ pub fn port_mtu(netdev_mtu: u32) -> u32 {
         .unwrap_or(256)
 }
 
-/// siw's node GUID: the MAC in the first six octets, or on loopback (all-zero MAC) the
-/// first six octets of the device name (`siw_device_create`).
-pub fn node_guid(mac: [u8; 6], name: &str) -> u64 {
-    let mut b = [0u8; 8];
+/// siw's raw GID: the interface's MAC, or for an interface without one (loopback, tun:
+/// all zero) a fabricated one, so that the GID is never zero ([`netdev::fabricated_mac`]).
+///
+/// Linux's siw has fabricated it (`eth_random_addr`) since "RDMA/siw: Fabricate a GID on
+/// tun and loopback devices", but tests `netdev->addr_len`, which is 6 on loopback, so a
+/// siw device on `lo` there still has the zero GID: `ibv_query_gid_ex` fails with ENODATA
+/// and `ibv_query_gid_table` lists nothing. We follow the patch's stated intent
+/// (docs/compatibility.md).
+pub fn raw_gid(mac: [u8; 6], name: &str, seed: u64) -> [u8; 6] {
     if mac == [0; 6] {
-        let n = name.len().min(6);
-        b[..n].copy_from_slice(&name.as_bytes()[..n]);
+        netdev::fabricated_mac(seed, name)
     } else {
-        b[..6].copy_from_slice(&mac);
+        mac
     }
-    u64::from_be_bytes(b)
 }
 
-/// `addrconf_addr_eui48`: the EUI-64 of a MAC (siw's `sys_image_guid`).
-fn eui48(mac: [u8; 6]) -> u64 {
-    let [a, b, c, d, e, f] = mac;
-    u64::from_be_bytes([a ^ 0x02, b, c, 0xff, 0xfe, d, e, f])
+/// siw's node GUID and `sys_image_guid`: the EUI-64 of the raw GID (`siw_device_create`,
+/// `siw_query_device`). The raw GID is recovered from it ([`gid_entries`]).
+pub fn node_guid(raw_gid: [u8; 6]) -> u64 {
+    netdev::eui48(raw_gid)
 }
 
 /// `ib_get_eth_speed` → (active_width, active_speed) for a netdev speed in Mb/s (1000
@@ -184,7 +187,7 @@ pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result
     }
     .with_mpa(spec.mpa());
     Ok(Opened {
-        node_guid: node_guid(netdev.mac, &spec.name),
+        node_guid: node_guid(raw_gid(netdev.mac, &spec.name, seed)),
         netdev,
         gids,
         mtu,
@@ -202,14 +205,14 @@ pub fn summary(name: &str, node_guid: u64) -> DeviceSummary {
     }
 }
 
-/// `ibv_query_device`, as `siw_query_device` fills it (`mac`: the interface's).
-pub fn device_attr(node_guid: u64, mac: [u8; 6]) -> DeviceAttr {
+/// `ibv_query_device`, as `siw_query_device` fills it.
+pub fn device_attr(node_guid: u64) -> DeviceAttr {
     let l = limits::siw_limits();
     let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
     DeviceAttr {
         fw_ver: "0.0.0".into(),
         node_guid,
-        sys_image_guid: eui48(mac),
+        sys_image_guid: node_guid,
         max_mr_size: u64::MAX,
         page_size_cap: 4096,
         vendor_id: VENDOR_ID,
@@ -284,10 +287,11 @@ pub fn port_attr(mtu: u32, netdev: &Netdev) -> PortAttr {
     }
 }
 
-/// The GID table: one entry, the MAC in the first six octets (`siw_query_gid`).
-pub fn gid_entries(mac: [u8; 6]) -> Vec<GidEntry> {
+/// The GID table: one entry, the raw GID (the MAC) in the first six octets
+/// (`siw_query_gid`), recovered from the node GUID ([`node_guid`]).
+pub fn gid_entries(node_guid: u64) -> Vec<GidEntry> {
     let mut gid = [0u8; 16];
-    gid[..6].copy_from_slice(&mac);
+    gid[..6].copy_from_slice(&netdev::mac_of_eui48(node_guid));
     vec![GidEntry {
         index: 0,
         port_num: 1,
@@ -301,14 +305,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn node_guid_is_the_mac_or_on_loopback_the_name() {
-        assert_eq!(
-            node_guid([0x52, 0x54, 0, 0x12, 0x34, 0x56], "siw0"),
-            0x5254_0012_3456_0000
-        );
-        assert_eq!(node_guid([0; 6], "siw0"), 0x7369_7730_0000_0000);
-        assert_eq!(node_guid([0; 6], "siw_lo_long"), 0x7369_775f_6c6f_0000);
-        assert_eq!(eui48([0; 6]), 0x0200_00ff_fe00_0000);
+    fn the_gid_is_the_mac_or_a_fabricated_one_and_the_guid_its_eui64() {
+        let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+        assert_eq!(raw_gid(mac, "siw0", 7), mac);
+        assert_eq!(node_guid(mac), 0x5054_00ff_fe12_3456);
+        assert_eq!(gid_entries(node_guid(mac))[0].gid[..6], mac);
+        assert_eq!(gid_entries(node_guid(mac))[0].gid[6..], [0; 10]);
+        // Loopback: never the zero GID, locally administered unicast, one per device.
+        let lo = raw_gid([0; 6], "siw0", 7);
+        assert_ne!(lo, [0; 6]);
+        assert_eq!(lo[0] & 0x03, 0x02);
+        assert_ne!(lo, raw_gid([0; 6], "siw1", 7));
+        assert_eq!(lo, raw_gid([0; 6], "siw0", 7));
+        assert_eq!(gid_entries(node_guid(lo))[0].gid[..6], lo);
     }
 
     #[test]
