@@ -220,8 +220,54 @@ impl Soak {
                     .join("\n")
             );
         }
+        text += &self.evidence();
         eprintln!("soak: {text}");
         self.fig.failures.push(text);
+    }
+
+    /// What a failure is read with afterwards: the load average, each daemon's rxe0
+    /// counters that name a cause (timeouts, retries, NAKs, drops) and each namespace's
+    /// UDP errors (a receive buffer that overflowed drops datagrams before any daemon
+    /// sees them).
+    fn evidence(&self) -> String {
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let mut text = format!("\n  load average: {}", load.trim());
+        let sides = [("server", Some(&self.server)), ("client", self.client.as_ref())];
+        for ((side, daemon), ns) in sides.into_iter().zip([&self.net.a, &self.net.b]) {
+            if let Some(d) = daemon {
+                let stat = d.cli(Some(ns), &["stat", "rxe0"]).stdout;
+                let words: Vec<&str> = stat.split_whitespace().collect();
+                let pairs: Vec<String> = words
+                    .windows(2)
+                    .filter(|w| {
+                        w[1].parse::<u64>().is_ok_and(|v| v > 0)
+                            && ["timeout", "retr", "nak", "drop", "err", "dup", "seq"]
+                                .iter()
+                                .any(|k| w[0].to_ascii_lowercase().contains(k))
+                    })
+                    .map(|w| format!("{} {}", w[0], w[1]))
+                    .collect();
+                text += &format!("\n  {side} rxe0: {}", pairs.join(", "));
+            }
+            let prefix = ns.exec_prefix();
+            let snmp = std::process::Command::new(&prefix[0])
+                .args(&prefix[1..])
+                .args(["cat", "/proc/net/snmp"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let udp: Vec<&str> = snmp.lines().filter(|l| l.starts_with("Udp:")).collect();
+            if let [names, values] = udp[..] {
+                let errs: Vec<String> = names
+                    .split_whitespace()
+                    .zip(values.split_whitespace())
+                    .filter(|(n, v)| n.ends_with("Errors") && *v != "0")
+                    .map(|(n, v)| format!("{n} {v}"))
+                    .collect();
+                text += &format!("\n  {side} namespace UDP: {}", errs.join(", "));
+            }
+        }
+        text
     }
 
     fn pair(&mut self, port: u16, server: &[&str], client: &[&str]) -> Option<(Output, Output)> {
