@@ -7,7 +7,7 @@
 
 use crate::daemon::control::queues;
 use crate::daemon::devices::nic::Rereg;
-use crate::daemon::served::Served;
+use crate::daemon::served::{self, Served};
 use crate::daemon::sessions::answer::{ok, Answer};
 use crate::daemon::sessions::clients as sessions;
 use crate::daemon::sessions::objects::{Channel, Ctx, Kind, Object, SessionId};
@@ -564,7 +564,7 @@ pub(in crate::daemon) fn dispatch(
                 return Err(libc::EEXIST);
             }
             let dev =
-                ServedDevice::open_on(&spec, backend, st.factory, st.cfg.seed, st.cfg.udp_src_port)
+                served::open(&spec, Some(backend), st.factory, st.cfg.seed, st.cfg.udp_src_port)
                     .map_err(|e| {
                         tracing::info!(error = %e, "link add refused");
                         e.raw_os_error().unwrap_or(match e.kind() {

@@ -14,7 +14,6 @@ use crate::daemon::link::local::Local;
 use crate::daemon::link::packet::PacketLink;
 use crate::daemon::link::udp::UdpBackend;
 use crate::daemon::link::xdp::XdpLink;
-use crate::daemon::siw;
 use emu_core::cm::gsi_route::{self, Rx};
 use emu_core::cm::{CmAgent, CmConfig};
 use std::collections::HashMap;
@@ -126,43 +125,20 @@ pub(in crate::daemon) fn index_of(devices: &[Option<ServedDevice>], name: &str) 
 }
 
 impl ServedDevice {
-    /// Looks up the interface, builds the GID table and binds the sockets. Packets leave
-    /// from `udp_src_port` (`Some(4791)`: `--udp-src-port fixed`), or, with `None`, from the
-    /// port the core hashes from the QP pair (RoCE v2 entropy; see `UdpBackend::send_socket`).
-    pub fn open(
-        spec: &DeviceSpec,
-        factory: NicFactory,
-        seed: u64,
-        udp_src_port: Option<u16>,
-    ) -> io::Result<ServedDevice> {
-        let backend = spec
-            .backend()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        ServedDevice::open_on(spec, backend, factory, seed, udp_src_port)
-    }
-
-    /// [`ServedDevice::open`] on a chosen backend (`link add … backend B`; one that fits the
-    /// device type, see [`Backend::choose`]). The packet backend fails, saying why and
-    /// what to use instead, without CAP_NET_RAW.
-    pub fn open_on(
+    /// Opens an rxe device on `backend` (its spec's, or the one `link add … backend B`
+    /// chose; one that fits the type, see [`Backend::choose`]): looks up the interface,
+    /// builds the GID table and binds the sockets. The packet backend fails, saying why
+    /// and what to use instead, without CAP_NET_RAW. Packets leave from `udp_src_port`
+    /// (`Some(4791)`: `--udp-src-port fixed`), or, with `None`, from the port the core
+    /// hashes from the QP pair (RoCE v2 entropy; see `UdpBackend::send_socket`). The
+    /// daemon opens devices of every type with `served::open_device`.
+    pub fn open_rxe(
         spec: &DeviceSpec,
         backend: Backend,
         factory: NicFactory,
         seed: u64,
         udp_src_port: Option<u16>,
     ) -> io::Result<ServedDevice> {
-        if spec.link_type == "siw" {
-            return ServedDevice::open_siw(spec, backend, seed); // siw hook
-        }
-        if spec.link_type != "rxe" {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!(
-                    "device {}: type {} is not served yet",
-                    spec.name, spec.link_type
-                ),
-            ));
-        }
         let netdev = netdev::lookup(&spec.netdev)?;
         let addrs = spec.addrs.clone().unwrap_or_else(|| netdev.addrs.clone());
         let gids = netdev::gid_table(&addrs);
@@ -331,21 +307,23 @@ impl ServedDevice {
         change
     }
 
-    /// Opens a `siw` device ([`siw::open_device`]) and serves it: no UDP socket and no IB
-    /// CM on QP1 (an iWARP device connects over TCP, `siw::cm`).
-    fn open_siw(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<ServedDevice> {
-        let siw::Opened {
-            netdev,
-            gids,
-            mtu,
-            node_guid,
-            nic,
-        } = siw::open_device(spec, backend, seed)?;
-        Ok(ServedDevice {
+    /// Serves a device whose engine reaches the network by itself (a siw device over
+    /// TCP, `siw::serve`): no UDP socket and no IB CM on QP1. `gids`: the addresses it
+    /// serves, in `netdev::gid_table` order.
+    pub fn without_datagrams(
+        spec: &DeviceSpec,
+        node_guid: u64,
+        netdev: Netdev,
+        gids: &[IpAddr],
+        mtu: u32,
+        nic: Box<dyn Nic + Send>,
+        seed: u64,
+    ) -> ServedDevice {
+        ServedDevice {
             spec: spec.clone(),
             node_guid,
             netdev,
-            gids: GidTable::new(&gids),
+            gids: GidTable::new(gids),
             cm: CmAgent::new(CmConfig::new(
                 node_guid,
                 Vec::new(),
@@ -358,7 +336,7 @@ impl ServedDevice {
             pause: None,
             mtu,
             link: Stack::default(),
-            nic: Box::new(nic),
+            nic,
             cq_by_id: HashMap::new(),
             qp_by_qpn: HashMap::new(),
             srq_by_id: HashMap::new(),
@@ -368,7 +346,7 @@ impl ServedDevice {
             tx_datagrams: 0,
             tx_errors: 0,
             rx_truncated: 0,
-        })
+        }
     }
 
     /// Whether this is a siw (iWARP) device.
@@ -435,8 +413,8 @@ impl ServedDevice {
     }
 
     pub fn summary(&self) -> DeviceSummary {
-        if self.is_siw() {
-            return siw::summary(&self.spec.name, self.node_guid); // siw hook
+        if let Some(id) = self.nic.identity() {
+            return id.summary(&self.spec.name, self.node_guid);
         }
         DeviceSummary {
             name: self.spec.name.clone(),
@@ -448,8 +426,8 @@ impl ServedDevice {
 
     /// `ibv_query_device`, as rxe fills it.
     pub fn device_attr(&self) -> DeviceAttr {
-        if self.is_siw() {
-            return siw::device_attr(self.node_guid); // siw hook
+        if let Some(id) = self.nic.identity() {
+            return id.device_attr(self.node_guid);
         }
         let l = self.nic.limits();
         let i = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
@@ -518,8 +496,8 @@ impl ServedDevice {
     }
 
     fn port_attr_up(&self) -> PortAttr {
-        if self.is_siw() {
-            return siw::port_attr(self.mtu, &self.netdev); // siw hook
+        if let Some(id) = self.nic.identity() {
+            return id.port_attr(self.mtu, &self.netdev);
         }
         PortAttr {
             state: port_state::ACTIVE,
@@ -550,8 +528,8 @@ impl ServedDevice {
 
     /// The occupied GID entries (what `rdma link show` and a device's opening list).
     pub fn gid_entries(&self) -> Vec<GidEntry> {
-        if self.is_siw() {
-            return siw::gid_entries(self.node_guid); // siw hook
+        if let Some(id) = self.nic.identity() {
+            return id.gid_entries(self.node_guid);
         }
         self.gids
             .iter()
@@ -561,10 +539,11 @@ impl ServedDevice {
 
     /// The entry at `index` (`ibv_query_gid`): an empty slot is the zero GID.
     pub fn gid_entry(&self, index: u32) -> GidEntry {
-        if self.is_siw() {
-            // siw's one GID, as `siw_query_gid` answers (the MAC in the first octets);
-            // the table has no other entry.
-            return siw::gid_entries(self.node_guid)
+        if let Some(id) = self.nic.identity() {
+            // The kind's own table (siw: one GID, the MAC in the first octets, as
+            // `siw_query_gid` answers); an index it lacks is empty.
+            return id
+                .gid_entries(self.node_guid)
                 .into_iter()
                 .find(|e| e.index == index)
                 .unwrap_or(GidEntry {

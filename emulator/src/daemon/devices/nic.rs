@@ -8,7 +8,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 use wire::client::slot::{CqeRepr, SendWqeRepr, SgeList};
-use wire::client::{AhAttr, QpAttr, QpCap, SrqAttr};
+use crate::daemon::devices::netdev::Netdev;
+use wire::client::{AhAttr, DeviceAttr, DeviceSummary, GidEntry, PortAttr, QpAttr, QpCap, SrqAttr};
 
 /// Who owns an object: one device context of one session. Also the address space its
 /// memory registrations cover (the context's `/proc/self/mem`).
@@ -127,10 +128,27 @@ pub struct XrcSrqIds {
     pub cq: u32,
 }
 
+/// A device kind's own answers to `ibv_get_device_list`, `ibv_query_device`,
+/// `ibv_query_port` and the GID queries ([`Nic::identity`]).
+pub trait Identity {
+    fn summary(&self, name: &str, node_guid: u64) -> DeviceSummary;
+    fn device_attr(&self, node_guid: u64) -> DeviceAttr;
+    /// Port 1 when up (`mtu`: the IB MTU in bytes; `netdev`: the interface).
+    fn port_attr(&self, mtu: u32, netdev: &Netdev) -> PortAttr;
+    /// The occupied GID entries.
+    fn gid_entries(&self, node_guid: u64) -> Vec<GidEntry>;
+}
+
 /// One device's transport engine. `Any`: code that drives one kind of engine beyond this
 /// trait (the RDMA CM's iWARP calls on a siw device) finds it by downcasting, so the trait
 /// names none of its implementors.
 pub trait Nic: std::any::Any {
+    /// What the device says of itself where its kind answers unlike RoCE (a siw device:
+    /// the iWARP transport, siw's attributes, its one MAC-based GID); `None`: the RoCE
+    /// answers `ServedDevice` gives for rxe.
+    fn identity(&self) -> Option<&dyn Identity> {
+        None
+    }
     fn limits(&self) -> Limits;
     fn alloc_pd(&mut self, owner: Owner) -> Result<u32, Errno>;
     fn dealloc_pd(&mut self, pd: u32) -> Result<(), Errno>;

@@ -4,10 +4,10 @@
 //! `control/dispatch.rs`'s functions over that.
 
 use crate::daemon::config::{Config, PollMode};
-use crate::daemon::devices::device::{NicFactory, ServedDevice};
+use crate::daemon::devices::device::NicFactory;
 use crate::daemon::engine::shutdown::Shutdown;
 use crate::daemon::served::reload::{self, ConfigSource, Reload};
-use crate::daemon::served::Served;
+use crate::daemon::served::{self, Served};
 use crate::daemon::sessions::clients::Session;
 use crate::daemon::sessions::objects::{Kind, Object, SessionId};
 use crate::daemon::sys::{self, Epoll};
@@ -56,8 +56,9 @@ impl Engine {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let mut devices = Vec::new();
         for spec in &cfg.devices {
-            devices.push(Some(ServedDevice::open(
+            devices.push(Some(served::open(
                 spec,
+                None,
                 factory,
                 cfg.seed,
                 cfg.udp_src_port,

@@ -7,15 +7,17 @@
 pub(in crate::daemon) mod reload;
 
 use crate::daemon::cm::{Cm, CmTables};
-use crate::daemon::config::Config;
+use crate::daemon::config::{Config, DeviceSpec};
 use crate::daemon::datapath::rings::DataPath;
 use crate::daemon::devices::device::{NicFactory, ServedDevice};
 use crate::daemon::devices::memory::ProcMem;
 use crate::daemon::devices::nic::TxMeta;
 use crate::daemon::faults::{FaultCtx, FaultIds};
+use crate::daemon::link::backend::Backend;
 use crate::daemon::sessions::clients::{Clients, DaemonCounters, Session};
 use crate::daemon::sessions::objects::{Kind, Object, SessionId};
 use crate::daemon::sessions::users::Users;
+use crate::daemon::siw;
 use crate::daemon::sys::Epoll;
 use crate::daemon::tokens::{udp_token, T_STREAM};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -26,6 +28,32 @@ use wire::client::proto::Handle;
 
 /// Packets staged per sendmmsg.
 const TX_STAGE: usize = 32;
+
+/// Opens the device `spec` describes, by its type: rxe through
+/// [`ServedDevice::open_rxe`], siw through [`siw::serve`]. `backend`: the one
+/// `link add … backend B` chose, or `None` for the spec's own.
+pub(in crate::daemon) fn open(
+    spec: &DeviceSpec,
+    backend: Option<Backend>,
+    factory: NicFactory,
+    seed: u64,
+    udp_src_port: Option<u16>,
+) -> io::Result<ServedDevice> {
+    let backend = match backend {
+        Some(b) => b,
+        None => spec
+            .backend()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?,
+    };
+    match spec.link_type.as_str() {
+        "rxe" => ServedDevice::open_rxe(spec, backend, factory, seed, udp_src_port),
+        "siw" => siw::serve(spec, backend, seed),
+        other => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("device {}: type {other} is not served yet", spec.name),
+        )),
+    }
+}
 
 /// The daemon's state, owned in one place and lent out in parts.
 pub(in crate::daemon) struct Served {
@@ -346,7 +374,7 @@ impl Served {
                 kept.push(spec);
                 continue;
             }
-            match ServedDevice::open(&spec, self.factory, self.cfg.seed, self.cfg.udp_src_port)
+            match self::open(&spec, None, self.factory, self.cfg.seed, self.cfg.udp_src_port)
                 .and_then(|d| self.add_device(d))
             {
                 Ok(_) => kept.push(spec),

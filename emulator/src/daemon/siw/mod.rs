@@ -40,7 +40,9 @@ pub(in crate::daemon) use sock::tcp_port_free;
 
 use super::config::DeviceSpec;
 use super::link::backend::{check_smoltcp_addrs, Backend};
+use crate::daemon::devices::device::ServedDevice;
 use crate::daemon::devices::netdev::{self, Netdev};
+use crate::daemon::devices::nic::Identity;
 use std::io;
 use std::net::IpAddr;
 use wire::client::verbs::{atomic_cap, gid_type, link_layer, mtu, node, port_state};
@@ -193,6 +195,36 @@ pub fn open_device(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result
         mtu,
         nic,
     })
+}
+
+/// Opens a siw device ([`open_device`]) and serves it.
+pub fn serve(spec: &DeviceSpec, backend: Backend, seed: u64) -> io::Result<ServedDevice> {
+    let o = open_device(spec, backend, seed)?;
+    Ok(ServedDevice::without_datagrams(
+        spec,
+        o.node_guid,
+        o.netdev,
+        &o.gids,
+        o.mtu,
+        Box::new(o.nic),
+        seed,
+    ))
+}
+
+/// What a siw device says of itself, as the kernel's siw (the functions below).
+impl Identity for SiwNic {
+    fn summary(&self, name: &str, node_guid: u64) -> DeviceSummary {
+        summary(name, node_guid)
+    }
+    fn device_attr(&self, node_guid: u64) -> DeviceAttr {
+        device_attr(node_guid)
+    }
+    fn port_attr(&self, mtu: u32, netdev: &Netdev) -> PortAttr {
+        port_attr(mtu, netdev)
+    }
+    fn gid_entries(&self, node_guid: u64) -> Vec<GidEntry> {
+        gid_entries(node_guid)
+    }
 }
 
 /// `ibv_get_device_list` entry: an RNIC with the iWARP transport.

@@ -20,7 +20,9 @@ use super::srq;
 use super::tcp::{ConnPhase, Service, Streams};
 use crate::daemon::config::MpaOptions;
 use crate::daemon::devices::core_nic::{event_out, refused, send_wr, sges};
-use crate::daemon::devices::nic::{AppMemory, Errno, EventElement, Limits, Nic, Owner, QpCreate};
+use crate::daemon::devices::nic::{
+    AppMemory, Errno, EventElement, Identity, Limits, Nic, Owner, QpCreate,
+};
 use emu_core as core;
 use emu_core::siw_state::{SiwAction, SiwQpState};
 use std::collections::{HashMap, VecDeque};
@@ -321,6 +323,10 @@ impl SiwNic {
 }
 
 impl Nic for SiwNic {
+    /// siw's answers (`siw/mod.rs`).
+    fn identity(&self) -> Option<&dyn Identity> {
+        Some(self)
+    }
     fn limits(&self) -> Limits {
         limits::siw_limits()
     }
