@@ -370,7 +370,7 @@ pub(super) fn drive_siw_cm(cm: &mut Cm<'_>, now: Instant) -> bool {
 /// Holds a connection request that arrived on a listener its id has just closed
 /// (accepted by the kernel before the close) for up to [`LISTEN_GRACE`], in case the
 /// address and port are listened on again, as the RoCE CM holds a REQ
-/// (`cm::gsi::LISTEN_GRACE`): perftest's `-R` reconnects while it re-listens.
+/// (`devices::parked::LISTEN_GRACE`): perftest's `-R` reconnects while it re-listens.
 fn cm_siw_park(cm: &mut Cm<'_>, now: Instant, dev: usize, ev: &SiwCmEvent) -> bool {
     let SiwCmEvent::ConnectRequest { listener, .. } = ev else {
         return false;

@@ -9,7 +9,7 @@
 //! connection's handshake, while the server closes its first listener and listens anew;
 //! when the server is the slower of the two (a kernel peer under emulation, an
 //! overloaded host), the second REQ arrives in that gap and the connection fails.
-//! rdma-emu's own passive side holds such a REQ back for a while (`gsi::LISTEN_GRACE`);
+//! rdma-emu's own passive side holds such a REQ back for a while (`devices::parked::LISTEN_GRACE`);
 //! against a peer that does not, the active side covers the same gap: a REJ with reason 8
 //! that comes back within [`LISTENER_WAIT`] of `rdma_connect` is not reported; the daemon
 //! sends a new REQ (new communication ID, same QP and parameters) after a short pause,

@@ -1,7 +1,7 @@
 //! One served device: its interface, GID table, UDP sockets, transport engine, and what
 //! `ibv_query_device` / `ibv_query_port` / `rdma link show` report about it.
 
-use crate::daemon::cm::gsi::ParkedReqs;
+use crate::daemon::devices::parked::ParkedReqs;
 use crate::daemon::config::DeviceSpec;
 use crate::daemon::devices::gid_table::{GidTable, GID_TBL_LEN};
 use crate::daemon::devices::netdev::{self, Netdev};
@@ -82,7 +82,7 @@ pub struct ServedDevice {
     /// Packets to QP1 dropped before the agent (bad ICRC, not a GSI MAD).
     pub gsi_rx_dropped: u64,
     /// REQs and SIDR_REQs for a service nobody listens on yet, held for a moment
-    /// (`cm::gsi::LISTEN_GRACE`) before the agent rejects them.
+    /// (`devices::parked::LISTEN_GRACE`) before the agent rejects them.
     pub(in crate::daemon) parked_reqs: ParkedReqs,
     /// With `backend packet`: the socket 802.3 PAUSE / 802.1Qbb PFC frames arrive on.
     pub pause: Option<crate::daemon::link::pause::PauseReceiver>,
@@ -355,7 +355,7 @@ impl ServedDevice {
     }
 
     /// A received RoCE v2 datagram: QP1 traffic to the CM agent (held back while its
-    /// service is not listened on, `cm::gsi::LISTEN_GRACE`), the rest to the core.
+    /// service is not listened on, `devices::parked::LISTEN_GRACE`), the rest to the core.
     pub(in crate::daemon) fn deliver(
         &mut self,
         now: Instant,

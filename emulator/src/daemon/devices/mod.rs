@@ -14,4 +14,5 @@ pub mod neigh;
 pub mod netdev;
 pub mod nic;
 pub mod odp;
+pub(in crate::daemon) mod parked;
 pub mod shared_pages;

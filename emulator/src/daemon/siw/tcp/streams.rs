@@ -87,7 +87,7 @@ pub(super) struct Listener {
 /// perftest's `-R` closes its first listener, sleeps about a second, and listens anew
 /// while its client, after the same second, connects again; a connect refused in that
 /// gap would be final (the RoCE CM holds an unmatched REQ for the same reason,
-/// `cm::gsi::LISTEN_GRACE`). The cost: for this long nobody else can bind the port.
+/// `devices::parked::LISTEN_GRACE`). The cost: for this long nobody else can bind the port.
 const LISTEN_LINGER: Duration = Duration::from_secs(2);
 
 /// The sockets of one siw device.
