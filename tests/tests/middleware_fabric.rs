@@ -52,7 +52,10 @@ fn setup_with(links: &[(&str, &str)]) -> Option<(TwoHosts, Daemon, Daemon)> {
             .program(Some(ns), &["ibv_devices"])
             .wait(Duration::from_secs(60));
         devices.assert_success();
-        for name in ["rxe0", "siw0"].into_iter().chain(links.iter().map(|l| l.0)) {
+        for name in ["rxe0", "siw0"]
+            .into_iter()
+            .chain(links.iter().map(|l| l.0))
+        {
             assert!(
                 devices.stdout.contains(name),
                 "{name} missing:\n{}",
@@ -233,7 +236,10 @@ fn fi_pingpong_verbs_msg_over_iwarp() {
         return;
     };
     let verbs = da
-        .program(Some(&hosts.a), &["fi_info", "-p", "verbs", "-t", "FI_EP_MSG"])
+        .program(
+            Some(&hosts.a),
+            &["fi_info", "-p", "verbs", "-t", "FI_EP_MSG"],
+        )
         .wait(Duration::from_secs(120));
     verbs.assert_success();
     assert!(
@@ -243,7 +249,16 @@ fn fi_pingpong_verbs_msg_over_iwarp() {
         "no iWARP MSG endpoint on siw1:\n{}",
         verbs.stdout
     );
-    pingpong_on(&hosts, &da, &db, "verbs", "msg", "4096", "4k", &["-d", "siw1"]);
+    pingpong_on(
+        &hosts,
+        &da,
+        &db,
+        "verbs",
+        "msg",
+        "4096",
+        "4k",
+        &["-d", "siw1"],
+    );
 }
 
 #[test]

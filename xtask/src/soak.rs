@@ -232,7 +232,10 @@ impl Soak {
     fn evidence(&self) -> String {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let mut text = format!("\n  load average: {}", load.trim());
-        let sides = [("server", Some(&self.server)), ("client", self.client.as_ref())];
+        let sides = [
+            ("server", Some(&self.server)),
+            ("client", self.client.as_ref()),
+        ];
         for ((side, daemon), ns) in sides.into_iter().zip([&self.net.a, &self.net.b]) {
             if let Some(d) = daemon {
                 let stat = d.cli(Some(ns), &["stat", "rxe0"]).stdout;

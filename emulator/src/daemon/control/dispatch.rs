@@ -563,20 +563,25 @@ pub(in crate::daemon) fn dispatch(
             if st.device_index(&name).is_some() {
                 return Err(libc::EEXIST);
             }
-            let dev =
-                served::open(&spec, Some(backend), st.factory, st.cfg.seed, st.cfg.udp_src_port)
-                    .map_err(|e| {
-                        tracing::info!(error = %e, "link add refused");
-                        e.raw_os_error().unwrap_or(match e.kind() {
-                            std::io::ErrorKind::NotFound => libc::ENODEV,
-                            std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
-                            std::io::ErrorKind::PermissionDenied => libc::EPERM,
-                            std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
-                            std::io::ErrorKind::ResourceBusy => libc::EBUSY,
-                            std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
-                            _ => libc::EINVAL,
-                        })
-                    })?;
+            let dev = served::open(
+                &spec,
+                Some(backend),
+                st.factory,
+                st.cfg.seed,
+                st.cfg.udp_src_port,
+            )
+            .map_err(|e| {
+                tracing::info!(error = %e, "link add refused");
+                e.raw_os_error().unwrap_or(match e.kind() {
+                    std::io::ErrorKind::NotFound => libc::ENODEV,
+                    std::io::ErrorKind::Unsupported => libc::EOPNOTSUPP,
+                    std::io::ErrorKind::PermissionDenied => libc::EPERM,
+                    std::io::ErrorKind::AddrNotAvailable => libc::EADDRNOTAVAIL,
+                    std::io::ErrorKind::ResourceBusy => libc::EBUSY,
+                    std::io::ErrorKind::AddrInUse => libc::EADDRINUSE,
+                    _ => libc::EINVAL,
+                })
+            })?;
             st.add_device(dev)
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
             ok(ReplyBody::Ok)

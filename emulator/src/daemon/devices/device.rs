@@ -1,11 +1,11 @@
 //! One served device: its interface, GID table, UDP sockets, transport engine, and what
 //! `ibv_query_device` / `ibv_query_port` / `rdma link show` report about it.
 
-use crate::daemon::devices::parked::ParkedReqs;
 use crate::daemon::config::DeviceSpec;
 use crate::daemon::devices::gid_table::{GidTable, GID_TBL_LEN};
 use crate::daemon::devices::netdev::{self, Netdev};
 use crate::daemon::devices::nic::{AppMemory, Limits, Nic};
+use crate::daemon::devices::parked::ParkedReqs;
 use crate::daemon::link::backend::Backend;
 use crate::daemon::link::datagram::{BoundSocket, ROCE_V2_PORT};
 use crate::daemon::link::fault::Faults;

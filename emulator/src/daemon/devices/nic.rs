@@ -5,10 +5,10 @@
 //! one place). Object names here are the core's numeric identifiers (`PdHandle.0`,
 //! `CqHandle.0`, a QPN, an lkey...), never the protocol's session handles.
 
+use crate::daemon::devices::netdev::Netdev;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 use wire::client::slot::{CqeRepr, SendWqeRepr, SgeList};
-use crate::daemon::devices::netdev::Netdev;
 use wire::client::{AhAttr, DeviceAttr, DeviceSummary, GidEntry, PortAttr, QpAttr, QpCap, SrqAttr};
 
 /// Who owns an object: one device context of one session. Also the address space its

@@ -374,8 +374,14 @@ impl Served {
                 kept.push(spec);
                 continue;
             }
-            match self::open(&spec, None, self.factory, self.cfg.seed, self.cfg.udp_src_port)
-                .and_then(|d| self.add_device(d))
+            match self::open(
+                &spec,
+                None,
+                self.factory,
+                self.cfg.seed,
+                self.cfg.udp_src_port,
+            )
+            .and_then(|d| self.add_device(d))
             {
                 Ok(_) => kept.push(spec),
                 Err(e) => {
