@@ -20,7 +20,9 @@
 //! round and at the end: the end may exceed the start by at most [`RSS_MARGIN_KIB`]
 //! and [`FD_MARGIN`].
 
-use rdma_emu_tests::{run_pair, two_hosts, Daemon, Output, TempDir, TwoHosts};
+use rdma_emu_tests::{
+    run_pair, run_pair_when, two_hosts, wait_cm_listening, Daemon, Output, TempDir, TwoHosts,
+};
 use std::time::{Duration, Instant};
 
 /// What one program may take before it counts as hung.
@@ -274,16 +276,30 @@ impl Soak {
     }
 
     fn pair(&mut self, port: u16, server: &[&str], client: &[&str]) -> Option<(Output, Output)> {
+        self.pair_when(Listener::Tcp, port, server, client)
+    }
+
+    /// A pair whose server listens with `listener` on `port`: the client starts once it
+    /// does.
+    fn pair_when(
+        &mut self,
+        listener: Listener,
+        port: u16,
+        server: &[&str],
+        client: &[&str],
+    ) -> Option<(Output, Output)> {
         let mut client = client.to_vec();
         client.push(&self.net.addr_a);
-        let (s, c) = run_pair(
-            &self.server,
-            Some(&self.net.a),
-            server,
-            self.client(),
-            Some(&self.net.b),
-            &client,
-            port,
+        let ns_a = Some(&self.net.a);
+        let limit = Duration::from_secs(20);
+        let (s, c) = run_pair_when(
+            self.server.program(ns_a, server),
+            || match listener {
+                Listener::Tcp => rdma_emu_tests::wait_listening(ns_a, port, limit),
+                Listener::RdmaCm => wait_cm_listening(&self.server, ns_a, port, limit),
+            },
+            &format!("port {port}"),
+            || self.client().program(Some(&self.net.b), &client),
             RUN_LIMIT,
         );
         if s.success() && c.success() {
@@ -367,7 +383,15 @@ impl Soak {
         let c = [
             "rping", "-c", "-V", "-p", &port, "-S", &size_s, "-C", &count_s, "-a",
         ];
-        if self.pair(RPING_PORT, &s, &c).is_some() {
+        // Its listener is an RDMA CM id. Over siw0 the daemon also listens with a TCP
+        // socket, and a socket the previous round's server closed stays listening a
+        // moment for a re-listen (`siw/tcp/streams.rs`, LISTEN_LINGER): `ss` would see
+        // that one, start the client early, and its connection be reset when the
+        // lingering socket closes before this round's server listens.
+        if self
+            .pair_when(Listener::RdmaCm, RPING_PORT, &s, &c)
+            .is_some()
+        {
             // Each ping: the server reads the client's buffer, then writes it back.
             self.fig.checked_transfers += 2 * count;
             self.fig.checked_bytes += 2 * count * size;
@@ -478,6 +502,15 @@ impl Soak {
         self.perftest(program, size, 2000);
         self.fig.rounds += 1;
     }
+}
+
+/// How a pair's server is seen listening.
+#[derive(Clone, Copy)]
+enum Listener {
+    /// A TCP socket of its own (perftest's and pingpong's exchange port), as `ss` lists it.
+    Tcp,
+    /// An RDMA CM id, as `rdma-emu res cm_id` lists it.
+    RdmaCm,
 }
 
 /// Whether the programs the soak runs are here (the reason when not).
