@@ -26,7 +26,7 @@ fn perftest(program: &str, args: &[&str], two_hosts: bool, rows: usize) {
         let db = Daemon::start_with(Some(&net.b), &["--netdev", net.iface]);
         let mut client = server.clone();
         client.push(&net.addr_a);
-        run_pair(
+        let (s, c) = run_pair(
             &da,
             Some(&net.a),
             &server,
@@ -35,15 +35,25 @@ fn perftest(program: &str, args: &[&str], two_hosts: bool, rows: usize) {
             &client,
             PORT,
             LIMIT,
-        )
+        );
+        if !(s.success() && c.success()) {
+            // What the daemons counted (timeouts, retries, NAKs, drops).
+            for (d, ns) in [(&da, &net.a), (&db, &net.b)] {
+                let stat = d.cli(Some(ns), &["stat", "rxe0"]).stdout;
+                eprintln!("--- {} ---\n{stat}", ns.name);
+            }
+        }
+        (s, c)
     } else {
         let daemon = Daemon::start();
         let mut client = server.clone();
         client.push("127.0.0.1");
         run_pair(&daemon, None, &server, &daemon, None, &client, PORT, LIMIT)
     };
-    s.assert_success();
+    // The client first: when it fails, its server is given 3 s and fails too, and the
+    // client's output says why.
     c.assert_success();
+    s.assert_success();
     let table: Vec<&str> = c
         .stdout
         .lines()
@@ -129,8 +139,10 @@ fn classic_read_bw_all_sizes_as_typed() {
         PORT,
         Duration::from_secs(900),
     );
-    s.assert_success();
+    // The client first: when it fails, its server is given 3 s and fails too, and the
+    // client's output says why.
     c.assert_success();
+    s.assert_success();
     assert!(c.stdout.contains("8388608"), "no 8 MiB row:\n{}", c.stdout);
 }
 
@@ -184,8 +196,10 @@ fn write_bw_300_qps_two_hosts_every_source_port_bound() {
         PORT,
         LIMIT,
     );
-    s.assert_success();
+    // The client first: when it fails, its server is given 3 s and fails too, and the
+    // client's output says why.
     c.assert_success();
+    s.assert_success();
     assert!(c.stdout.contains(" 4096 "), "no 4096 B row:\n{}", c.stdout);
     for (d, ns) in [(&da, &net.a), (&db, &net.b)] {
         assert_eq!(d.counter(Some(ns), "rxe0", "icrc_errors"), 0);
