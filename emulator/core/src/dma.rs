@@ -77,6 +77,82 @@ pub(crate) fn gather(
     Err(WcStatus::LocLenErr)
 }
 
+/// Most payload bytes read ahead of a message's packets in one memory access.
+pub(crate) const AHEAD: u32 = 64 * 1024;
+
+/// Bytes of one send WR's message read ahead of its packets: one memory access for up to
+/// [`AHEAD`] bytes instead of one per packet (on the daemon's descriptor path a `pread`
+/// costs a page walk and a bounce page per call, whatever its length).
+///
+/// The application may not change a send buffer between posting the WR and its
+/// completion (the buffer belongs to the HCA until then), so bytes read for the WR at one
+/// packet are still its bytes at a later packet or a retransmission. They are kept for
+/// that WR alone (named by its `seq`, unique in the QP's life) and only until its last
+/// packet has been built: a later WR over the same buffer reads memory again.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// The WR the bytes belong to, and the message offset of `bytes[0]`.
+    at: Option<(u64, u32)>,
+    bytes: Vec<u8>,
+}
+
+impl Ahead {
+    /// Message bytes `[off, off + len)` of WR `seq`, if they were read ahead.
+    fn get(&self, seq: u64, off: u32, len: usize) -> Option<&[u8]> {
+        let (s, start) = self.at?;
+        let from = off.checked_sub(start)? as usize;
+        (s == seq).then_some(())?;
+        self.bytes.get(from..from.checked_add(len)?)
+    }
+
+    fn forget(&mut self) {
+        self.at = None;
+        self.bytes = Vec::new();
+    }
+}
+
+/// [`gather`] for a packet of an RC or UC message with more packets to come: the bytes
+/// come from `ahead`, which first reads up to [`AHEAD`] bytes from `off` on when it does
+/// not hold them. When that larger read fails the packet is gathered on its own, so a
+/// fault is met at the packet where it lies, as without reading ahead. After the
+/// message's last packet the bytes are dropped.
+pub(crate) fn gather_ahead(
+    keys: &Keys,
+    pd: PdHandle,
+    w: &SendWqe,
+    ahead: &mut Ahead,
+    off: u32,
+    out: &mut [u8],
+    mem: &mut dyn Memory,
+) -> Result<(), WcStatus> {
+    if out.is_empty() {
+        return Ok(());
+    }
+    let end = off.saturating_add(out.len() as u32);
+    let last = end >= w.len;
+    if w.wr.inline_data.is_some() || (last && ahead.at.is_none()) {
+        return gather(keys, pd, w, off, out, mem);
+    }
+    if ahead.get(w.seq, off, out.len()).is_none() {
+        let want = (w.len - off).min(AHEAD.max(out.len() as u32)) as usize;
+        ahead.at = None;
+        ahead.bytes.resize(want, 0);
+        if gather(keys, pd, w, off, &mut ahead.bytes, mem).is_err() {
+            ahead.forget();
+            return gather(keys, pd, w, off, out, mem);
+        }
+        ahead.at = Some((w.seq, off));
+    }
+    match ahead.get(w.seq, off, out.len()) {
+        Some(b) => out.copy_from_slice(b),
+        None => return gather(keys, pd, w, off, out, mem),
+    }
+    if last {
+        ahead.forget();
+    }
+    Ok(())
+}
+
 /// Writes `data` into the scatter list at message offset `off` (LOCAL_WRITE required).
 pub(crate) fn scatter(
     keys: &Keys,

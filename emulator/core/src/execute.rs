@@ -5,12 +5,42 @@ use wire::roce::{NakCode, Request, SendSeg, WriteSeg};
 
 use crate::attr::*;
 use crate::dma::scatter;
-use crate::memory::Memory;
+use crate::memory::{Memory, MemoryFault};
 use crate::objects::Objects;
 use crate::outcome::Outcome;
 use crate::qp::*;
 use crate::types::*;
 use wire::roce::Header;
+
+/// Most payload bytes of an RDMA WRITE accepted and not yet placed: the middle packets of
+/// a message are placed in runs of up to this many bytes, one memory access each (on the
+/// daemon's descriptor path a `pwrite` costs a page walk and a bounce page per call,
+/// whatever its length). A run is placed before anything acknowledges its packets
+/// ([`place_held`]), so an ACK never covers bytes that are not in memory, and a fault
+/// is met before the ACK of the packet that holds it.
+pub(crate) const WRITE_BEHIND: usize = 64 * 1024;
+
+/// Places the payload an RDMA WRITE in progress holds (see [`WRITE_BEHIND`]). Called
+/// before the responder answers anything but the next packet of that WRITE: an ACK or NAK
+/// covers the packets before it. Err when the memory faulted.
+pub(crate) fn place_held(conn: &mut Conn, mem: &mut dyn Memory) -> Result<(), MemoryFault> {
+    let Some(InProgress::Write {
+        space,
+        host,
+        behind,
+        ..
+    }) = conn.resp.cur.as_mut()
+    else {
+        return Ok(());
+    };
+    if behind.is_empty() {
+        return Ok(());
+    }
+    let at = *host - behind.len() as u64;
+    let r = mem.write(*space, at, behind);
+    behind.clear();
+    r
+}
 
 /// Executes an in-sequence request packet.
 pub(crate) fn execute(
@@ -135,13 +165,14 @@ pub(crate) fn execute(
             let Some(conn) = qp.conn.as_mut() else {
                 return Outcome::Done(1);
             };
-            let (space, mut host, mut left, total) = match (reth, conn.resp.cur.take()) {
+            let (space, mut host, mut left, total, mut behind) = match (reth, conn.resp.cur.take())
+            {
                 (Some(r), None) => {
                     if !access.contains(AccessFlags::REMOTE_WRITE) {
                         return access_err;
                     }
                     if r.dma_len == 0 {
-                        (AddrSpace(0), 0, 0, 0)
+                        (AddrSpace(0), 0, 0, 0, Vec::new())
                     } else {
                         match o.keys.resolve(
                             r.rkey.0,
@@ -152,7 +183,7 @@ pub(crate) fn execute(
                             true,
                             qpn.0,
                         ) {
-                            Ok((s, h)) => (s, h, r.dma_len, r.dma_len),
+                            Ok((s, h)) => (s, h, r.dma_len, r.dma_len, Vec::new()),
                             Err(e) => {
                                 let _ = e;
                                 return access_err;
@@ -167,8 +198,9 @@ pub(crate) fn execute(
                         host,
                         left,
                         total,
+                        behind,
                     }),
-                ) => (space, host, left, total),
+                ) => (space, host, left, total, behind),
                 (_, other) => {
                     conn.resp.cur = other;
                     return inv_req;
@@ -177,7 +209,30 @@ pub(crate) fn execute(
             if payload.len() as u32 > left || (last && payload.len() as u32 != left) {
                 return inv_req;
             }
-            if !payload.is_empty() && mem.write(space, host, payload).is_err() {
+            // Hold a middle packet's payload while the run stays short and nothing is
+            // acknowledged; place the run at the message's last packet, at a packet
+            // that asks for an ACK, or when it is full.
+            let hold = !last && !h.ack_req && behind.len() + payload.len() < WRITE_BEHIND;
+            let placed = if hold {
+                if behind.capacity() == 0 {
+                    behind.reserve_exact(WRITE_BEHIND);
+                }
+                behind.extend_from_slice(payload);
+                Ok(())
+            } else if behind.is_empty() {
+                if payload.is_empty() {
+                    Ok(())
+                } else {
+                    mem.write(space, host, payload)
+                }
+            } else {
+                behind.extend_from_slice(payload);
+                let at = host + payload.len() as u64 - behind.len() as u64;
+                let r = mem.write(space, at, &behind);
+                behind.clear();
+                r
+            };
+            if placed.is_err() {
                 return Outcome::Fatal(NakCode::RemoteOperationalError, None);
             }
             host += payload.len() as u64;
@@ -188,6 +243,7 @@ pub(crate) fn execute(
                     host,
                     left,
                     total,
+                    behind,
                 });
                 return Outcome::Done(1);
             }

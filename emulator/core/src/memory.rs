@@ -32,6 +32,8 @@ pub struct VecMemory {
     regions: HashMap<AddrSpace, Vec<(u64, Vec<u8>)>>,
     /// Number of writes performed.
     pub writes: u64,
+    /// Number of reads performed.
+    pub reads: u64,
 }
 
 impl VecMemory {
@@ -77,6 +79,7 @@ impl Memory for VecMemory {
             .ok_or(MemoryFault)?;
         let o = (addr - b) as usize;
         buf.copy_from_slice(&v[o..o + buf.len()]);
+        self.reads += 1;
         Ok(())
     }
     fn write(&mut self, space: AddrSpace, addr: u64, data: &[u8]) -> Result<(), MemoryFault> {

@@ -24,6 +24,10 @@ pub(crate) struct SendWqe {
     pub signaled: bool,
     /// Set when the WR finished (locally complete), ready to retire in order.
     pub done: Option<WcStatus>,
+    /// The QP's count of WRs posted before this one: names the WR for as long as the QP
+    /// lives, so that bytes gathered ahead for it ([`crate::dma::Ahead`]) are never served
+    /// to another.
+    pub seq: u64,
 }
 
 impl SendWqe {
@@ -125,12 +129,14 @@ pub(crate) enum RespOut {
 pub(crate) enum InProgress {
     /// A SEND into this receive WQE, `offset` bytes so far.
     Send { rwqe: RecvWr, offset: u32 },
-    /// An RDMA WRITE: next host address and bytes left.
+    /// An RDMA WRITE: next host address and bytes left, and the payload accepted but
+    /// not yet placed, which ends at `host` ([`crate::execute::WRITE_BEHIND`]).
     Write {
         space: AddrSpace,
         host: u64,
         left: u32,
         total: u32,
+        behind: Vec<u8>,
     },
     /// UC: dropping the rest of a broken message.
     Drop,
@@ -189,6 +195,10 @@ pub(crate) struct Qp {
     pub rp: Option<Box<crate::dcqcn::ReactionPoint>>,
     /// How fast the requester sent lately (the first cut's start without a line rate).
     pub tx_meter: crate::dcqcn::TxMeter,
+    /// Send WRs posted so far (the next WQE's `seq`).
+    pub posted: u64,
+    /// Payload of the message being sent, read ahead of its packets.
+    pub ahead: crate::dma::Ahead,
 }
 
 impl Qp {

@@ -125,6 +125,8 @@ impl VerbParts<'_> {
                 last_cnp: None,
                 rp: None,
                 tx_meter: Default::default(),
+                posted: 0,
+                ahead: Default::default(),
             },
         );
         Ok((qpn, cap))
@@ -566,7 +568,9 @@ pub(crate) fn enqueue_send(
         npkts: 1,
         signaled,
         done: None,
+        seq: qp.posted,
     });
+    qp.posted += 1;
     if matches!(qp.state, QpState::Err | QpState::Sqe) {
         return Ok(Queued::Flush);
     }

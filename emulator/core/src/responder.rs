@@ -12,7 +12,7 @@ use wire::roce::{
 use crate::attr::*;
 use crate::completer::Completer;
 use crate::dma::{finish_icrc, scatter};
-use crate::execute::{execute, imm_to_wc, take_rwqe};
+use crate::execute::{execute, imm_to_wc, place_held, take_rwqe};
 use crate::memory::Memory;
 use crate::objects::Objects;
 use crate::outcome::Outcome;
@@ -81,6 +81,21 @@ impl ResponderParts<'_> {
         let Some(conn) = qp.conn.as_mut() else { return };
         let psn = h.psn;
         let d = psn.distance(conn.resp.epsn);
+        // Whatever answers this packet covers the ones before it: the payload of a WRITE
+        // in progress is placed first, unless this is that WRITE's next packet, whose
+        // execution places it when it must.
+        let continues_write = d == 0
+            && matches!(
+                r,
+                Request::Write(WriteSeg::Middle | WriteSeg::Last | WriteSeg::LastImm(_))
+            )
+            && forced
+                .as_ref()
+                .is_none_or(|&(q, f)| q != qpn || !takes_forced(f, r));
+        if !continues_write && place_held(conn, mem).is_err() {
+            held_write_faulted(qp);
+            return;
+        }
         if d > 0 {
             // IBA 9.7.5.1.1: a PSN sequence error; one NAK per gap.
             if !conn.resp.nak_sent {
@@ -131,6 +146,9 @@ impl ResponderParts<'_> {
                     );
                 }
             }
+            // A WRITE with immediate found no receive WQE at its last packet: the NAK
+            // covers the packets before it, so their payload goes to memory first.
+            Outcome::Rnr if place_held(conn, mem).is_err() => held_write_faulted(qp),
             Outcome::Rnr => {
                 let msn = conn.resp.msn;
                 conn.resp.out.push_back(RespOut::Ack {
@@ -423,6 +441,21 @@ pub(crate) fn transmit_response(
         len: total,
         traffic_class: path.traffic_class,
     })
+}
+
+/// Placing the held payload of the WRITE in progress faulted: its last accepted packet
+/// is NAKed as a remote operational error (as a fault met at that packet would have been),
+/// and the QP enters the error state once the NAK is out.
+fn held_write_faulted(qp: &mut Qp) {
+    let Some(conn) = qp.conn.as_mut() else { return };
+    let msn = conn.resp.msn;
+    conn.resp.out.push_back(RespOut::Ack {
+        psn: conn.resp.epsn.wrapping_sub(1),
+        syndrome: Syndrome::Nak(NakCode::RemoteOperationalError),
+        msn,
+    });
+    conn.resp.cur = None;
+    conn.resp.fatal = true;
 }
 
 fn is_last(r: &Request) -> bool {

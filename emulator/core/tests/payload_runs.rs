@@ -1,0 +1,271 @@
+//! A message's payload moves in runs of 64 KiB: the requester reads it ahead of its
+//! packets and the responder places a WRITE's middle packets together, one memory access
+//! per run instead of one per packet. Never bytes of one WR for another, never an ACK
+//! before the bytes it covers are in memory, and a fault still ends the WR in error.
+
+use std::time::Duration;
+
+use emu_core::sim::*;
+use emu_core::*;
+
+/// Posts a signaled RDMA WRITE of `len` bytes from `a`'s buffer at `from` to `b`'s at
+/// `to`.
+fn post_write(f: &mut Fabric, a: &End, b: &End, id: u64, from: u64, to: u64, len: u32) {
+    let mut wr = SendWr::new(WrId(id), WrOpcode::RdmaWrite);
+    wr.send_flags = SendFlags::SIGNALED;
+    wr.sg_list = vec![Sge {
+        addr: a.base + from,
+        length: len,
+        lkey: a.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: b.base + to,
+        rkey: b.mr.rkey,
+    };
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+}
+
+/// Runs the fabric idle and takes `a`'s one completion, which must be a success.
+fn complete_one(f: &mut Fabric, a: &End) {
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+}
+
+fn fill(f: &mut Fabric, e: &End, at: u64, len: usize, seed: u8) {
+    let m = f.nodes[e.node]
+        .mem
+        .slice_mut(AddrSpace(e.client.0), e.base + at, len);
+    for (i, b) in m.iter_mut().enumerate() {
+        *b = seed.wrapping_add((i * 7 + i / 251) as u8);
+    }
+}
+
+fn bytes(f: &Fabric, e: &End, at: u64, len: usize) -> Vec<u8> {
+    f.nodes[e.node]
+        .mem
+        .slice(AddrSpace(e.client.0), e.base + at, len)
+        .to_vec()
+}
+
+/// A 256 KiB WRITE at MTU 1024 is 256 packets; its payload is read in four accesses of
+/// 64 KiB and placed in four, and it arrives whole.
+#[test]
+fn a_long_message_is_read_and_placed_in_accesses_of_64_kib() {
+    let mut f = Fabric::new(3, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let len = 256 * 1024;
+    fill(&mut f, &a, 0, len, 1);
+    let before = f.nodes[a.node].mem.reads;
+    let placed_before = f.nodes[b.node].mem.writes;
+    post_write(&mut f, &a, &b, 1, 0, 0, len as u32);
+    complete_one(&mut f, &a);
+    let reads = f.nodes[a.node].mem.reads - before;
+    assert_eq!(reads, 4, "payload reads for 256 packets");
+    let writes = f.nodes[b.node].mem.writes - placed_before;
+    assert_eq!(writes, 4, "payload writes for 256 packets");
+    assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
+}
+
+/// The same buffer sent again after its WR completed and the application changed it:
+/// the second WRITE carries the new bytes, not the ones read ahead for the first.
+#[test]
+fn a_buffer_changed_after_completion_is_read_again() {
+    let mut f = Fabric::new(4, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let len = 96 * 1024;
+    for round in 0..3u8 {
+        fill(&mut f, &a, 0, len, round.wrapping_mul(37));
+        post_write(&mut f, &a, &b, u64::from(round), 0, 0, len as u32);
+        complete_one(&mut f, &a);
+        assert_eq!(
+            bytes(&f, &b, 0, len),
+            bytes(&f, &a, 0, len),
+            "round {round}"
+        );
+    }
+}
+
+/// Under loss, duplication and reordering, go-back-N rebuilds packets from the middle of
+/// messages, and messages of several WRs are in flight at once: every byte still lands
+/// where its own WR put it.
+#[test]
+fn retransmissions_of_interleaved_messages_carry_their_own_bytes() {
+    let link = LinkModel {
+        loss: 0.05,
+        duplicate: 0.02,
+        reorder: 0.05,
+        ..LinkModel::default()
+    };
+    let mut f = Fabric::new(5, 2, Mtu::Mtu1024, link);
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    // Eight WRITEs of 80 KiB from eight parts of the buffer, each to its own place.
+    let len = 80 * 1024;
+    for k in 0..8u64 {
+        fill(&mut f, &a, k * len as u64, len, k as u8 * 29 + 3);
+        post_write(
+            &mut f,
+            &a,
+            &b,
+            k,
+            k * len as u64,
+            k * len as u64,
+            len as u32,
+        );
+    }
+    assert!(
+        f.run(Duration::from_secs(120)),
+        "the fabric never went idle"
+    );
+    let mut done = 0;
+    while let Some((_, wc)) = f.nodes[a.node].dev.poll_completion() {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        done += 1;
+    }
+    assert_eq!(done, 8);
+    assert!(
+        f.nodes[a.node].dev.counters().retransmitted_pkts > 0,
+        "the link lost nothing: go-back-N was not exercised"
+    );
+    let all = 8 * len;
+    assert_eq!(bytes(&f, &b, 0, all), bytes(&f, &a, 0, all));
+}
+
+/// A fault inside a later part of the message is met at the packet where it lies: the
+/// packets before it were built from memory and the WR completes in error.
+#[test]
+fn an_unreadable_page_ends_the_wr_in_error_at_its_own_packet() {
+    let mut f = Fabric::new(6, 2, Mtu::Mtu1024, LinkModel::default());
+    let o = ConnOpts::default();
+    let (a, b) = connect(&mut f, &o);
+    // An MR reaching past the node's memory: its last 4 KiB are registered but unmapped.
+    let client = a.client;
+    let n = &mut f.nodes[a.node];
+    let extra_base = 0x80_0000;
+    n.mem.add_region(AddrSpace(client.0), extra_base, 60 * 1024);
+    let mr = n
+        .dev
+        .reg_mr(
+            a.pd,
+            extra_base,
+            64 * 1024,
+            extra_base,
+            AccessFlags::LOCAL_WRITE,
+            AddrSpace(client.0),
+        )
+        .unwrap();
+    let mut wr = SendWr::new(WrId(9), WrOpcode::RdmaWrite);
+    wr.send_flags = SendFlags::SIGNALED;
+    wr.sg_list = vec![Sge {
+        addr: extra_base,
+        length: 64 * 1024,
+        lkey: mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: b.base,
+        rkey: b.mr.rkey,
+    };
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    let mut buf = Vec::new();
+    let mut sent = 0;
+    while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {
+        sent += 1;
+    }
+    assert_eq!(sent, 60, "the packets before the unmapped page leave");
+    assert!(f.run(Duration::from_secs(30)));
+    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
+    assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
+}
+
+/// The responder's MR ends in 4 KiB that are registered but unmapped. A 64 KiB WRITE into
+/// it is held until its last packet and faults there: the WR completes as a remote
+/// operational error, as when the fault was met packet by packet, and the responder's QP
+/// answers nothing more.
+#[test]
+fn a_held_write_that_faults_is_naked_before_any_ack() {
+    let mut f = Fabric::new(8, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let n = &mut f.nodes[b.node];
+    let target = 0x90_0000;
+    n.mem.add_region(AddrSpace(b.client.0), target, 60 * 1024);
+    let mr = n
+        .dev
+        .reg_mr(
+            b.pd,
+            target,
+            64 * 1024,
+            target,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            AddrSpace(b.client.0),
+        )
+        .unwrap();
+    fill(&mut f, &a, 0, 64 * 1024, 5);
+    let mut wr = SendWr::new(WrId(4), WrOpcode::RdmaWrite);
+    wr.send_flags = SendFlags::SIGNALED;
+    wr.sg_list = vec![Sge {
+        addr: a.base,
+        length: 64 * 1024,
+        lkey: a.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: target,
+        rkey: mr.rkey,
+    };
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
+    assert_eq!(wc.status, WcStatus::RemOpErr, "{wc:?}");
+}
+
+/// A WRITE with immediate whose last packet finds no receive WQE is RNR NAKed; the NAK
+/// acknowledges the packets before it, so their payload is in memory before it leaves.
+/// Once a receive is posted the retried last packet completes the message.
+#[test]
+fn an_rnr_nak_at_the_last_packet_follows_the_placement_of_the_rest() {
+    let mut f = Fabric::new(9, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let len = 32 * 1024;
+    fill(&mut f, &a, 0, len, 11);
+    let mut wr = SendWr::new(WrId(5), WrOpcode::RdmaWriteWithImm);
+    wr.send_flags = SendFlags::SIGNALED;
+    wr.sg_list = vec![Sge {
+        addr: a.base,
+        length: len as u32,
+        lkey: a.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: b.base,
+        rkey: b.mr.rkey,
+    };
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    // Run until the first RNR NAK has left the responder.
+    let mut steps = 0;
+    while f.nodes[b.node].dev.counters().rnr_naks_sent == 0 {
+        assert!(f.step(), "idle before the RNR NAK");
+        steps += 1;
+        assert!(steps < 100_000);
+    }
+    // Every packet before the last is in memory already.
+    let before_last = len - 1024;
+    assert_eq!(bytes(&f, &b, 0, before_last), bytes(&f, &a, 0, before_last));
+    f.nodes[b.node]
+        .dev
+        .post_recv(
+            b.qpn,
+            RecvWr {
+                wr_id: WrId(77),
+                sg_list: Vec::new(),
+            },
+        )
+        .unwrap();
+    complete_one(&mut f, &a);
+    assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
+}
