@@ -1,45 +1,93 @@
 //! Executing an in-sequence request at the responder (IBA 9.7.5.1): SEND
 //! into a receive WQE, RDMA WRITE and READ after the R_Key checks, atomics.
 
-use wire::roce::{NakCode, Request, SendSeg, WriteSeg};
+use wire::roce::{NakCode, Qpn, Request, SendSeg, WriteSeg};
 
 use crate::attr::*;
 use crate::dma::scatter;
-use crate::memory::{Memory, MemoryFault};
+use crate::memory::Memory;
 use crate::objects::Objects;
 use crate::outcome::Outcome;
 use crate::qp::*;
 use crate::types::*;
 use wire::roce::Header;
 
-/// Most payload bytes of an RDMA WRITE accepted and not yet placed: the middle packets of
-/// a message are placed in runs of up to this many bytes, one memory access each (on the
-/// daemon's descriptor path a `pwrite` costs a page walk and a bounce page per call,
-/// whatever its length). A run is placed before anything acknowledges its packets
-/// ([`place_held`]), so an ACK never covers bytes that are not in memory, and a fault
-/// is met before the ACK of the packet that holds it.
-pub(crate) const WRITE_BEHIND: usize = 64 * 1024;
+/// Most payload bytes of a SEND or RDMA WRITE accepted and not yet placed: the middle
+/// packets of a message are placed in runs of up to this many bytes, one memory access
+/// each (on the daemon's descriptor path a `pwrite` costs a page walk and a bounce page
+/// per call, whatever its length). A run is placed before anything acknowledges its
+/// packets ([`place_held`]), so an ACK never covers bytes that are not in memory, and a
+/// fault is met before the ACK of the packet that holds it.
+pub(crate) const HOLD: usize = 64 * 1024;
 
-/// Places the payload an RDMA WRITE in progress holds (see [`WRITE_BEHIND`]). Called
-/// before the responder answers anything but the next packet of that WRITE: an ACK or NAK
-/// covers the packets before it. Err when the memory faulted.
-pub(crate) fn place_held(conn: &mut Conn, mem: &mut dyn Memory) -> Result<(), MemoryFault> {
-    let Some(InProgress::Write {
-        space,
-        host,
-        behind,
-        ..
-    }) = conn.resp.cur.as_mut()
-    else {
+/// Whether the payload of a middle packet is held rather than placed now: nothing asks
+/// for an ACK, and the run stays under [`HOLD`].
+fn holds(last: bool, h: &Header, held: usize, payload: usize) -> bool {
+    !last && !h.ack_req && held + payload < HOLD
+}
+
+/// Adds `payload` to the held run, reserving the whole run at its first packet.
+fn hold(held: &mut Vec<u8>, payload: &[u8]) {
+    if held.capacity() == 0 {
+        held.reserve_exact(HOLD);
+    }
+    held.extend_from_slice(payload);
+}
+
+/// Places the payload the SEND or RDMA WRITE in progress holds (see [`HOLD`]). Called
+/// before the responder answers anything but the next packet of that message: an ACK or
+/// NAK covers the packets before it. A SEND whose run cannot be placed completes its
+/// receive WQE in error; the outcome to NAK is returned.
+pub(crate) fn place_held(
+    qp: &mut Qp,
+    o: &mut Objects,
+    mem: &mut dyn Memory,
+) -> Result<(), Outcome> {
+    let (pd, qpn, recv_cq) = (qp.init.pd, qp.qpn, qp.init.recv_cq);
+    let Some(conn) = qp.conn.as_mut() else {
         return Ok(());
     };
-    if behind.is_empty() {
-        return Ok(());
+    match conn.resp.cur.as_mut() {
+        Some(InProgress::Write {
+            space, host, held, ..
+        }) if !held.is_empty() => {
+            let at = *host - held.len() as u64;
+            let r = mem.write(*space, at, held);
+            held.clear();
+            r.map_err(|_| Outcome::Fatal(NakCode::RemoteOperationalError, None))
+        }
+        Some(InProgress::Send { rwqe, offset, held }) if !held.is_empty() => {
+            let at = *offset - held.len() as u32;
+            let r = scatter(&o.keys, pd, &rwqe.sg_list, at, held, mem);
+            held.clear();
+            r.map_err(|status| recv_failed(o, qpn, recv_cq, rwqe.wr_id, status))
+        }
+        _ => Ok(()),
     }
-    let at = *host - behind.len() as u64;
-    let r = mem.write(*space, at, behind);
-    behind.clear();
-    r
+}
+
+/// A SEND's payload could not be placed in its receive WQE: the WQE completes with
+/// `status`, and the request is NAKed (invalid request when it was too long for the WQE).
+fn recv_failed(
+    o: &mut Objects,
+    qpn: Qpn,
+    recv_cq: CqHandle,
+    wr_id: WrId,
+    status: WcStatus,
+) -> Outcome {
+    let wc = WorkCompletion {
+        wr_id,
+        status,
+        opcode: WcOpcode::Recv,
+        qp_num: qpn,
+        ..Default::default()
+    };
+    o.push_wc(recv_cq, wc);
+    if status == WcStatus::LocLenErr {
+        Outcome::Fatal(NakCode::InvalidRequest, Some(AsyncEvent::QpReqErr(qpn)))
+    } else {
+        Outcome::Fatal(NakCode::RemoteOperationalError, None)
+    }
 }
 
 /// Executes an in-sequence request packet.
@@ -74,12 +122,12 @@ pub(crate) fn execute(
             if payload.len() as u32 > mtu || (!last && payload.len() as u32 != mtu) {
                 return inv_req;
             }
-            let (rwqe, offset) = match (first, conn.resp.cur.take()) {
+            let (rwqe, offset, mut held) = match (first, conn.resp.cur.take()) {
                 (true, None) => match take_rwqe(qp, o) {
-                    Some(w) => (w, 0),
+                    Some(w) => (w, 0, Vec::new()),
                     None => return Outcome::Rnr,
                 },
-                (false, Some(InProgress::Send { rwqe, offset })) => (rwqe, offset),
+                (false, Some(InProgress::Send { rwqe, offset, held })) => (rwqe, offset, held),
                 (_, other) => {
                     if let Some(c) = qp.conn.as_mut() {
                         c.resp.cur = other;
@@ -90,24 +138,28 @@ pub(crate) fn execute(
             let Some(conn) = qp.conn.as_mut() else {
                 return Outcome::Done(1);
             };
-            if let Err(status) = scatter(&o.keys, pd, &rwqe.sg_list, offset, payload, mem) {
-                let wc = WorkCompletion {
-                    wr_id: rwqe.wr_id,
-                    status,
-                    opcode: WcOpcode::Recv,
-                    qp_num: qpn,
-                    ..Default::default()
-                };
-                o.push_wc(qp.init.recv_cq, wc);
-                return if status == WcStatus::LocLenErr {
-                    inv_req
-                } else {
-                    Outcome::Fatal(NakCode::RemoteOperationalError, None)
-                };
+            // Held only while it fits the WQE: a message too long for it fails at the
+            // packet that overflows, as placed packet by packet.
+            let room: u64 = rwqe.sg_list.iter().map(|s| u64::from(s.length)).sum();
+            let fits = u64::from(offset) + payload.len() as u64 <= room;
+            let placed = if fits && holds(last, h, held.len(), payload.len()) {
+                hold(&mut held, payload);
+                Ok(())
+            } else if held.is_empty() {
+                scatter(&o.keys, pd, &rwqe.sg_list, offset, payload, mem)
+            } else {
+                let at = offset - held.len() as u32;
+                held.extend_from_slice(payload);
+                let r = scatter(&o.keys, pd, &rwqe.sg_list, at, &held, mem);
+                held.clear();
+                r
+            };
+            if let Err(status) = placed {
+                return recv_failed(o, qpn, qp.init.recv_cq, rwqe.wr_id, status);
             }
             let offset = offset + payload.len() as u32;
             if !last {
-                conn.resp.cur = Some(InProgress::Send { rwqe, offset });
+                conn.resp.cur = Some(InProgress::Send { rwqe, offset, held });
                 return Outcome::Done(1);
             }
             conn.resp.msn = conn.resp.msn.wrapping_add(1);
@@ -165,8 +217,7 @@ pub(crate) fn execute(
             let Some(conn) = qp.conn.as_mut() else {
                 return Outcome::Done(1);
             };
-            let (space, mut host, mut left, total, mut behind) = match (reth, conn.resp.cur.take())
-            {
+            let (space, mut host, mut left, total, mut held) = match (reth, conn.resp.cur.take()) {
                 (Some(r), None) => {
                     if !access.contains(AccessFlags::REMOTE_WRITE) {
                         return access_err;
@@ -198,9 +249,9 @@ pub(crate) fn execute(
                         host,
                         left,
                         total,
-                        behind,
+                        held,
                     }),
-                ) => (space, host, left, total, behind),
+                ) => (space, host, left, total, held),
                 (_, other) => {
                     conn.resp.cur = other;
                     return inv_req;
@@ -209,27 +260,20 @@ pub(crate) fn execute(
             if payload.len() as u32 > left || (last && payload.len() as u32 != left) {
                 return inv_req;
             }
-            // Hold a middle packet's payload while the run stays short and nothing is
-            // acknowledged; place the run at the message's last packet, at a packet
-            // that asks for an ACK, or when it is full.
-            let hold = !last && !h.ack_req && behind.len() + payload.len() < WRITE_BEHIND;
-            let placed = if hold {
-                if behind.capacity() == 0 {
-                    behind.reserve_exact(WRITE_BEHIND);
-                }
-                behind.extend_from_slice(payload);
+            let placed = if holds(last, h, held.len(), payload.len()) {
+                hold(&mut held, payload);
                 Ok(())
-            } else if behind.is_empty() {
+            } else if held.is_empty() {
                 if payload.is_empty() {
                     Ok(())
                 } else {
                     mem.write(space, host, payload)
                 }
             } else {
-                behind.extend_from_slice(payload);
-                let at = host + payload.len() as u64 - behind.len() as u64;
-                let r = mem.write(space, at, &behind);
-                behind.clear();
+                held.extend_from_slice(payload);
+                let at = host + payload.len() as u64 - held.len() as u64;
+                let r = mem.write(space, at, &held);
+                held.clear();
                 r
             };
             if placed.is_err() {
@@ -243,7 +287,7 @@ pub(crate) fn execute(
                     host,
                     left,
                     total,
-                    behind,
+                    held,
                 });
                 return Outcome::Done(1);
             }

@@ -127,16 +127,21 @@ pub(crate) enum RespOut {
 /// A multi-packet message in progress at the responder.
 #[derive(Debug, Clone)]
 pub(crate) enum InProgress {
-    /// A SEND into this receive WQE, `offset` bytes so far.
-    Send { rwqe: RecvWr, offset: u32 },
+    /// A SEND into this receive WQE, `offset` bytes so far, of which the last
+    /// `held.len()` are accepted and not yet placed ([`crate::execute::HOLD`]).
+    Send {
+        rwqe: RecvWr,
+        offset: u32,
+        held: Vec<u8>,
+    },
     /// An RDMA WRITE: next host address and bytes left, and the payload accepted but
-    /// not yet placed, which ends at `host` ([`crate::execute::WRITE_BEHIND`]).
+    /// not yet placed, which ends at `host` ([`crate::execute::HOLD`]).
     Write {
         space: AddrSpace,
         host: u64,
         left: u32,
         total: u32,
-        behind: Vec<u8>,
+        held: Vec<u8>,
     },
     /// UC: dropping the rest of a broken message.
     Drop,

@@ -78,24 +78,32 @@ impl ResponderParts<'_> {
     ) {
         let ResponderParts { qps, o, forced } = self;
         let Some(qp) = qps.get_mut(&qpn) else { return };
-        let Some(conn) = qp.conn.as_mut() else { return };
         let psn = h.psn;
-        let d = psn.distance(conn.resp.epsn);
-        // Whatever answers this packet covers the ones before it: the payload of a WRITE
-        // in progress is placed first, unless this is that WRITE's next packet, whose
-        // execution places it when it must.
-        let continues_write = d == 0
+        let Some(epsn) = qp.conn.as_ref().map(|c| c.resp.epsn) else {
+            return;
+        };
+        let d = psn.distance(epsn);
+        // Whatever answers this packet covers the ones before it: the payload a message in
+        // progress holds is placed first, unless this is that message's next packet,
+        // whose execution places it when it must.
+        let continues = d == 0
             && matches!(
                 r,
                 Request::Write(WriteSeg::Middle | WriteSeg::Last | WriteSeg::LastImm(_))
+                    | Request::Send(
+                        SendSeg::Middle | SendSeg::Last | SendSeg::LastImm(_) | SendSeg::LastInv(_)
+                    )
             )
             && forced
                 .as_ref()
                 .is_none_or(|&(q, f)| q != qpn || !takes_forced(f, r));
-        if !continues_write && place_held(conn, mem).is_err() {
-            held_write_faulted(qp);
-            return;
+        if !continues {
+            if let Err(Outcome::Fatal(code, ev)) = place_held(qp, o, mem) {
+                nak_fatal(qp, o, epsn.wrapping_sub(1), code, ev);
+                return;
+            }
         }
+        let Some(conn) = qp.conn.as_mut() else { return };
         if d > 0 {
             // IBA 9.7.5.1.1: a PSN sequence error; one NAK per gap.
             if !conn.resp.nak_sent {
@@ -146,10 +154,14 @@ impl ResponderParts<'_> {
                     );
                 }
             }
-            // A WRITE with immediate found no receive WQE at its last packet: the NAK
-            // covers the packets before it, so their payload goes to memory first.
-            Outcome::Rnr if place_held(conn, mem).is_err() => held_write_faulted(qp),
             Outcome::Rnr => {
+                // A WRITE with immediate found no receive WQE at its last packet: the NAK
+                // covers the packets before it, so their payload goes to memory first.
+                if let Err(Outcome::Fatal(code, ev)) = place_held(qp, o, mem) {
+                    nak_fatal(qp, o, psn.wrapping_sub(1), code, ev);
+                    return;
+                }
+                let Some(conn) = qp.conn.as_mut() else { return };
                 let msn = conn.resp.msn;
                 conn.resp.out.push_back(RespOut::Ack {
                     psn,
@@ -170,20 +182,7 @@ impl ResponderParts<'_> {
                 o.counters.seq_naks_sent += 1;
                 qp.counters.seq_naks_sent += 1;
             }
-            Outcome::Fatal(code, ev) => {
-                let msn = conn.resp.msn;
-                conn.resp.out.push_back(RespOut::Ack {
-                    psn,
-                    syndrome: Syndrome::Nak(code),
-                    msn,
-                });
-                if let Some(e) = ev {
-                    o.events.push_back((qp.owner, e));
-                }
-                // Send the NAK, then move to the error state (see transmit_response).
-                conn.resp.cur = None;
-                conn.resp.fatal = true;
-            }
+            Outcome::Fatal(code, ev) => nak_fatal(qp, o, psn, code, ev),
         }
     }
 
@@ -443,15 +442,17 @@ pub(crate) fn transmit_response(
     })
 }
 
-/// Placing the held payload of the WRITE in progress faulted: its last accepted packet
-/// is NAKed as a remote operational error (as a fault met at that packet would have been),
-/// and the QP enters the error state once the NAK is out.
-fn held_write_faulted(qp: &mut Qp) {
+/// A request at `psn` failed for good: NAK it with `code`, raise `ev`, and enter the
+/// error state once the NAK is out (see `transmit_response`).
+fn nak_fatal(qp: &mut Qp, o: &mut Objects, psn: Psn, code: NakCode, ev: Option<AsyncEvent>) {
+    if let Some(e) = ev {
+        o.events.push_back((qp.owner, e));
+    }
     let Some(conn) = qp.conn.as_mut() else { return };
     let msn = conn.resp.msn;
     conn.resp.out.push_back(RespOut::Ack {
-        psn: conn.resp.epsn.wrapping_sub(1),
-        syndrome: Syndrome::Nak(NakCode::RemoteOperationalError),
+        psn,
+        syndrome: Syndrome::Nak(code),
         msn,
     });
     conn.resp.cur = None;

@@ -269,3 +269,75 @@ fn an_rnr_nak_at_the_last_packet_follows_the_placement_of_the_rest() {
     complete_one(&mut f, &a);
     assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
 }
+
+/// Posts a signaled SEND of `len` bytes from `a`'s buffer and a receive of `room` bytes
+/// at `b`'s buffer, split over two SGEs at `split`.
+fn send_into(f: &mut Fabric, a: &End, b: &End, len: u32, room: u32, split: u32) {
+    let sg_list = vec![
+        Sge {
+            addr: b.base,
+            length: split,
+            lkey: b.mr.lkey,
+        },
+        Sge {
+            addr: b.base + u64::from(split),
+            length: room - split,
+            lkey: b.mr.lkey,
+        },
+    ];
+    f.nodes[b.node]
+        .dev
+        .post_recv(
+            b.qpn,
+            RecvWr {
+                wr_id: WrId(50),
+                sg_list,
+            },
+        )
+        .unwrap();
+    let mut wr = SendWr::new(WrId(6), WrOpcode::Send);
+    wr.send_flags = SendFlags::SIGNALED;
+    wr.sg_list = vec![Sge {
+        addr: a.base,
+        length: len,
+        lkey: a.mr.lkey,
+    }];
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+}
+
+/// A 256 KiB SEND at MTU 1024 into a receive of two SGEs (100 KiB and the rest): its
+/// runs are placed in one access per run and SGE, and it arrives whole.
+#[test]
+fn a_long_send_is_placed_in_runs_across_its_sges() {
+    let mut f = Fabric::new(10, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let len = 256 * 1024;
+    fill(&mut f, &a, 0, len as usize, 21);
+    let before = f.nodes[b.node].mem.writes;
+    send_into(&mut f, &a, &b, len, len, 100 * 1024);
+    complete_one(&mut f, &a);
+    let (_, wc) = f.nodes[b.node].dev.poll_completion().expect("a receive");
+    assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+    assert_eq!(wc.byte_len, len);
+    // Runs of 64 KiB: [0, 64) [64, 128) [128, 192) [192, 256) KiB, the second split at
+    // 100 KiB.
+    assert_eq!(f.nodes[b.node].mem.writes - before, 5);
+    let n = len as usize;
+    assert_eq!(bytes(&f, &b, 0, n), bytes(&f, &a, 0, n));
+}
+
+/// A SEND longer than its receive fails at the packet that overflows, held or not: the
+/// receive completes with a length error and the sender with a remote invalid request.
+#[test]
+fn a_send_too_long_for_its_receive_fails_as_before() {
+    let mut f = Fabric::new(11, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    send_into(&mut f, &a, &b, 48 * 1024, 40 * 1024, 8 * 1024);
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let (_, wc) = f.nodes[b.node].dev.poll_completion().expect("a receive");
+    assert_eq!(wc.status, WcStatus::LocLenErr, "{wc:?}");
+    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
+    assert_eq!(wc.status, WcStatus::RemInvReqErr, "{wc:?}");
+}
