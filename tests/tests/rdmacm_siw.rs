@@ -118,6 +118,40 @@ impl Setup {
     }
 
     fn try_pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
+        let (s, c) = self.run_pair(server, client, port);
+        if !(s.success() && c.success()) {
+            self.report(&s, &c);
+        }
+        (s, c)
+    }
+
+    /// What each side's daemon counted for siw0 and for each QP its program printed as
+    /// its own ("local address: … QPN 0x…"): terminates, FPDUs, and Sends waiting for a
+    /// receive WR (`recv_waits`, `recv_waiting`).
+    fn report(&self, s: &Output, c: &Output) {
+        let sides = [
+            (&self.server_daemon, self.server_ns(), s),
+            (self.client_daemon(), self.client_ns(), c),
+        ];
+        for (daemon, ns, out) in sides {
+            let name = ns.map_or("host", |n| n.name.as_str());
+            let stat = daemon.cli(ns, &["stat", "siw0"]).stdout;
+            eprintln!("--- siw0 of {name} ---\n{stat}");
+            let qpns = out
+                .stdout
+                .lines()
+                .filter(|l| l.contains("local address"))
+                .filter_map(|l| l.split("QPN 0x").nth(1))
+                .filter_map(|h| u32::from_str_radix(h.split_whitespace().next()?, 16).ok());
+            for qpn in qpns {
+                let q = qpn.to_string();
+                let stat = daemon.cli(ns, &["stat", "siw0", "--qp", &q]).stdout;
+                eprintln!("--- QP {qpn} of {name} ---\n{stat}");
+            }
+        }
+    }
+
+    fn run_pair(&self, server: &[&str], client: &[&str], port: u16) -> (Output, Output) {
         let ns = self.server_ns();
         run_pair_when(
             self.server_daemon.program(ns, server),

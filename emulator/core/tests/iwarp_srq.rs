@@ -316,6 +316,7 @@ fn siw_send_waits_for_a_receive_posted_to_the_empty_srq() {
         l.b.is_waiting_for_recv(),
         "the Send holds: the SRQ is empty"
     );
+    assert_eq!(l.b.counters().recv_waits, 1);
     assert!(l.b_wcs.is_empty());
     r.post(7, 0, 4096);
     l.b.handle_stream(Instant::now(), &[], &mut r.dev, &mut r.mem);

@@ -238,4 +238,6 @@ pub struct IwarpCounters {
     pub terminates_sent: u64,
     /// Terminates received.
     pub terminates_rcvd: u64,
+    /// Sends that found no receive WR and waited for one (input held, `RECV_WAIT`).
+    pub recv_waits: u64,
 }

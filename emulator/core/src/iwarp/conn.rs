@@ -233,6 +233,7 @@ impl Connection {
                         && !self.recv_wait.is_zero()
                     {
                         self.held = Some((ulpdu.to_vec(), now + self.recv_wait));
+                        self.counters.recv_waits += 1;
                         break;
                     }
                     self.counters.rx_fpdus += 1;

@@ -649,6 +649,8 @@ impl Nic for SiwNic {
             ("terminates_sent", c.terminates_sent),
             ("terminates_rcvd", c.terminates_rcvd),
             ("mpa_failures", c.mpa_failures),
+            // A gauge: connections whose input waits for a receive WR right now.
+            ("recv_waiting", self.io.waiting_for_recv()),
         ]
         .into_iter()
         .chain(self.io.net_counters())
@@ -657,11 +659,11 @@ impl Nic for SiwNic {
     }
     fn qp_counters(&self, qpn: u32) -> Option<Vec<(String, u64)>> {
         let qp = self.qps.get(&qpn)?;
-        let c = qp
+        let (c, waiting) = qp
             .conn
             .and_then(|id| self.io.conns.get(&id))
             .and_then(|c| match &c.phase {
-                ConnPhase::Running(c) => Some(c.counters()),
+                ConnPhase::Running(c) => Some((c.counters(), c.is_waiting_for_recv())),
                 _ => None,
             })
             .unwrap_or_default();
@@ -672,6 +674,8 @@ impl Nic for SiwNic {
                 ("crc_errors", c.crc_errors),
                 ("terminates_sent", c.terminates_sent),
                 ("terminates_rcvd", c.terminates_rcvd),
+                ("recv_waits", c.recv_waits),
+                ("recv_waiting", u64::from(waiting)),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))

@@ -225,6 +225,15 @@ impl Streams {
     }
 
     /// Sets the epoll interest a connection needs now.
+    /// Running connections whose input waits for a receive WR (`rdma-emu stat`:
+    /// `recv_waiting`).
+    pub fn waiting_for_recv(&self) -> u64 {
+        self.conns
+            .values()
+            .filter(|c| matches!(&c.phase, ConnPhase::Running(e) if e.is_waiting_for_recv()))
+            .count() as u64
+    }
+
     pub fn set_interest(&mut self, id: ConnId) {
         let Some(c) = self.conns.get_mut(&id) else {
             return;
