@@ -8,23 +8,64 @@ use std::time::Duration;
 use emu_core::sim::*;
 use emu_core::*;
 
-/// Posts a signaled RDMA WRITE of `len` bytes from `a`'s buffer at `from` to `b`'s at
-/// `to`.
-fn post_write(f: &mut Fabric, a: &End, b: &End, id: u64, from: u64, to: u64, len: u32) {
-    let mut wr = SendWr::new(WrId(id), WrOpcode::RdmaWrite);
+/// A signaled `op` (an RDMA WRITE, with immediate or not) of `len` bytes from `from`
+/// (under `lkey`) to `to` (under `rkey`).
+fn write_wr(
+    id: u64,
+    op: WrOpcode,
+    (from, lkey): (u64, Lkey),
+    len: u32,
+    (to, rkey): (u64, Rkey),
+) -> SendWr {
+    let mut wr = SendWr::new(WrId(id), op);
     wr.send_flags = SendFlags::SIGNALED;
     wr.sg_list = vec![Sge {
-        addr: a.base + from,
+        addr: from,
         length: len,
-        lkey: a.mr.lkey,
+        lkey,
     }];
     wr.rdma = RdmaInfo {
-        remote_addr: b.base + to,
-        rkey: b.mr.rkey,
+        remote_addr: to,
+        rkey,
     };
+    wr
+}
+
+/// Posts `wr` on `a`'s QP.
+fn post(f: &mut Fabric, a: &End, wr: SendWr) {
     let now = f.now;
     let n = &mut f.nodes[a.node];
     n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+}
+
+/// Posts a signaled RDMA WRITE of `len` bytes from `a`'s buffer at `from` to `b`'s at
+/// `to`.
+fn post_write(f: &mut Fabric, a: &End, b: &End, id: u64, from: u64, to: u64, len: u32) {
+    let wr = write_wr(
+        id,
+        WrOpcode::RdmaWrite,
+        (a.base + from, a.mr.lkey),
+        len,
+        (b.base + to, b.mr.rkey),
+    );
+    post(f, a, wr);
+}
+
+/// Registers `[at, at + len)` of `e`'s client with `access`, of which only the first
+/// `mapped` bytes are memory: the rest is registered and unmapped.
+fn mr_with_a_hole(
+    f: &mut Fabric,
+    e: &End,
+    at: u64,
+    len: u64,
+    mapped: usize,
+    access: AccessFlags,
+) -> MrKeys {
+    let n = &mut f.nodes[e.node];
+    n.mem.add_region(AddrSpace(e.client.0), at, mapped);
+    n.dev
+        .reg_mr(e.pd, at, len, at, access, AddrSpace(e.client.0))
+        .unwrap()
 }
 
 /// Runs the fabric idle and takes `a`'s one completion, which must be a success.
@@ -138,38 +179,27 @@ fn retransmissions_of_interleaved_messages_carry_their_own_bytes() {
 #[test]
 fn an_unreadable_page_ends_the_wr_in_error_at_its_own_packet() {
     let mut f = Fabric::new(6, 2, Mtu::Mtu1024, LinkModel::default());
-    let o = ConnOpts::default();
-    let (a, b) = connect(&mut f, &o);
-    // An MR reaching past the node's memory: its last 4 KiB are registered but unmapped.
-    let client = a.client;
-    let n = &mut f.nodes[a.node];
-    let extra_base = 0x80_0000;
-    n.mem.add_region(AddrSpace(client.0), extra_base, 60 * 1024);
-    let mr = n
-        .dev
-        .reg_mr(
-            a.pd,
-            extra_base,
-            64 * 1024,
-            extra_base,
-            AccessFlags::LOCAL_WRITE,
-            AddrSpace(client.0),
-        )
-        .unwrap();
-    let mut wr = SendWr::new(WrId(9), WrOpcode::RdmaWrite);
-    wr.send_flags = SendFlags::SIGNALED;
-    wr.sg_list = vec![Sge {
-        addr: extra_base,
-        length: 64 * 1024,
-        lkey: mr.lkey,
-    }];
-    wr.rdma = RdmaInfo {
-        remote_addr: b.base,
-        rkey: b.mr.rkey,
-    };
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    // An MR whose last 4 KiB are registered but unmapped.
+    let at = 0x80_0000;
+    let mr = mr_with_a_hole(
+        &mut f,
+        &a,
+        at,
+        64 * 1024,
+        60 * 1024,
+        AccessFlags::LOCAL_WRITE,
+    );
+    let wr = write_wr(
+        9,
+        WrOpcode::RdmaWrite,
+        (at, mr.lkey),
+        64 * 1024,
+        (b.base, b.mr.rkey),
+    );
+    post(&mut f, &a, wr);
     let now = f.now;
     let n = &mut f.nodes[a.node];
-    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
     let mut buf = Vec::new();
     let mut sent = 0;
     while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {
@@ -189,35 +219,18 @@ fn an_unreadable_page_ends_the_wr_in_error_at_its_own_packet() {
 fn a_held_write_that_faults_is_naked_before_any_ack() {
     let mut f = Fabric::new(8, 2, Mtu::Mtu1024, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
-    let n = &mut f.nodes[b.node];
-    let target = 0x90_0000;
-    n.mem.add_region(AddrSpace(b.client.0), target, 60 * 1024);
-    let mr = n
-        .dev
-        .reg_mr(
-            b.pd,
-            target,
-            64 * 1024,
-            target,
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            AddrSpace(b.client.0),
-        )
-        .unwrap();
+    let at = 0x90_0000;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = mr_with_a_hole(&mut f, &b, at, 64 * 1024, 60 * 1024, access);
     fill(&mut f, &a, 0, 64 * 1024, 5);
-    let mut wr = SendWr::new(WrId(4), WrOpcode::RdmaWrite);
-    wr.send_flags = SendFlags::SIGNALED;
-    wr.sg_list = vec![Sge {
-        addr: a.base,
-        length: 64 * 1024,
-        lkey: a.mr.lkey,
-    }];
-    wr.rdma = RdmaInfo {
-        remote_addr: target,
-        rkey: mr.rkey,
-    };
-    let now = f.now;
-    let n = &mut f.nodes[a.node];
-    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    let wr = write_wr(
+        4,
+        WrOpcode::RdmaWrite,
+        (a.base, a.mr.lkey),
+        64 * 1024,
+        (at, mr.rkey),
+    );
+    post(&mut f, &a, wr);
     assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
     let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
     assert_eq!(wc.status, WcStatus::RemOpErr, "{wc:?}");
@@ -232,20 +245,14 @@ fn an_rnr_nak_at_the_last_packet_follows_the_placement_of_the_rest() {
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let len = 32 * 1024;
     fill(&mut f, &a, 0, len, 11);
-    let mut wr = SendWr::new(WrId(5), WrOpcode::RdmaWriteWithImm);
-    wr.send_flags = SendFlags::SIGNALED;
-    wr.sg_list = vec![Sge {
-        addr: a.base,
-        length: len as u32,
-        lkey: a.mr.lkey,
-    }];
-    wr.rdma = RdmaInfo {
-        remote_addr: b.base,
-        rkey: b.mr.rkey,
-    };
-    let now = f.now;
-    let n = &mut f.nodes[a.node];
-    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    let wr = write_wr(
+        5,
+        WrOpcode::RdmaWriteWithImm,
+        (a.base, a.mr.lkey),
+        len as u32,
+        (b.base, b.mr.rkey),
+    );
+    post(&mut f, &a, wr);
     // Run until the first RNR NAK has left the responder.
     let mut steps = 0;
     while f.nodes[b.node].dev.counters().rnr_naks_sent == 0 {
@@ -302,9 +309,7 @@ fn send_into(f: &mut Fabric, a: &End, b: &End, len: u32, room: u32, split: u32) 
         length: len,
         lkey: a.mr.lkey,
     }];
-    let now = f.now;
-    let n = &mut f.nodes[a.node];
-    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    post(f, a, wr);
 }
 
 /// A 256 KiB SEND at MTU 1024 into a receive of two SGEs (100 KiB and the rest): its
