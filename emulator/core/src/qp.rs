@@ -10,6 +10,37 @@ use wire::roce::{Msn, Psn, Qpn, RethRepr};
 use crate::attr::*;
 use crate::types::*;
 
+/// Bytes of one send WR's message read ahead of its packets: one memory access for up to
+/// [`crate::dma::AHEAD`] bytes instead of one per packet (on the daemon's descriptor path a `pread`
+/// costs a page walk and a bounce page per call, whatever its length).
+///
+/// The application may not change a send buffer between posting the WR and its
+/// completion (the buffer belongs to the HCA until then), so bytes read for the WR at one
+/// packet are still its bytes at a later packet or a retransmission. They are kept for
+/// that WR alone (named by its `seq`, unique in the QP's life) and only until its last
+/// packet has been built: a later WR over the same buffer reads memory again.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// The WR the bytes belong to, and the message offset of `bytes[0]`.
+    pub at: Option<(u64, u32)>,
+    pub bytes: Vec<u8>,
+}
+
+impl Ahead {
+    /// Message bytes `[off, off + len)` of WR `seq`, if they were read ahead.
+    pub fn get(&self, seq: u64, off: u32, len: usize) -> Option<&[u8]> {
+        let (s, start) = self.at?;
+        let from = off.checked_sub(start)? as usize;
+        (s == seq).then_some(())?;
+        self.bytes.get(from..from.checked_add(len)?)
+    }
+
+    pub fn forget(&mut self) {
+        self.at = None;
+        self.bytes = Vec::new();
+    }
+}
+
 /// A posted send WR and its progress.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
@@ -25,7 +56,7 @@ pub(crate) struct SendWqe {
     /// Set when the WR finished (locally complete), ready to retire in order.
     pub done: Option<WcStatus>,
     /// The QP's count of WRs posted before this one: names the WR for as long as the QP
-    /// lives, so that bytes gathered ahead for it ([`crate::dma::Ahead`]) are never served
+    /// lives, so that bytes gathered ahead for it ([`Ahead`]) are never served
     /// to another.
     pub seq: u64,
 }
@@ -203,7 +234,7 @@ pub(crate) struct Qp {
     /// Send WRs posted so far (the next WQE's `seq`).
     pub posted: u64,
     /// Payload of the message being sent, read ahead of its packets.
-    pub ahead: crate::dma::Ahead,
+    pub ahead: Ahead,
 }
 
 impl Qp {
