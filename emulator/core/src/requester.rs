@@ -11,7 +11,7 @@ use wire::roce::{
 use crate::attr::*;
 use crate::completer::Completer;
 use crate::dcqcn::DcqcnParams;
-use crate::dma::{check_local_sges, finish_icrc, gather, gather_ahead};
+use crate::dma::{check_local_sges, finish_icrc, gather_ahead};
 use crate::memory::Memory;
 use crate::mw::bind_window;
 use crate::objects::{Objects, RECOUNT};
@@ -420,20 +420,16 @@ impl RequesterParts<'_> {
         packet::emit_headers(&header, &body, n as usize, buf);
         let gathered = {
             let qp = self.qps.get_mut(&qpn)?;
-            let out = &mut buf[hlen..hlen + n as usize];
-            if qp.qp_type == QpType::Ud {
-                gather(&self.o.keys, qp.init.pd, &qp.sq[i], off, out, mem)
-            } else {
-                gather_ahead(
-                    &self.o.keys,
-                    qp.init.pd,
-                    &qp.sq[i],
-                    &mut qp.ahead,
-                    off,
-                    out,
-                    mem,
-                )
-            }
+            // A UD message is one packet, which `gather_ahead` reads on its own.
+            gather_ahead(
+                &self.o.keys,
+                qp.init.pd,
+                &qp.sq[i],
+                &mut qp.ahead,
+                off,
+                &mut buf[hlen..hlen + n as usize],
+                mem,
+            )
         };
         if let Err(status) = gathered {
             let qp = self.qps.get_mut(&qpn)?;
