@@ -246,80 +246,31 @@ pub extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     })
 }
 
+/// `ibv_qp_attr` between the C struct and the protocol: the four enums are `c_int` on one
+/// side and `u32` on the other (`$int`), the paths go through `$ah`; every other field
+/// keeps its type ([`wire::qp_attr_fields`]).
+macro_rules! qp_attr_c {
+    ($ty:path, $cap:path, $a:ident, $int:ty, $ah:path) => {
+        wire::qp_attr_fields!($ty, $a, {
+            qp_state: $a.qp_state as $int,
+            cur_qp_state: $a.cur_qp_state as $int,
+            path_mtu: $a.path_mtu as $int,
+            path_mig_state: $a.path_mig_state as $int,
+            cap: wire::qp_cap_fields!($cap, $a.cap),
+            ah_attr: $ah(&$a.ah_attr),
+            alt_ah_attr: $ah(&$a.alt_ah_attr),
+        }, copy [
+            qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, en_sqd_async_notify, sq_draining
+        ])
+    };
+}
+
 fn qp_attr_to_wire(a: &ibv_qp_attr) -> QpAttr {
-    let c = &a.cap;
-    QpAttr {
-        qp_state: a.qp_state as u32,
-        cur_qp_state: a.cur_qp_state as u32,
-        path_mtu: a.path_mtu as u32,
-        path_mig_state: a.path_mig_state as u32,
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags,
-        cap: QpCap {
-            max_send_wr: c.max_send_wr,
-            max_recv_wr: c.max_recv_wr,
-            max_send_sge: c.max_send_sge,
-            max_recv_sge: c.max_recv_sge,
-            max_inline_data: c.max_inline_data,
-        },
-        ah_attr: ah_attr_to_wire(&a.ah_attr),
-        alt_ah_attr: ah_attr_to_wire(&a.alt_ah_attr),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: a.alt_pkey_index,
-        en_sqd_async_notify: a.en_sqd_async_notify,
-        sq_draining: a.sq_draining,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: a.alt_port_num,
-        alt_timeout: a.alt_timeout,
-        rate_limit: a.rate_limit,
-    }
+    qp_attr_c!(QpAttr, QpCap, a, u32, ah_attr_to_wire)
 }
 
 pub(crate) fn qp_attr_from_wire(a: &QpAttr) -> ibv_qp_attr {
-    let c = &a.cap;
-    ibv_qp_attr {
-        qp_state: a.qp_state as c_int,
-        cur_qp_state: a.cur_qp_state as c_int,
-        path_mtu: a.path_mtu as c_int,
-        path_mig_state: a.path_mig_state as c_int,
-        qkey: a.qkey,
-        rq_psn: a.rq_psn,
-        sq_psn: a.sq_psn,
-        dest_qp_num: a.dest_qp_num,
-        qp_access_flags: a.qp_access_flags,
-        cap: ibv_qp_cap {
-            max_send_wr: c.max_send_wr,
-            max_recv_wr: c.max_recv_wr,
-            max_send_sge: c.max_send_sge,
-            max_recv_sge: c.max_recv_sge,
-            max_inline_data: c.max_inline_data,
-        },
-        ah_attr: ah_attr_from_wire(&a.ah_attr),
-        alt_ah_attr: ah_attr_from_wire(&a.alt_ah_attr),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: a.alt_pkey_index,
-        en_sqd_async_notify: a.en_sqd_async_notify,
-        sq_draining: a.sq_draining,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: a.alt_port_num,
-        alt_timeout: a.alt_timeout,
-        rate_limit: a.rate_limit,
-    }
+    qp_attr_c!(ibv_qp_attr, ibv_qp_cap, a, c_int, ah_attr_from_wire)
 }
 
 #[no_mangle]

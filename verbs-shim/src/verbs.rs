@@ -159,39 +159,12 @@ pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 // ---- address handles ----------------------------------------------------------------------
 
 pub fn ah_attr_to_wire(a: &ibv_ah_attr) -> AhAttr {
-    AhAttr {
-        grh: GlobalRoute {
-            dgid: a.grh.dgid.raw,
-            flow_label: a.grh.flow_label,
-            sgid_index: a.grh.sgid_index,
-            hop_limit: a.grh.hop_limit,
-            traffic_class: a.grh.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.is_global,
-        port_num: a.port_num,
-    }
+    wire::ah_attr_fields!(AhAttr, GlobalRoute, a, dgid: a.grh.dgid.raw, is_global: a.is_global)
 }
 
 pub fn ah_attr_from_wire(a: &AhAttr) -> ibv_ah_attr {
-    ibv_ah_attr {
-        grh: ibv_global_route {
-            dgid: ibv_gid { raw: a.grh.dgid },
-            flow_label: a.grh.flow_label,
-            sgid_index: a.grh.sgid_index,
-            hop_limit: a.grh.hop_limit,
-            traffic_class: a.grh.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.is_global,
-        port_num: a.port_num,
-    }
+    let dgid = ibv_gid { raw: a.grh.dgid };
+    wire::ah_attr_fields!(ibv_ah_attr, ibv_global_route, a, dgid: dgid, is_global: a.is_global)
 }
 
 #[no_mangle]

@@ -304,3 +304,112 @@ pub struct SrqAttr {
     /// disarmed); the event disarms it.
     pub srq_limit: u32,
 }
+
+// ---- one field list for every layer -------------------------------------------------------
+//
+// `ibv_qp_attr`, `ibv_ah_attr` and `ibv_qp_cap` are restated at three layers: the C structs of
+// the shim, the protocol structs above, and the core's typed ones. Most fields have the
+// same name, type and meaning in all three; only a few change type on the way (a state enum,
+// a PSN, a bool). These macros name the shared fields once, so that every conversion states
+// only what it converts and a field added to the protocol is copied everywhere or nowhere.
+
+/// Builds a `struct ibv_qp_cap`-shaped value of type `$ty` from `$src`: all five capacities
+/// are the same `u32`s at every layer.
+///
+/// ```
+/// use wire::client::proto::QpCap;
+/// let c = QpCap { max_send_wr: 16, max_inline_data: 64, ..QpCap::default() };
+/// let copy: QpCap = wire::qp_cap_fields!(QpCap, c);
+/// assert_eq!(copy, c);
+/// ```
+#[macro_export]
+macro_rules! qp_cap_fields {
+    ($ty:path, $src:expr) => {{
+        let s = &$src;
+        $ty {
+            max_send_wr: s.max_send_wr,
+            max_recv_wr: s.max_recv_wr,
+            max_send_sge: s.max_send_sge,
+            max_recv_sge: s.max_recv_sge,
+            max_inline_data: s.max_inline_data,
+        }
+    }};
+}
+
+/// Builds a `struct ibv_ah_attr`-shaped value of type `$ty` (its GRH of type `$grh`) from
+/// `$src`. The caller converts the two fields whose type differs between layers, the
+/// destination GID and `is_global`; the rest is copied.
+///
+/// ```
+/// use wire::client::proto::{AhAttr, GlobalRoute};
+/// let a = AhAttr { dlid: 3, is_global: 1, ..AhAttr::default() };
+/// let copy = wire::ah_attr_fields!(AhAttr, GlobalRoute, a, dgid: a.grh.dgid, is_global: a.is_global);
+/// assert_eq!(copy, a);
+/// ```
+#[macro_export]
+macro_rules! ah_attr_fields {
+    ($ty:path, $grh:path, $src:expr, dgid: $dgid:expr, is_global: $global:expr $(,)?) => {{
+        // Aliases: a `path` fragment cannot name a struct literal nested in another.
+        type Ah = $ty;
+        type Grh = $grh;
+        let s = &$src;
+        Ah {
+            grh: Grh {
+                dgid: $dgid,
+                flow_label: s.grh.flow_label,
+                sgid_index: s.grh.sgid_index,
+                hop_limit: s.grh.hop_limit,
+                traffic_class: s.grh.traffic_class,
+            },
+            dlid: s.dlid,
+            sl: s.sl,
+            src_path_bits: s.src_path_bits,
+            static_rate: s.static_rate,
+            is_global: $global,
+            port_num: s.port_num,
+        }
+    }};
+}
+
+/// Builds a `struct ibv_qp_attr`-shaped value of type `$ty` from `$src`. The caller gives
+/// the fields it converts in `{ field: expr, ... }`, and may name in `copy [..]` further
+/// fields that keep their type across its boundary; the path and retry fields, the same
+/// at every layer, are copied.
+///
+/// ```
+/// use wire::client::proto::{AhAttr, GlobalRoute, QpAttr, QpCap};
+/// let a = QpAttr { retry_cnt: 7, qkey: 0x1111_0000, ..QpAttr::default() };
+/// let copy = wire::qp_attr_fields!(QpAttr, a, {
+///     qp_state: a.qp_state,
+///     cur_qp_state: a.cur_qp_state,
+///     path_mtu: a.path_mtu,
+///     path_mig_state: a.path_mig_state,
+///     cap: wire::qp_cap_fields!(QpCap, a.cap),
+///     ah_attr: a.ah_attr,
+///     alt_ah_attr: a.alt_ah_attr,
+/// }, copy [qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, en_sqd_async_notify, sq_draining]);
+/// assert_eq!(copy, a);
+/// ```
+#[macro_export]
+macro_rules! qp_attr_fields {
+    ($ty:path, $src:expr, { $($field:ident : $value:expr),* $(,)? }
+        $(, copy [$($same:ident),* $(,)?])? $(,)?) => {{
+        let s = &$src;
+        $ty {
+            $($field: $value,)*
+            $($($same: s.$same,)*)?
+            pkey_index: s.pkey_index,
+            alt_pkey_index: s.alt_pkey_index,
+            max_rd_atomic: s.max_rd_atomic,
+            max_dest_rd_atomic: s.max_dest_rd_atomic,
+            min_rnr_timer: s.min_rnr_timer,
+            port_num: s.port_num,
+            timeout: s.timeout,
+            retry_cnt: s.retry_cnt,
+            rnr_retry: s.rnr_retry,
+            alt_port_num: s.alt_port_num,
+            alt_timeout: s.alt_timeout,
+            rate_limit: s.rate_limit,
+        }
+    }};
+}

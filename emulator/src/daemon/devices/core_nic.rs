@@ -113,59 +113,21 @@ pub(in crate::daemon) fn reg_mr_on(
 }
 
 fn cap_in(c: proto::QpCap) -> core::QpCap {
-    core::QpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
+    wire::qp_cap_fields!(core::QpCap, c)
 }
 
 pub(in crate::daemon) fn cap_out(c: core::QpCap) -> proto::QpCap {
-    proto::QpCap {
-        max_send_wr: c.max_send_wr,
-        max_recv_wr: c.max_recv_wr,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline_data: c.max_inline_data,
-    }
+    wire::qp_cap_fields!(proto::QpCap, c)
 }
 
 fn ah_in(a: &proto::AhAttr) -> core::AhAttr {
-    core::AhAttr {
-        grh: core::GlobalRoute {
-            dgid: core::Gid(a.grh.dgid),
-            flow_label: a.grh.flow_label,
-            sgid_index: a.grh.sgid_index,
-            hop_limit: a.grh.hop_limit,
-            traffic_class: a.grh.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.is_global != 0,
-        port_num: a.port_num,
-    }
+    let (dgid, is_global) = (core::Gid(a.grh.dgid), a.is_global != 0);
+    wire::ah_attr_fields!(core::AhAttr, core::GlobalRoute, a, dgid: dgid, is_global: is_global)
 }
 
 fn ah_out(a: &core::AhAttr) -> proto::AhAttr {
-    proto::AhAttr {
-        grh: proto::GlobalRoute {
-            dgid: a.grh.dgid.0,
-            flow_label: a.grh.flow_label,
-            sgid_index: a.grh.sgid_index,
-            hop_limit: a.grh.hop_limit,
-            traffic_class: a.grh.traffic_class,
-        },
-        dlid: a.dlid,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: u8::from(a.is_global),
-        port_num: a.port_num,
-    }
+    let (dgid, is_global) = (a.grh.dgid.0, u8::from(a.is_global));
+    wire::ah_attr_fields!(proto::AhAttr, proto::GlobalRoute, a, dgid: dgid, is_global: is_global)
 }
 
 fn state_in(v: u32, needed: bool) -> Result<core::QpState, Errno> {
@@ -176,8 +138,10 @@ fn state_in(v: u32, needed: bool) -> Result<core::QpState, Errno> {
     }
 }
 
+/// The protocol's `ibv_qp_attr` in the core's types: states checked where the mask names
+/// them, PSNs and the QPN cut to 24 bits.
 fn qp_attr_in(a: &proto::QpAttr, mask: u32) -> Result<core::QpAttr, Errno> {
-    Ok(core::QpAttr {
+    Ok(wire::qp_attr_fields!(core::QpAttr, a, {
         qp_state: state_in(a.qp_state, mask & qp_attr_mask::STATE != 0)?,
         cur_qp_state: state_in(a.cur_qp_state, mask & qp_attr_mask::CUR_STATE != 0)?,
         path_mtu: a.path_mtu,
@@ -190,25 +154,14 @@ fn qp_attr_in(a: &proto::QpAttr, mask: u32) -> Result<core::QpAttr, Errno> {
         cap: cap_in(a.cap),
         ah_attr: ah_in(&a.ah_attr),
         alt_ah_attr: ah_in(&a.alt_ah_attr),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: a.alt_pkey_index,
         en_sqd_async_notify: a.en_sqd_async_notify != 0,
         sq_draining: a.sq_draining != 0,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: a.alt_port_num,
-        alt_timeout: a.alt_timeout,
-        rate_limit: a.rate_limit,
-    })
+    }))
 }
 
+/// The core's QP attributes as the protocol carries them.
 pub(in crate::daemon) fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
-    proto::QpAttr {
+    wire::qp_attr_fields!(proto::QpAttr, a, {
         qp_state: a.qp_state as u32,
         cur_qp_state: a.cur_qp_state as u32,
         path_mtu: a.path_mtu,
@@ -221,21 +174,9 @@ pub(in crate::daemon) fn qp_attr_out(a: &core::QpAttr) -> proto::QpAttr {
         cap: cap_out(a.cap),
         ah_attr: ah_out(&a.ah_attr),
         alt_ah_attr: ah_out(&a.alt_ah_attr),
-        pkey_index: a.pkey_index,
-        alt_pkey_index: a.alt_pkey_index,
         en_sqd_async_notify: u8::from(a.en_sqd_async_notify),
         sq_draining: u8::from(a.sq_draining),
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        min_rnr_timer: a.min_rnr_timer,
-        port_num: a.port_num,
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        alt_port_num: a.alt_port_num,
-        alt_timeout: a.alt_timeout,
-        rate_limit: a.rate_limit,
-    }
+    })
 }
 
 pub(in crate::daemon) fn srq_in(a: &proto::SrqAttr) -> core::SrqAttr {
