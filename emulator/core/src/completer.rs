@@ -195,6 +195,7 @@ impl Completer<'_> {
             return;
         }
         req.retry_left -= 1;
+        req.retried_at = Some(req.una);
         self.go_back(now, qpn);
     }
 
@@ -304,6 +305,7 @@ impl Completer<'_> {
         if moved {
             req.retry_left = retry;
             req.rnr_left = rnr;
+            req.retried_at = None;
             if req.una == req.next_psn {
                 self.o.timers.cancel(qpn, TimerKind::Retransmit);
             } else if let Some(t) = req.ack_timeout {
@@ -375,15 +377,17 @@ impl Completer<'_> {
                         NakCode::PsnSequenceError => {
                             self.o.counters.seq_naks_rcvd += 1;
                             qp.counters.seq_naks_rcvd += 1;
-                            if !moved {
-                                if req.retry_left == 0 {
-                                    WcStatus::RetryExcErr
-                                } else {
-                                    req.retry_left -= 1;
-                                    self.go_back(now, qpn);
-                                    return;
-                                }
+                            if !moved && req.retried_at == Some(psn) {
+                                // Already going back from here: a duplicate NAK.
+                                return;
+                            }
+                            if !moved && req.retry_left == 0 {
+                                WcStatus::RetryExcErr
                             } else {
+                                if !moved {
+                                    req.retry_left -= 1;
+                                }
+                                req.retried_at = Some(psn);
                                 self.go_back(now, qpn);
                                 return;
                             }

@@ -108,6 +108,12 @@ pub(crate) struct Requester {
     pub rnr_waiting: bool,
     /// The `una` a gap-triggered go-back last happened at (one go-back per gap).
     pub gap_retried_at: Option<Psn>,
+    /// The `una` the last go-back after a timeout or sequence NAK started from. A sequence
+    /// NAK for that same PSN (a duplicated NAK, or one sent before the go-back reached the
+    /// responder) neither costs a retry nor starts another go-back, as rxe's
+    /// `started_retry`: the responder NAKs once per gap, so only a timeout says that the
+    /// retransmission itself was lost.
+    pub retried_at: Option<Psn>,
     /// Local ACK timeout (None = infinite).
     pub ack_timeout: Option<Duration>,
 }

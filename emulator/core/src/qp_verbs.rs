@@ -250,6 +250,7 @@ impl VerbParts<'_> {
                     rnr_left: qp.attr.rnr_retry,
                     rnr_waiting: false,
                     gap_retried_at: None,
+                    retried_at: None,
                     ack_timeout,
                 });
             } else if let Some(r) = c.req.as_mut() {

@@ -1,0 +1,180 @@
+//! How the requester counts sequence NAKs against its retries (IBA 9.7.5.1.2, C9-114 ff.).
+//!
+//! A responder NAKs a gap once; only a timeout says that the retransmission was lost too.
+//! So a sequence NAK for the PSN the requester is already going back from (a duplicate on
+//! the wire, or a NAK sent before the go-back arrived) costs no retry and starts no second
+//! go-back, as rxe's `started_retry`. Counting each copy made a QP with faults injected
+//! (duplication at a few per cent) exhaust `retry_cnt` with no packet lost twice.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use emu_core::sim::*;
+use emu_core::*;
+use wire::roce::{
+    icrc, AethRepr, Body, Header, Msn, NakCode, Packet, PacketRepr, Response, Syndrome,
+};
+
+const WRITES: u64 = 4;
+const LEN: u32 = 1024;
+
+/// A connected pair whose requester A allows one retry, with `WRITES` one-packet WRITEs
+/// posted on A and their first transmission lost.
+fn rig() -> (Fabric, End, End) {
+    let mut f = Fabric::new(31, 2, Mtu::Mtu1024, LinkModel::default());
+    let o = ConnOpts {
+        retry_cnt: 1,
+        timeout: 14,
+        ..ConnOpts::default()
+    };
+    let (a, b) = connect(&mut f, &o);
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    for i in 0..WRITES {
+        n.mem
+            .slice_mut(
+                AddrSpace(a.client.0),
+                a.base + i * u64::from(LEN),
+                LEN as usize,
+            )
+            .fill(i as u8 + 1);
+        let mut wr = SendWr::new(WrId(i), WrOpcode::RdmaWrite);
+        wr.send_flags = SendFlags::SIGNALED;
+        wr.sg_list = vec![Sge {
+            addr: a.base + i * u64::from(LEN),
+            length: LEN,
+            lkey: a.mr.lkey,
+        }];
+        wr.rdma = RdmaInfo {
+            remote_addr: b.base + i * u64::from(LEN),
+            rkey: b.mr.rkey,
+        };
+        n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    }
+    let mut buf = Vec::new();
+    let mut lost = 0;
+    while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {
+        lost += 1;
+    }
+    assert_eq!(lost, WRITES, "one packet per WRITE, all dropped");
+    (f, a, b)
+}
+
+/// Hands A a sequence NAK from B for `psn`, as B's device would build it.
+fn nak_to_a(f: &mut Fabric, a: &End, psn: u32) {
+    let src = SocketAddr::new(f.nodes[1].ip, 0xc002);
+    let dst = SocketAddr::new(f.nodes[0].ip, 4791);
+    let repr = PacketRepr {
+        header: Header::new(a.qpn, Psn::new(psn)),
+        body: Body::RcResponse(Response::Ack(AethRepr {
+            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+            msn: Msn(0),
+        })),
+        payload: &[],
+    };
+    let mut buf = vec![0; repr.buffer_len()];
+    let mut p = Packet::new_unchecked(&mut buf[..]);
+    repr.emit(&mut p);
+    let (SocketAddr::V4(s), SocketAddr::V4(d)) = (src, dst) else {
+        panic!("the fabric's nodes have IPv4 addresses")
+    };
+    let c = icrc::for_udp4(*s.ip(), *d.ip(), s.port(), d.port(), p.icrc_covered());
+    p.set_icrc(c);
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.dev.handle_datagram(
+        now,
+        &Datagram {
+            src,
+            dst,
+            payload: &buf,
+        },
+        &mut n.mem,
+    );
+}
+
+/// Runs the fabric idle and checks that every WRITE completed and B holds its bytes.
+fn all_written(f: &mut Fabric, a: &End, b: &End) {
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let mut done = Vec::new();
+    while let Some((_, wc)) = f.nodes[a.node].dev.poll_completion() {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        done.push(wc.wr_id.0);
+    }
+    assert_eq!(done, (0..WRITES).collect::<Vec<_>>());
+    for i in 0..WRITES {
+        let got = f.nodes[b.node].mem.slice(
+            AddrSpace(b.client.0),
+            b.base + i * u64::from(LEN),
+            LEN as usize,
+        );
+        assert!(got.iter().all(|&x| x == i as u8 + 1), "WRITE {i}'s bytes");
+    }
+}
+
+#[test]
+fn duplicated_sequence_naks_cost_one_retry() {
+    let (mut f, a, b) = rig();
+    // B saw none of A's packets; the NAK for A's first PSN arrives five times. One retry
+    // is spent on the first copy; the other four are the same request to go back.
+    for _ in 0..5 {
+        nak_to_a(&mut f, &a, 100);
+    }
+    all_written(&mut f, &a, &b);
+    let c = f.nodes[a.node].dev.counters();
+    assert_eq!(c.seq_naks_rcvd, 5);
+    assert_eq!(c.retry_exceeded, 0);
+}
+
+#[test]
+fn a_sequence_nak_after_progress_is_a_new_gap() {
+    let (mut f, a, b) = rig();
+    // The first go-back from PSN 100 spends the one retry; the WRITEs then get through.
+    nak_to_a(&mut f, &a, 100);
+    all_written(&mut f, &a, &b);
+    // A new gap after progress has its retry again.
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    let mut wr = SendWr::new(WrId(9), WrOpcode::RdmaWrite);
+    wr.send_flags = SendFlags::SIGNALED;
+    wr.sg_list = vec![Sge {
+        addr: a.base,
+        length: LEN,
+        lkey: a.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: b.base,
+        rkey: b.mr.rkey,
+    };
+    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    let mut buf = Vec::new();
+    while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {}
+    let next = 100 + WRITES as u32;
+    nak_to_a(&mut f, &a, next);
+    nak_to_a(&mut f, &a, next);
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
+    assert_eq!((wc.wr_id, wc.status), (WrId(9), WcStatus::Success));
+}
+
+#[test]
+fn a_sequence_nak_with_no_retry_left_ends_the_wr() {
+    let (mut f, a, _b) = rig();
+    // The timeout fires and spends the one retry going back from PSN 100; that
+    // retransmission is lost as well.
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.dev
+        .handle_timeout(now + Duration::from_secs(1), &mut n.mem);
+    let mut buf = Vec::new();
+    while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {}
+    // A NAK for the same PSN is the NAK the first transmission caused: not a new retry.
+    nak_to_a(&mut f, &a, 100);
+    assert!(f.nodes[a.node].dev.poll_completion().is_none());
+    // The second timeout has none left.
+    let n = &mut f.nodes[a.node];
+    n.dev
+        .handle_timeout(now + Duration::from_secs(2), &mut n.mem);
+    let (_, wc) = n.dev.poll_completion().expect("a completion");
+    assert_eq!((wc.wr_id, wc.status), (WrId(0), WcStatus::RetryExcErr));
+}
