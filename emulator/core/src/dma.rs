@@ -99,10 +99,16 @@ pub(crate) fn gather_ahead(
     }
     let end = off.saturating_add(out.len() as u32);
     let last = end >= w.len;
-    if w.wr.inline_data.is_some() || (last && ahead.at.is_none()) {
+    if w.wr.inline_data.is_some() || (last && ahead.at.is_none()) || ahead.plain == Some(w.seq) {
         return gather(keys, pd, w, off, out, mem);
     }
     if ahead.get(w.seq, off, out.len()).is_none() {
+        if !wants_runs(keys, pd, &w.wr.sg_list, off, mem) {
+            // Mapped memory: a run would be one more copy of every byte.
+            ahead.forget();
+            ahead.plain = Some(w.seq);
+            return gather(keys, pd, w, off, out, mem);
+        }
         let want = (w.len - off).min(AHEAD.max(out.len() as u32)) as usize;
         ahead.at = None;
         ahead.bytes.resize(want, 0);
@@ -120,6 +126,30 @@ pub(crate) fn gather_ahead(
         ahead.forget();
     }
     Ok(())
+}
+
+/// Whether the memory under message offset `off` of `sges` wants its bytes moved in runs
+/// ([`Memory::prefers_runs`]); `false` when no SGE holds `off` or its key does not
+/// resolve (the access that follows reports that).
+pub(crate) fn wants_runs(
+    keys: &Keys,
+    pd: PdHandle,
+    sges: &[Sge],
+    off: u32,
+    mem: &dyn Memory,
+) -> bool {
+    let mut skip = u64::from(off);
+    for s in sges {
+        let len = u64::from(s.length);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        return keys
+            .resolve(s.lkey.0, pd, s.addr + skip, 1, AccessFlags::EMPTY, false, 0)
+            .is_ok_and(|(space, host)| mem.prefers_runs(space, host));
+    }
+    false
 }
 
 /// Writes `data` into the scatter list at message offset `off` (LOCAL_WRITE required).

@@ -4,7 +4,7 @@
 use wire::roce::{NakCode, Qpn, Request, SendSeg, WriteSeg};
 
 use crate::attr::*;
-use crate::dma::scatter;
+use crate::dma::{scatter, wants_runs};
 use crate::memory::Memory;
 use crate::objects::Objects;
 use crate::outcome::Outcome;
@@ -17,7 +17,8 @@ use wire::roce::Header;
 /// each (on the daemon's descriptor path a `pwrite` costs a page walk and a bounce page
 /// per call, whatever its length). A run is placed before anything acknowledges its
 /// packets ([`place_held`]), so an ACK never covers bytes that are not in memory, and a
-/// fault is met before the ACK of the packet that holds it.
+/// fault is met before the ACK of the packet that holds it. Only where the memory asks for
+/// runs ([`Memory::prefers_runs`]): into mapped memory each packet is placed as it comes.
 pub(crate) const HOLD: usize = 64 * 1024;
 
 /// Whether the payload of a middle packet is held rather than placed now: nothing asks
@@ -142,7 +143,10 @@ pub(crate) fn execute(
             // packet that overflows, as placed packet by packet.
             let room: u64 = rwqe.sg_list.iter().map(|s| u64::from(s.length)).sum();
             let fits = u64::from(offset) + payload.len() as u64 <= room;
-            let placed = if fits && holds(last, h, held.len(), payload.len()) {
+            let placed = if fits
+                && holds(last, h, held.len(), payload.len())
+                && (!held.is_empty() || wants_runs(&o.keys, pd, &rwqe.sg_list, offset, mem))
+            {
                 hold(&mut held, payload);
                 Ok(())
             } else if held.is_empty() {
@@ -260,7 +264,9 @@ pub(crate) fn execute(
             if payload.len() as u32 > left || (last && payload.len() as u32 != left) {
                 return inv_req;
             }
-            let placed = if holds(last, h, held.len(), payload.len()) {
+            let placed = if holds(last, h, held.len(), payload.len())
+                && (!held.is_empty() || mem.prefers_runs(space, host))
+            {
                 hold(&mut held, payload);
                 Ok(())
             } else if held.is_empty() {

@@ -23,6 +23,15 @@ pub trait Memory {
     fn read(&mut self, space: AddrSpace, addr: u64, buf: &mut [u8]) -> Result<(), MemoryFault>;
     /// Writes `data` at `addr` of `space`.
     fn write(&mut self, space: AddrSpace, addr: u64, data: &[u8]) -> Result<(), MemoryFault>;
+    /// Whether every access to the memory at `addr` of `space` has a fixed cost far above
+    /// its copy (a system call: memory reached through a descriptor), so that a message's
+    /// payload should move in runs of up to 64 KiB rather than one packet at a time.
+    /// Memory the NIC has mapped answers `false`: a run would only add a copy. The
+    /// default is `false`.
+    fn prefers_runs(&self, space: AddrSpace, addr: u64) -> bool {
+        let _ = (space, addr);
+        false
+    }
 }
 
 /// Memory made of `Vec<u8>` regions, for tests and the simulator. Every write is
@@ -34,6 +43,10 @@ pub struct VecMemory {
     pub writes: u64,
     /// Number of reads performed.
     pub reads: u64,
+    /// The answer to [`Memory::prefers_runs`]: `true` makes this memory stand for memory
+    /// reached through a descriptor (as the daemon's `/proc/PID/mem`), `false` (the
+    /// default) for mapped memory.
+    pub runs: bool,
 }
 
 impl VecMemory {
@@ -98,5 +111,8 @@ impl Memory for VecMemory {
         v[o..o + data.len()].copy_from_slice(data);
         self.writes += 1;
         Ok(())
+    }
+    fn prefers_runs(&self, _space: AddrSpace, _addr: u64) -> bool {
+        self.runs
     }
 }

@@ -18,12 +18,16 @@ use crate::types::*;
 /// completion (the buffer belongs to the HCA until then), so bytes read for the WR at one
 /// packet are still its bytes at a later packet or a retransmission. They are kept for
 /// that WR alone (named by its `seq`, unique in the QP's life) and only until its last
-/// packet has been built: a later WR over the same buffer reads memory again.
+/// packet has been built: a later WR over the same buffer reads memory again. Only where
+/// the memory asks for runs ([`crate::memory::Memory::prefers_runs`]).
 #[derive(Debug, Default)]
 pub(crate) struct Ahead {
     /// The WR the bytes belong to, and the message offset of `bytes[0]`.
     pub at: Option<(u64, u32)>,
     pub bytes: Vec<u8>,
+    /// The WR whose memory is mapped ([`crate::memory::Memory::prefers_runs`]): gathered
+    /// packet by packet, as a run would only add a copy.
+    pub plain: Option<u64>,
 }
 
 impl Ahead {

@@ -68,6 +68,16 @@ fn mr_with_a_hole(
         .unwrap()
 }
 
+/// Two nodes at MTU 1024 whose memory stands for the daemon's `/proc/PID/mem`: each access
+/// is a system call, so payload moves in runs ([`Memory::prefers_runs`]).
+fn fabric(seed: u64, link: LinkModel) -> Fabric {
+    let mut f = Fabric::new(seed, 2, Mtu::Mtu1024, link);
+    for n in &mut f.nodes {
+        n.mem.runs = true;
+    }
+    f
+}
+
 /// Runs the fabric idle and takes `a`'s one completion, which must be a success.
 fn complete_one(f: &mut Fabric, a: &End) {
     assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
@@ -95,7 +105,7 @@ fn bytes(f: &Fabric, e: &End, at: u64, len: usize) -> Vec<u8> {
 /// 64 KiB and placed in four, and it arrives whole.
 #[test]
 fn a_long_message_is_read_and_placed_in_accesses_of_64_kib() {
-    let mut f = Fabric::new(3, 2, Mtu::Mtu1024, LinkModel::default());
+    let mut f = fabric(3, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let len = 256 * 1024;
     fill(&mut f, &a, 0, len, 1);
@@ -110,11 +120,33 @@ fn a_long_message_is_read_and_placed_in_accesses_of_64_kib() {
     assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
 }
 
+/// Into mapped memory (the daemon's shared MRs) a run would only be one more copy of every
+/// byte: the same WRITE is read and placed one packet at a time.
+#[test]
+fn mapped_memory_moves_each_packet_once() {
+    let mut f = Fabric::new(3, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let len = 256 * 1024;
+    fill(&mut f, &a, 0, len, 1);
+    let before = f.nodes[a.node].mem.reads;
+    let placed_before = f.nodes[b.node].mem.writes;
+    post_write(&mut f, &a, &b, 1, 0, 0, len as u32);
+    complete_one(&mut f, &a);
+    assert_eq!(
+        f.nodes[a.node].mem.reads - before,
+        256,
+        "one read per packet"
+    );
+    let writes = f.nodes[b.node].mem.writes - placed_before;
+    assert_eq!(writes, 256, "one write per packet");
+    assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
+}
+
 /// The same buffer sent again after its WR completed and the application changed it:
 /// the second WRITE carries the new bytes, not the ones read ahead for the first.
 #[test]
 fn a_buffer_changed_after_completion_is_read_again() {
-    let mut f = Fabric::new(4, 2, Mtu::Mtu1024, LinkModel::default());
+    let mut f = fabric(4, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let len = 96 * 1024;
     for round in 0..3u8 {
@@ -140,7 +172,7 @@ fn retransmissions_of_interleaved_messages_carry_their_own_bytes() {
         reorder: 0.05,
         ..LinkModel::default()
     };
-    let mut f = Fabric::new(5, 2, Mtu::Mtu1024, link);
+    let mut f = fabric(5, link);
     let (a, b) = connect(&mut f, &ConnOpts::default());
     // Eight WRITEs of 80 KiB from eight parts of the buffer, each to its own place.
     let len = 80 * 1024;
@@ -178,7 +210,7 @@ fn retransmissions_of_interleaved_messages_carry_their_own_bytes() {
 /// packets before it were built from memory and the WR completes in error.
 #[test]
 fn an_unreadable_page_ends_the_wr_in_error_at_its_own_packet() {
-    let mut f = Fabric::new(6, 2, Mtu::Mtu1024, LinkModel::default());
+    let mut f = fabric(6, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     // An MR whose last 4 KiB are registered but unmapped.
     let at = 0x80_0000;
@@ -217,7 +249,7 @@ fn an_unreadable_page_ends_the_wr_in_error_at_its_own_packet() {
 /// answers nothing more.
 #[test]
 fn a_held_write_that_faults_is_naked_before_any_ack() {
-    let mut f = Fabric::new(8, 2, Mtu::Mtu1024, LinkModel::default());
+    let mut f = fabric(8, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let at = 0x90_0000;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -241,7 +273,7 @@ fn a_held_write_that_faults_is_naked_before_any_ack() {
 /// Once a receive is posted the retried last packet completes the message.
 #[test]
 fn an_rnr_nak_at_the_last_packet_follows_the_placement_of_the_rest() {
-    let mut f = Fabric::new(9, 2, Mtu::Mtu1024, LinkModel::default());
+    let mut f = fabric(9, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let len = 32 * 1024;
     fill(&mut f, &a, 0, len, 11);
@@ -316,7 +348,7 @@ fn send_into(f: &mut Fabric, a: &End, b: &End, len: u32, room: u32, split: u32) 
 /// runs are placed in one access per run and SGE, and it arrives whole.
 #[test]
 fn a_long_send_is_placed_in_runs_across_its_sges() {
-    let mut f = Fabric::new(10, 2, Mtu::Mtu1024, LinkModel::default());
+    let mut f = fabric(10, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let len = 256 * 1024;
     fill(&mut f, &a, 0, len as usize, 21);
@@ -337,7 +369,7 @@ fn a_long_send_is_placed_in_runs_across_its_sges() {
 /// receive completes with a length error and the sender with a remote invalid request.
 #[test]
 fn a_send_too_long_for_its_receive_fails_as_before() {
-    let mut f = Fabric::new(11, 2, Mtu::Mtu1024, LinkModel::default());
+    let mut f = fabric(11, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     send_into(&mut f, &a, &b, 48 * 1024, 40 * 1024, 8 * 1024);
     assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");

@@ -36,6 +36,9 @@ impl Memory for Checked<'_> {
         );
         self.inner.write(space, addr, data)
     }
+    fn prefers_runs(&self, space: AddrSpace, addr: u64) -> bool {
+        self.inner.prefers_runs(space, addr)
+    }
 }
 
 /// Delivers `pkt` (BTH onwards, without ICRC) to `node` as a datagram from

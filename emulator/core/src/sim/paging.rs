@@ -109,6 +109,9 @@ impl Memory for Paged<'_> {
         }
         Ok(())
     }
+    fn prefers_runs(&self, space: AddrSpace, addr: u64) -> bool {
+        self.mem.prefers_runs(space, addr)
+    }
 }
 
 #[cfg(test)]

@@ -64,6 +64,9 @@ impl core::Memory for Bridge<'_> {
             .write(space.0, addr, data)
             .map_err(|_| core::MemoryFault)
     }
+    fn prefers_runs(&self, space: core::AddrSpace, addr: u64) -> bool {
+        self.0.prefers_runs(space.0, addr)
+    }
 }
 
 fn e(err: core::Errno) -> Errno {

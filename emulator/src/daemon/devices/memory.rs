@@ -193,6 +193,17 @@ impl AppMemory for ProcMem {
             Part::Descriptor(fd, at) => sys::pwrite_all(fd, at, &data[r]).is_ok(),
         })
     }
+
+    /// Pages the client shares with the daemon are mapped here: a copy each. Everything
+    /// else goes through the `/proc/PID/mem` descriptor, a `pread`/`pwrite` each.
+    fn prefers_runs(&self, owner: Owner, addr: u64) -> bool {
+        self.spaces.get(&owner).is_some_and(|space| {
+            !matches!(
+                space.shared.piece(addr, addr.saturating_add(1)),
+                Piece::Shared { .. }
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -274,8 +285,13 @@ mod tests {
         assert_eq!(back, seen);
         assert_eq!(mem.counters.shared_bytes, 48);
         assert_eq!(mem.counters.fd_bytes, 16);
+        // The core moves payload in runs only where an access is a system call.
+        assert!(mem.prefers_runs(7, base + PAGE - 1));
+        assert!(!mem.prefers_runs(7, base + PAGE));
+        assert!(!mem.prefers_runs(7, base + 2 * PAGE - 1));
         // After the MR goes, the same bytes come through the descriptor only.
         mem.detach_shared(7, p.addr, p.len);
+        assert!(mem.prefers_runs(7, base + PAGE));
         mem.read(7, base + PAGE - 8, &mut back).unwrap();
         assert_eq!(back, seen);
         assert_eq!(mem.counters.shared_bytes, 48);

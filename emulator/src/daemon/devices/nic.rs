@@ -49,6 +49,12 @@ pub struct TxMeta {
 pub trait AppMemory {
     fn read(&mut self, owner: Owner, addr: u64, buf: &mut [u8]) -> Result<(), MemFault>;
     fn write(&mut self, owner: Owner, addr: u64, data: &[u8]) -> Result<(), MemFault>;
+    /// Whether an access at `addr` is a system call (`core::Memory::prefers_runs`); the
+    /// default, `false`, is for memory mapped in this process.
+    fn prefers_runs(&self, owner: Owner, addr: u64) -> bool {
+        let _ = (owner, addr);
+        false
+    }
 }
 
 /// What an async event concerns.
