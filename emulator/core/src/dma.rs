@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use wire::roce::{icrc, ICRC_LEN};
 
 use crate::attr::*;
-use crate::memory::Memory;
+use crate::memory::{Ahead, Memory, AHEAD};
 use crate::mr::Keys;
 use crate::qp::*;
 use crate::types::*;
@@ -76,9 +76,6 @@ pub(crate) fn gather(
     }
     Err(WcStatus::LocLenErr)
 }
-
-/// Most payload bytes read ahead of a message's packets in one memory access.
-pub(crate) const AHEAD: u32 = 64 * 1024;
 
 /// [`gather`] for a packet of an RC or UC message with more packets to come: the bytes
 /// come from `ahead`, which first reads up to [`AHEAD`] bytes from `off` on when it does

@@ -34,6 +34,44 @@ pub trait Memory {
     }
 }
 
+/// Most payload bytes read ahead of a message's packets in one memory access.
+pub(crate) const AHEAD: u32 = 64 * 1024;
+
+/// Bytes of one send WR's message read ahead of its packets: one memory access for up to
+/// [`AHEAD`] bytes instead of one per packet (on the daemon's descriptor path a `pread`
+/// costs a page walk and a bounce page per call, whatever its length).
+///
+/// The application may not change a send buffer between posting the WR and its
+/// completion (the buffer belongs to the HCA until then), so bytes read for the WR at one
+/// packet are still its bytes at a later packet or a retransmission. They are kept for
+/// that WR alone (named by its `seq`, unique in the QP's life) and only until its last
+/// packet has been built: a later WR over the same buffer reads memory again. Only where
+/// the memory asks for runs ([`Memory::prefers_runs`]).
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    /// The WR the bytes belong to, and the message offset of `bytes[0]`.
+    pub at: Option<(u64, u32)>,
+    pub bytes: Vec<u8>,
+    /// The WR whose memory is mapped ([`Memory::prefers_runs`]): gathered
+    /// packet by packet, as a run would only add a copy.
+    pub plain: Option<u64>,
+}
+
+impl Ahead {
+    /// Message bytes `[off, off + len)` of WR `seq`, if they were read ahead.
+    pub fn get(&self, seq: u64, off: u32, len: usize) -> Option<&[u8]> {
+        let (s, start) = self.at?;
+        let from = off.checked_sub(start)? as usize;
+        (s == seq).then_some(())?;
+        self.bytes.get(from..from.checked_add(len)?)
+    }
+
+    pub fn forget(&mut self) {
+        self.at = None;
+        self.bytes = Vec::new();
+    }
+}
+
 /// Memory made of `Vec<u8>` regions, for tests and the simulator. Every write is
 /// checked to land inside a region (a write outside one is a fault) and counted.
 #[derive(Debug, Default, Clone)]

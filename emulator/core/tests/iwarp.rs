@@ -301,7 +301,49 @@ fn send_write_read_of_every_size_up_to_1_mib() {
             };
             let mut p = connected(cfg.clone(), cfg, 100 + i as u64);
             p.max_chunk = 70_000;
+            // Every size both with payload in runs of 64 KiB and FPDU by FPDU.
+            let runs = (i % 2 == 0) ^ crc_markers;
+            (p.a.mem.runs, p.b.mem.runs) = (runs, runs);
             exchange(&mut p, len);
+        }
+    }
+}
+
+/// Where an access is a system call (the daemon's `/proc/PID/mem`), a Write's and a Read
+/// Response's payload is read in runs of 64 KiB, not one FPDU at a time; into mapped
+/// memory one read per FPDU, as a run would only add a copy.
+#[test]
+fn payload_is_read_in_runs_where_memory_asks_for_them() {
+    let len = 256 << 10;
+    let (src, dst) = (BASE, BASE + MEM / 2);
+    for runs in [true, false] {
+        let mut p = connected(IwarpConfig::default(), IwarpConfig::default(), 41);
+        (p.a.mem.runs, p.b.mem.runs) = (runs, runs);
+        let data = fill(&mut p.a, src, len as usize, 9);
+        let before = p.a.mem.reads;
+        p.a.conn
+            .post_send(rdma_wr(1, WrOpcode::RdmaWrite, src, len, dst, 0x100))
+            .unwrap();
+        p.run();
+        let write_reads = p.a.mem.reads - before;
+        assert_eq!(p.b.mem.slice(SPACE, dst, len as usize), &data[..]);
+        let back = fill(&mut p.b, src, len as usize, 5);
+        let before = p.b.mem.reads;
+        p.a.conn
+            .post_send(rdma_wr(2, WrOpcode::RdmaRead, dst, len, src, 0x100))
+            .unwrap();
+        p.run();
+        let response_reads = p.b.mem.reads - before;
+        assert_eq!(p.a.mem.slice(SPACE, dst, len as usize), &back[..]);
+        let fpdus = u64::from(len).div_ceil(emu_core::iwarp::mulpdu(1460, false) as u64);
+        if runs {
+            // Four runs, and one more because FPDUs straddle the runs' edges.
+            assert!(write_reads <= 5 && response_reads <= 5, "runs of 64 KiB");
+        } else {
+            assert!(
+                write_reads >= fpdus && response_reads >= fpdus,
+                "one read per FPDU"
+            );
         }
     }
 }

@@ -14,7 +14,7 @@ use super::mpa::Stream;
 use super::outbox::Outbox;
 use super::Stags;
 use crate::attr::{SendWr, WorkCompletion};
-use crate::memory::Memory;
+use crate::memory::{Ahead, Memory, AHEAD};
 use crate::types::{AccessFlags, Errno, SendFlags, WcStatus, WrOpcode};
 
 /// A send WR in the queue.
@@ -68,6 +68,9 @@ pub(super) enum IrqEntry {
 pub(super) struct Irq {
     entries: VecDeque<IrqEntry>,
     ird: u16,
+    /// The front Read Response's source octets, read ahead of its FPDUs where memory wants
+    /// runs; keyed by the source address (`host`), dropped after its last FPDU.
+    ahead: Ahead,
 }
 
 impl Irq {
@@ -75,6 +78,7 @@ impl Irq {
         Irq {
             entries: VecDeque::new(),
             ird: cfg.ird,
+            ahead: Ahead::default(),
         }
     }
 
@@ -93,6 +97,7 @@ impl Irq {
 
     pub(super) fn clear(&mut self) {
         self.entries.clear();
+        self.ahead.forget();
     }
 
     /// One segment of the oldest owed response into `stream`; false when none is owed.
@@ -129,7 +134,8 @@ impl Irq {
                 *sent += chunk as u64;
                 let last = *sent == size;
                 let mut payload = vec![0u8; chunk];
-                if chunk > 0 && mem.read(space, host + off, &mut payload).is_err() {
+                let src = (space, host, size);
+                if chunk > 0 && read_run(&mut self.ahead, mem, src, off, &mut payload).is_err() {
                     return Err(TerminateError::RdmapCatastrophic);
                 }
                 if last {
@@ -145,6 +151,50 @@ impl Irq {
         }
         Ok(true)
     }
+}
+
+/// Reads `out.len()` octets at offset `off` of a Read Response's source (`size` octets at
+/// `host` of `space`): from `ahead`, which first reads up to [`AHEAD`] octets from `off` on
+/// when the memory wants runs ([`Memory::prefers_runs`]). A failed run read falls back to
+/// the FPDU's own octets, so a fault is met where it lies.
+fn read_run<M: Memory + ?Sized>(
+    ahead: &mut Ahead,
+    mem: &mut M,
+    (space, host, size): (crate::types::AddrSpace, u64, u64),
+    off: u64,
+    out: &mut [u8],
+) -> Result<(), crate::memory::MemoryFault> {
+    let at = host.wrapping_add(off);
+    let last = off + out.len() as u64 >= size;
+    let Ok(off32) = u32::try_from(off) else {
+        return mem.read(space, at, out);
+    };
+    if ahead.get(host, off32, out.len()).is_none() {
+        if (last && ahead.at.is_none()) || ahead.plain == Some(host) {
+            return mem.read(space, at, out);
+        }
+        if !mem.prefers_runs(space, at) {
+            ahead.forget();
+            ahead.plain = Some(host);
+            return mem.read(space, at, out);
+        }
+        let want = (size - off).min(u64::from(AHEAD).max(out.len() as u64)) as usize;
+        ahead.at = None;
+        ahead.bytes.resize(want, 0);
+        if mem.read(space, at, &mut ahead.bytes).is_err() {
+            ahead.forget();
+            return mem.read(space, at, out);
+        }
+        ahead.at = Some((host, off32));
+    }
+    match ahead.get(host, off32, out.len()) {
+        Some(b) => out.copy_from_slice(b),
+        None => return mem.read(space, at, out),
+    }
+    if last {
+        ahead.forget();
+    }
+    Ok(())
 }
 
 /// The next MSN of untagged queue `q` (0 Send, 1 Read Request, 2 Terminate, 3 Atomic
@@ -222,6 +272,81 @@ fn gather<K: Stags + ?Sized, M: Memory + ?Sized>(
     }
 }
 
+/// [`gather`] for the next FPDU of `e` (`len` octets at `e.sent`) through `ahead`, which
+/// first reads up to [`AHEAD`] octets of the message when it does not hold them and the
+/// memory wants runs ([`Memory::prefers_runs`]). When that larger read fails the FPDU is
+/// gathered on its own, so a fault is met at the FPDU where it lies. After the message's
+/// last FPDU the octets are dropped.
+fn gather_ahead<K: Stags + ?Sized, M: Memory + ?Sized>(
+    keys: &K,
+    mem: &mut M,
+    at: (crate::types::PdHandle, u32, crate::types::AddrSpace),
+    e: &SqEntry,
+    ahead: &mut Ahead,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), WcStatus> {
+    let (off, wr) = (e.sent, &e.wr);
+    let last = off + len as u64 >= e.total;
+    let inline = wr.inline_data.is_some() || wr.send_flags.contains(SendFlags::INLINE);
+    let (Ok(off32), Ok(_)) = (u32::try_from(off), u32::try_from(e.total)) else {
+        return gather(keys, mem, at, wr, off, len, out);
+    };
+    if inline || (last && ahead.at.is_none()) || ahead.plain == Some(e.seq) {
+        return gather(keys, mem, at, wr, off, len, out);
+    }
+    if ahead.get(e.seq, off32, len).is_none() {
+        if !wants_runs(keys, mem, at, wr, off) {
+            ahead.forget();
+            ahead.plain = Some(e.seq);
+            return gather(keys, mem, at, wr, off, len, out);
+        }
+        let want = (e.total - off).min(u64::from(AHEAD).max(len as u64)) as usize;
+        ahead.at = None;
+        let mut run = std::mem::take(&mut ahead.bytes);
+        if gather(keys, mem, at, wr, off, want, &mut run).is_err() {
+            ahead.forget();
+            return gather(keys, mem, at, wr, off, len, out);
+        }
+        ahead.bytes = run;
+        ahead.at = Some((e.seq, off32));
+    }
+    match ahead.get(e.seq, off32, len) {
+        Some(b) => {
+            out.clear();
+            out.extend_from_slice(b);
+        }
+        None => return gather(keys, mem, at, wr, off, len, out),
+    }
+    if last {
+        ahead.forget();
+    }
+    Ok(())
+}
+
+/// Whether the memory under message offset `off` of `wr` wants its octets read in runs;
+/// `false` when no SGE holds `off` or its key does not resolve (the read reports that).
+fn wants_runs<K: Stags + ?Sized, M: Memory + ?Sized>(
+    keys: &K,
+    mem: &M,
+    (pd, qpn, _): (crate::types::PdHandle, u32, crate::types::AddrSpace),
+    wr: &SendWr,
+    mut off: u64,
+) -> bool {
+    for s in &wr.sg_list {
+        let sl = u64::from(s.length);
+        if off >= sl {
+            off -= sl;
+            continue;
+        }
+        let at = s.addr.wrapping_add(off);
+        return keys
+            .resolve(s.lkey.0, pd, qpn, at, 1, AccessFlags::EMPTY, false)
+            .is_ok_and(|(space, host)| mem.prefers_runs(space, host));
+    }
+    false
+}
+
 /// Checks every SGE of a WR names memory with `need` (before anything is sent).
 fn check_sges<K: Stags + ?Sized>(
     keys: &K,
@@ -259,6 +384,8 @@ pub(super) struct SendQueue {
     max_wr: u32,
     max_inline: u32,
     sig_all: bool,
+    /// Payload of the WR being segmented, read ahead of its FPDUs where memory wants runs.
+    ahead: Ahead,
 }
 
 impl SendQueue {
@@ -276,6 +403,7 @@ impl SendQueue {
             max_wr: cfg.max_send_wr,
             max_inline: cfg.max_inline_data,
             sig_all: cfg.sq_sig_all,
+            ahead: Ahead::default(),
         }
     }
 
@@ -501,15 +629,9 @@ impl SendQueue {
                 let e = &self.sq[idx];
                 let chunk = ((e.total - e.sent) as usize).min(stream.max_payload(tagged));
                 let mut payload = Vec::with_capacity(chunk);
-                if let Err(s) = gather(
-                    keys,
-                    mem,
-                    (pd, qpn, cfg.inline_space),
-                    &e.wr,
-                    e.sent,
-                    chunk,
-                    &mut payload,
-                ) {
+                let at = (pd, qpn, cfg.inline_space);
+                if let Err(s) = gather_ahead(keys, mem, at, e, &mut self.ahead, chunk, &mut payload)
+                {
                     return Err(self.local_error(idx, s));
                 }
                 let last = e.sent + chunk as u64 == e.total;
