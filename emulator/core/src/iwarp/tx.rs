@@ -170,7 +170,7 @@ fn read_run<M: Memory + ?Sized>(
         return mem.read(space, at, out);
     };
     if ahead.get(host, off32, out.len()).is_none() {
-        if (last && ahead.at.is_none()) || ahead.plain == Some(host) {
+        if (last && ahead.at.is_none()) || ahead.plain == Some(host) || !merges(out.len()) {
             return mem.read(space, at, out);
         }
         if !mem.prefers_runs(space, at) {
@@ -292,7 +292,7 @@ fn gather_ahead<K: Stags + ?Sized, M: Memory + ?Sized>(
     let (Ok(off32), Ok(_)) = (u32::try_from(off), u32::try_from(e.total)) else {
         return gather(keys, mem, at, wr, off, len, out);
     };
-    if inline || (last && ahead.at.is_none()) || ahead.plain == Some(e.seq) {
+    if inline || (last && ahead.at.is_none()) || ahead.plain == Some(e.seq) || !merges(len) {
         return gather(keys, mem, at, wr, off, len, out);
     }
     if ahead.get(e.seq, off32, len).is_none() {
@@ -322,6 +322,12 @@ fn gather_ahead<K: Stags + ?Sized, M: Memory + ?Sized>(
         ahead.forget();
     }
     Ok(())
+}
+
+/// Whether a run of [`AHEAD`] octets merges several FPDUs of `len` octets: on loopback
+/// (MSS near 64 KiB) an FPDU is as long as a run, which would add a copy and save nothing.
+fn merges(len: usize) -> bool {
+    len <= AHEAD as usize / 4
 }
 
 /// Whether the memory under message offset `off` of `wr` wants its octets read in runs;
