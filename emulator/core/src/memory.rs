@@ -47,7 +47,7 @@ pub(crate) const AHEAD: u32 = 64 * 1024;
 /// that WR alone (named by its `seq`, unique in the QP's life) and only until its last
 /// packet has been built: a later WR over the same buffer reads memory again. Only where
 /// the memory asks for runs ([`Memory::prefers_runs`]).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Ahead {
     /// The WR the bytes belong to, and the message offset of `bytes[0]`.
     pub at: Option<(u64, u32)>,
@@ -64,6 +64,65 @@ impl Ahead {
         let from = off.checked_sub(start)? as usize;
         (s == seq).then_some(())?;
         self.bytes.get(from..from.checked_add(len)?)
+    }
+
+    /// Whether a run of [`AHEAD`] bytes merges several packets of `len` bytes. On loopback
+    /// siw's FPDU is about 64 KiB, as long as a run, which would add a copy and save no
+    /// access.
+    pub fn merges(len: usize) -> bool {
+        len <= AHEAD as usize / 4
+    }
+
+    /// Reads `out.len()` bytes at offset `off` of a READ response's source (`size` bytes
+    /// at `host` of `space`), through runs of up to [`AHEAD`] bytes where the memory wants
+    /// them ([`Memory::prefers_runs`]). The runs are keyed by `host`, start afresh at a
+    /// response's first packet (`off` 0: a new READ reads memory again) and are dropped
+    /// after its last. A failed run read falls back to the packet's own bytes for the rest
+    /// of the response, so a fault is met where it lies.
+    pub fn read_run<M: Memory + ?Sized>(
+        &mut self,
+        mem: &mut M,
+        (space, host, size): (AddrSpace, u64, u64),
+        off: u64,
+        out: &mut [u8],
+    ) -> Result<(), MemoryFault> {
+        let at = host.wrapping_add(off);
+        let last = off + out.len() as u64 >= size;
+        let Ok(off32) = u32::try_from(off) else {
+            return mem.read(space, at, out);
+        };
+        if off == 0 {
+            (self.at, self.plain) = (None, None);
+        }
+        if self.get(host, off32, out.len()).is_none() {
+            if (last && self.at.is_none()) || self.plain == Some(host) || !Ahead::merges(out.len())
+            {
+                return mem.read(space, at, out);
+            }
+            if !mem.prefers_runs(space, at) {
+                self.forget();
+                self.plain = Some(host);
+                return mem.read(space, at, out);
+            }
+            let want = (size - off).min(u64::from(AHEAD).max(out.len() as u64)) as usize;
+            self.at = None;
+            self.bytes.resize(want, 0);
+            if mem.read(space, at, &mut self.bytes).is_err() {
+                // The rest of this response goes packet by packet.
+                self.forget();
+                self.plain = Some(host);
+                return mem.read(space, at, out);
+            }
+            self.at = Some((host, off32));
+        }
+        match self.get(host, off32, out.len()) {
+            Some(b) => out.copy_from_slice(b),
+            None => return mem.read(space, at, out),
+        }
+        if last {
+            self.forget();
+        }
+        Ok(())
     }
 
     pub fn forget(&mut self) {

@@ -169,6 +169,9 @@ pub(crate) struct Responder {
     pub comm_est: bool,
     /// A fatal error was NAKed: enter the error state once the NAK is out.
     pub fatal: bool,
+    /// The source of the READ response being sent, read ahead of its packets
+    /// ([`Ahead::read_run`]).
+    pub ahead: Ahead,
 }
 
 /// State that exists from RTR on.

@@ -232,6 +232,7 @@ impl VerbParts<'_> {
                     out: VecDeque::new(),
                     comm_est: false,
                     fatal: false,
+                    ahead: Default::default(),
                 },
                 req: None,
             }));

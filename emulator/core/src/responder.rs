@@ -386,7 +386,7 @@ pub(crate) fn transmit_response(
             (
                 first_psn.wrapping_add(next_pkt),
                 Body::RcResponse(Response::ReadResponse(seg)),
-                Some((space, host + u64::from(off), n)),
+                Some((space, host, u64::from(off), u64::from(len), n)),
             )
         }
     };
@@ -395,7 +395,7 @@ pub(crate) fn transmit_response(
         Body::RcResponse(r) if xrc => Body::XrcResponse(r),
         b => b,
     };
-    let n = read.map_or(0, |r| r.2 as usize);
+    let n = read.map_or(0, |r| r.4 as usize);
     let hlen = body.header_len();
     let pad = usize::from(packet::pad_count(n));
     let total = hlen + n + pad + ICRC_LEN;
@@ -408,12 +408,16 @@ pub(crate) fn transmit_response(
     buf[total - ICRC_LEN - pad..total - ICRC_LEN].fill(0);
     let header = Header::new(dest, psn);
     packet::emit_headers(&header, &body, n, buf);
-    if let Some((space, host, n)) = read {
+    if let Some((space, host, off, len, n)) = read {
+        let out = &mut buf[hlen..hlen + n as usize];
         if n > 0
-            && mem
-                .read(space, host, &mut buf[hlen..hlen + n as usize])
+            && conn
+                .resp
+                .ahead
+                .read_run(mem, (space, host, len), off, out)
                 .is_err()
         {
+            conn.resp.ahead.forget();
             // The memory went away under a READ: NAK it (remote operational error).
             let msn = conn.resp.msn;
             conn.resp.out.retain(|o| !matches!(o, RespOut::Read { .. }));

@@ -8,8 +8,8 @@ use std::time::Duration;
 use emu_core::sim::*;
 use emu_core::*;
 
-/// A signaled `op` (an RDMA WRITE, with immediate or not) of `len` bytes from `from`
-/// (under `lkey`) to `to` (under `rkey`).
+/// A signaled `op` (an RDMA WRITE, with immediate or not, or an RDMA READ into `from`)
+/// of `len` bytes between `from` (under `lkey`) and `to` (under `rkey`).
 fn write_wr(
     id: u64,
     op: WrOpcode,
@@ -142,6 +142,34 @@ fn mapped_memory_moves_each_packet_once() {
     assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
 }
 
+/// A 256 KiB RDMA READ at MTU 1024: the responder reads its source in four runs of
+/// 64 KiB where memory asks for runs, and once per response packet into mapped memory.
+#[test]
+fn a_long_read_response_is_read_in_runs_of_64_kib() {
+    for runs in [true, false] {
+        let mut f = fabric(9, LinkModel::default());
+        for n in &mut f.nodes {
+            n.mem.runs = runs;
+        }
+        let (a, b) = connect(&mut f, &ConnOpts::default());
+        let len = 256 * 1024;
+        fill(&mut f, &b, 0, len, 7);
+        let before = f.nodes[b.node].mem.reads;
+        let wr = write_wr(
+            1,
+            WrOpcode::RdmaRead,
+            (a.base, a.mr.lkey),
+            len as u32,
+            (b.base, b.mr.rkey),
+        );
+        post(&mut f, &a, wr);
+        complete_one(&mut f, &a);
+        let reads = f.nodes[b.node].mem.reads - before;
+        assert_eq!(reads, if runs { 4 } else { 256 }, "runs: {runs}");
+        assert_eq!(bytes(&f, &a, 0, len), bytes(&f, &b, 0, len));
+    }
+}
+
 /// The same buffer sent again after its WR completed and the application changed it:
 /// the second WRITE carries the new bytes, not the ones read ahead for the first.
 #[test]
@@ -241,6 +269,37 @@ fn an_unreadable_page_ends_the_wr_in_error_at_its_own_packet() {
     assert!(f.run(Duration::from_secs(30)));
     let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
     assert_eq!(wc.status, WcStatus::LocProtErr, "{wc:?}");
+}
+
+/// A READ whose source ends in 4 KiB that are registered but unmapped: the run read
+/// faults, the responder falls back to each packet's own bytes, sends the 60 packets
+/// before the hole and NAKs the one in it (remote operational error).
+#[test]
+fn a_read_source_that_faults_is_met_at_its_own_packet() {
+    let mut f = fabric(10, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let at = 0xa0_0000;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    let mr = mr_with_a_hole(&mut f, &b, at, 64 * 1024, 60 * 1024, access);
+    let src = f.nodes[b.node]
+        .mem
+        .slice_mut(AddrSpace(b.client.0), at, 60 * 1024);
+    for (i, x) in src.iter_mut().enumerate() {
+        *x = (i % 253) as u8;
+    }
+    let wr = write_wr(
+        4,
+        WrOpcode::RdmaRead,
+        (a.base, a.mr.lkey),
+        64 * 1024,
+        (at, mr.rkey),
+    );
+    post(&mut f, &a, wr);
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
+    assert_eq!(wc.status, WcStatus::RemOpErr, "{wc:?}");
+    let got = bytes(&f, &a, 0, 60 * 1024);
+    assert!(got.iter().enumerate().all(|(i, &x)| x == (i % 253) as u8));
 }
 
 /// The responder's MR ends in 4 KiB that are registered but unmapped. A 64 KiB WRITE into

@@ -135,7 +135,7 @@ impl Irq {
                 let last = *sent == size;
                 let mut payload = vec![0u8; chunk];
                 let src = (space, host, size);
-                if chunk > 0 && read_run(&mut self.ahead, mem, src, off, &mut payload).is_err() {
+                if chunk > 0 && self.ahead.read_run(mem, src, off, &mut payload).is_err() {
                     return Err(TerminateError::RdmapCatastrophic);
                 }
                 if last {
@@ -151,50 +151,6 @@ impl Irq {
         }
         Ok(true)
     }
-}
-
-/// Reads `out.len()` octets at offset `off` of a Read Response's source (`size` octets at
-/// `host` of `space`): from `ahead`, which first reads up to [`AHEAD`] octets from `off` on
-/// when the memory wants runs ([`Memory::prefers_runs`]). A failed run read falls back to
-/// the FPDU's own octets, so a fault is met where it lies.
-fn read_run<M: Memory + ?Sized>(
-    ahead: &mut Ahead,
-    mem: &mut M,
-    (space, host, size): (crate::types::AddrSpace, u64, u64),
-    off: u64,
-    out: &mut [u8],
-) -> Result<(), crate::memory::MemoryFault> {
-    let at = host.wrapping_add(off);
-    let last = off + out.len() as u64 >= size;
-    let Ok(off32) = u32::try_from(off) else {
-        return mem.read(space, at, out);
-    };
-    if ahead.get(host, off32, out.len()).is_none() {
-        if (last && ahead.at.is_none()) || ahead.plain == Some(host) || !merges(out.len()) {
-            return mem.read(space, at, out);
-        }
-        if !mem.prefers_runs(space, at) {
-            ahead.forget();
-            ahead.plain = Some(host);
-            return mem.read(space, at, out);
-        }
-        let want = (size - off).min(u64::from(AHEAD).max(out.len() as u64)) as usize;
-        ahead.at = None;
-        ahead.bytes.resize(want, 0);
-        if mem.read(space, at, &mut ahead.bytes).is_err() {
-            ahead.forget();
-            return mem.read(space, at, out);
-        }
-        ahead.at = Some((host, off32));
-    }
-    match ahead.get(host, off32, out.len()) {
-        Some(b) => out.copy_from_slice(b),
-        None => return mem.read(space, at, out),
-    }
-    if last {
-        ahead.forget();
-    }
-    Ok(())
 }
 
 /// The next MSN of untagged queue `q` (0 Send, 1 Read Request, 2 Terminate, 3 Atomic
@@ -292,7 +248,7 @@ fn gather_ahead<K: Stags + ?Sized, M: Memory + ?Sized>(
     let (Ok(off32), Ok(_)) = (u32::try_from(off), u32::try_from(e.total)) else {
         return gather(keys, mem, at, wr, off, len, out);
     };
-    if inline || (last && ahead.at.is_none()) || ahead.plain == Some(e.seq) || !merges(len) {
+    if inline || (last && ahead.at.is_none()) || ahead.plain == Some(e.seq) || !Ahead::merges(len) {
         return gather(keys, mem, at, wr, off, len, out);
     }
     if ahead.get(e.seq, off32, len).is_none() {
@@ -322,12 +278,6 @@ fn gather_ahead<K: Stags + ?Sized, M: Memory + ?Sized>(
         ahead.forget();
     }
     Ok(())
-}
-
-/// Whether a run of [`AHEAD`] octets merges several FPDUs of `len` octets: on loopback
-/// (MSS near 64 KiB) an FPDU is as long as a run, which would add a copy and save nothing.
-fn merges(len: usize) -> bool {
-    len <= AHEAD as usize / 4
 }
 
 /// Whether the memory under message offset `off` of `wr` wants its octets read in runs;
