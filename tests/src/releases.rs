@@ -72,10 +72,17 @@ impl Release {
     }
 
     /// The unpacked rdma-core tree of this release, fetched if need be.
+    ///
+    /// Test binaries run at once in several processes (`cargo xtask test` runs the
+    /// end-to-end tests beside the others), so nothing here is done in place: the
+    /// download goes to a file of this process and the tree is unpacked into a folder of
+    /// this process, each then renamed into place, which is atomic. A process that finds
+    /// the tree there uses it; one that loses the race to rename uses the winner's.
     fn tree(&self) -> Result<PathBuf, String> {
         let _one = FETCH.lock().unwrap_or_else(|p| p.into_inner());
         let dir = releases_dir();
-        let unpacked = dir.join(format!("pyverbs-{}.0", self.number));
+        let name = format!("pyverbs-{}.0", self.number);
+        let unpacked = dir.join(&name);
         let tree = unpacked.join("rdma-core");
         if tree.join("libibverbs/verbs.h").exists() {
             return Ok(tree);
@@ -83,7 +90,7 @@ impl Release {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let tarball = self.tarball();
         if !tarball.exists() || sha256(&tarball)? != self.sha256 {
-            let part = tarball.with_extension("part");
+            let part = tarball.with_extension(format!("part.{}", std::process::id()));
             run(Command::new("curl")
                 .args(["-fsSL", "--retry", "3", "-o"])
                 .arg(&part)
@@ -98,20 +105,34 @@ impl Release {
             }
             std::fs::rename(&part, &tarball).map_err(|e| format!("{}: {e}", tarball.display()))?;
         }
-        let _ = std::fs::remove_dir_all(&unpacked);
-        run(Command::new("tar")
+        let staging = dir.join(format!(".unpack-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging).map_err(|e| format!("{}: {e}", staging.display()))?;
+        let unpack = run(Command::new("tar")
             .arg("xzf")
             .arg(&tarball)
             .arg("-C")
-            .arg(&dir))?;
-        if tree.join("libibverbs/verbs.h").exists() {
-            Ok(tree)
-        } else {
-            Err(format!(
-                "{} has no rdma-core/libibverbs/verbs.h",
-                tarball.display()
-            ))
-        }
+            .arg(&staging));
+        let fresh = staging.join(&name);
+        let placed = unpack.and_then(|()| {
+            if !fresh.join("rdma-core/libibverbs/verbs.h").exists() {
+                return Err(format!(
+                    "{} has no rdma-core/libibverbs/verbs.h",
+                    tarball.display()
+                ));
+            }
+            // A folder left half-unpacked by an older, in-place version of this code.
+            if unpacked.exists() && !tree.join("libibverbs/verbs.h").exists() {
+                let _ = std::fs::remove_dir_all(&unpacked);
+            }
+            match std::fs::rename(&fresh, &unpacked) {
+                Ok(()) => Ok(()),
+                Err(_) if tree.join("libibverbs/verbs.h").exists() => Ok(()),
+                Err(e) => Err(format!("{}: {e}", unpacked.display())),
+            }
+        });
+        let _ = std::fs::remove_dir_all(&staging);
+        placed.map(|()| tree)
     }
 
     /// An include folder laid out as rdma-core installs its public headers
@@ -119,6 +140,12 @@ impl Release {
     pub fn include_dir(&self) -> Result<PathBuf, String> {
         let tree = self.tree()?;
         let inc = tree.join("../include");
+        // Built beside and renamed into place, as the tree (see `tree`).
+        if inc.join("rdma/rsocket.h").exists() {
+            return Ok(inc);
+        }
+        let staging = tree.join(format!("../.include-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
         let copies: [(&str, &[&str], &str); 4] = [
             (
                 "libibverbs",
@@ -146,14 +173,24 @@ impl Release {
             ),
         ];
         for (from, files, to) in copies {
-            let dest = inc.join(to);
+            let dest = staging.join(to);
             std::fs::create_dir_all(&dest).map_err(|e| format!("{}: {e}", dest.display()))?;
             for f in files {
                 let src = tree.join(from).join(f);
                 std::fs::copy(&src, dest.join(f)).map_err(|e| format!("{}: {e}", src.display()))?;
             }
         }
-        Ok(inc)
+        // A folder left half-built by an older, in-place version of this code.
+        if inc.exists() && !inc.join("rdma/rsocket.h").exists() {
+            let _ = std::fs::remove_dir_all(&inc);
+        }
+        let placed = match std::fs::rename(&staging, &inc) {
+            Ok(()) => Ok(inc),
+            Err(_) if inc.join("rdma/rsocket.h").exists() => Ok(inc),
+            Err(e) => Err(format!("{}: {e}", inc.display())),
+        };
+        let _ = std::fs::remove_dir_all(&staging);
+        placed
     }
 }
 
