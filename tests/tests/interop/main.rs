@@ -366,27 +366,35 @@ fn completed(done: Done, output: &str) -> bool {
     }
 }
 
-/// rping's server may exit 255 after a complete run: its CM event thread goes back to
-/// `rdma_get_cm_event` after the DISCONNECTED event while the main thread has already
-/// destroyed the event channel, and it exits on the error (`rdma_get_cm_event: Bad file
-/// descriptor`; seen on the one-vCPU guest, where the main thread runs first). That is
-/// rping's own teardown, after every ping: accepted only with all `n` pings printed.
-fn rping_teardown_race(done: Done, server: &Side) -> bool {
+/// rping may exit 255 after a complete run, server or client: its CM event thread goes
+/// back to `rdma_get_cm_event` after the DISCONNECTED event while the main thread has
+/// already destroyed the event channel, and it exits on the error (`rdma_get_cm_event:
+/// Bad file descriptor`; seen on the one-vCPU guest, where the main thread runs first,
+/// for the server and, under the stress mode, for the kernel siw client). That is rping's
+/// own teardown, after every ping: accepted only with all `n` pings printed (`pings`:
+/// the side's line prefix, `server ping data: ` or `ping data: `).
+fn rping_teardown_race(done: Done, side: &Side, pings: &str) -> bool {
     let Done::Rping(n) = done else {
         return false;
     };
-    server.rc == Some(255)
-        && server
+    side.rc == Some(255)
+        && side
             .output
             .lines()
             .any(|l| l.trim() == "rdma_get_cm_event: Bad file descriptor")
-        && server
+        && side
             .output
             .lines()
-            .filter(|l| l.starts_with("server ping data: rdma-ping-"))
+            .filter(|l| {
+                l.strip_prefix(pings)
+                    .is_some_and(|r| r.starts_with("rdma-ping-"))
+            })
             .count()
             >= n
 }
+
+const SERVER_PINGS: &str = "server ping data: ";
+const CLIENT_PINGS: &str = "ping data: ";
 
 fn argv(pair: &Pair, gid: &str, port: u16) -> Vec<String> {
     let mut v = vec![pair.program.to_string()];
@@ -654,8 +662,9 @@ fn finish(s: &Setup, run: &Run, start: Instant, server: Side, client: Side) -> O
         ),
     );
     let done = completed(pair.done, &client.output);
-    let teardown_race = !server.ok() && rping_teardown_race(pair.done, &server);
-    let pass = (server.ok() || teardown_race) && client.ok() && done;
+    let server_race = !server.ok() && rping_teardown_race(pair.done, &server, SERVER_PINGS);
+    let client_race = !client.ok() && rping_teardown_race(pair.done, &client, CLIENT_PINGS);
+    let pass = (server.ok() || server_race) && (client.ok() || client_race) && done;
     let mut note = if let (true, Done::Rping(n)) = (pass, pair.done) {
         format!("{n} pings, data verified (-V)")
     } else if pass {
@@ -678,8 +687,12 @@ fn finish(s: &Setup, run: &Run, start: Instant, server: Side, client: Side) -> O
             file.display()
         )
     };
-    if pass && teardown_race {
-        note.push_str(" (server: rping's teardown race, exit 255 after every ping)");
+    for (race, who) in [(server_race, "server"), (client_race, "client")] {
+        if pass && race {
+            note.push_str(&format!(
+                " ({who}: rping's teardown race, exit 255 after every ping)"
+            ));
+        }
     }
     Outcome {
         pass,
@@ -1141,15 +1154,32 @@ mod tests {
             rc: Some(rc),
             output: format!("{}rdma_get_cm_event: Bad file descriptor\n", pings(n)),
         };
-        assert!(rping_teardown_race(Done::Rping(100), &race(255, 100)));
-        assert!(!rping_teardown_race(Done::Rping(100), &race(255, 99)));
-        assert!(!rping_teardown_race(Done::Rping(100), &race(1, 100)));
-        assert!(!rping_teardown_race(Done::Perftest, &race(255, 100)));
+        let s = SERVER_PINGS;
+        assert!(rping_teardown_race(Done::Rping(100), &race(255, 100), s));
+        assert!(!rping_teardown_race(Done::Rping(100), &race(255, 99), s));
+        assert!(!rping_teardown_race(Done::Rping(100), &race(1, 100), s));
+        assert!(!rping_teardown_race(Done::Perftest, &race(255, 100), s));
         let other = Side {
             rc: Some(255),
             output: pings(100),
         };
-        assert!(!rping_teardown_race(Done::Rping(100), &other));
+        assert!(!rping_teardown_race(Done::Rping(100), &other, s));
+        // The client's lines: `ping data: …`, which the server's prefix does not match.
+        let client = Side {
+            rc: Some(255),
+            output: race(255, 100).output.replace(SERVER_PINGS, CLIENT_PINGS),
+        };
+        assert!(rping_teardown_race(Done::Rping(100), &client, CLIENT_PINGS));
+        assert!(!rping_teardown_race(
+            Done::Rping(100),
+            &client,
+            SERVER_PINGS
+        ));
+        assert!(!rping_teardown_race(
+            Done::Rping(100),
+            &race(255, 100),
+            CLIENT_PINGS
+        ));
     }
 
     #[test]
