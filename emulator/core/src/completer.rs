@@ -15,7 +15,7 @@ use crate::timers::TimerKind;
 use crate::types::*;
 use wire::roce::Qpn;
 
-use crate::dma::scatter;
+use crate::dma::{place_read, scatter};
 
 /// How far behind the oldest unacknowledged PSN a READ response may be and still count as
 /// the answer to one of our retransmissions (older ones are dropped without effect).
@@ -506,13 +506,14 @@ impl Completer<'_> {
         let idx = idx as u32;
         let off = idx * mtu;
         let want = w.len.saturating_sub(off).min(mtu);
+        let last = idx + 1 == w.npkts;
         let status = if payload.len() as u32 != want {
             Some(WcStatus::BadRespErr)
         } else {
-            scatter(&self.o.keys, pd, &w.wr.sg_list, off, payload, mem).err()
+            let held = &mut req.read_held;
+            place_read(&self.o.keys, pd, w, held, off, payload, last, mem).err()
         };
         let qp = self.qps.get_mut(&qpn).expect("present");
-        let last = idx + 1 == qp.sq[i].npkts;
         if let Some(s) = status {
             qp.sq[i].done = Some(s);
         } else if last {

@@ -125,6 +125,57 @@ pub(crate) fn gather_ahead(
     Ok(())
 }
 
+/// Places a READ response packet's `payload` at message offset `off` of `w`'s scatter list.
+/// Where the memory asks for runs, the middle packets of a long READ are held in `held`
+/// and placed together, one access per up to [`AHEAD`] bytes; the last packet places what
+/// is held before the WR can complete. Packets come in order (the completer takes only
+/// the expected PSN), so held bytes always end where the next packet starts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn place_read(
+    keys: &Keys,
+    pd: PdHandle,
+    w: &SendWqe,
+    held: &mut ReadHeld,
+    off: u32,
+    payload: &[u8],
+    last: bool,
+    mem: &mut dyn Memory,
+) -> Result<(), WcStatus> {
+    let sges = &w.wr.sg_list;
+    if held.seq != w.seq {
+        // Left by a READ that ended in error or was flushed: its buffer is undefined.
+        *held = ReadHeld {
+            seq: w.seq,
+            ..ReadHeld::default()
+        };
+    }
+    if !held.bytes.is_empty() && held.at as usize + held.bytes.len() != off as usize {
+        let r = scatter(keys, pd, sges, held.at, &held.bytes, mem);
+        held.bytes.clear();
+        r?;
+    }
+    let fits = held.bytes.len() + payload.len() <= AHEAD as usize;
+    if !last && fits && (!held.bytes.is_empty() || wants_runs(keys, pd, sges, off, mem)) {
+        if held.bytes.is_empty() {
+            held.at = off;
+            held.bytes.reserve_exact(AHEAD as usize);
+        }
+        held.bytes.extend_from_slice(payload);
+        return Ok(());
+    }
+    if held.bytes.is_empty() {
+        return scatter(keys, pd, sges, off, payload, mem);
+    }
+    held.bytes.extend_from_slice(payload);
+    let r = scatter(keys, pd, sges, held.at, &held.bytes, mem);
+    if last {
+        held.bytes = Vec::new();
+    } else {
+        held.bytes.clear();
+    }
+    r
+}
+
 /// Whether the memory under message offset `off` of `sges` wants its bytes moved in runs
 /// ([`Memory::prefers_runs`]); `false` when no SGE holds `off` or its key does not
 /// resolve (the access that follows reports that).

@@ -84,8 +84,22 @@ pub(crate) struct Requester {
     /// `started_retry`: the responder NAKs once per gap, so only a timeout says that the
     /// retransmission itself was lost.
     pub retried_at: Option<Psn>,
+    /// READ response payload accepted and not yet placed ([`ReadHeld`]).
+    pub read_held: ReadHeld,
     /// Local ACK timeout (None = infinite).
     pub ack_timeout: Option<Duration>,
+}
+
+/// The payload of a READ's middle response packets, accepted in order and placed together
+/// in runs (`crate::dma::place_read`) where the memory asks for runs: `bytes` are the
+/// WR's message bytes from offset `at` on. Placed before the WR completes; bytes left
+/// from a WR that ended otherwise are dropped when the next READ starts.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReadHeld {
+    /// The WR (`SendWqe::seq`) the bytes belong to.
+    pub seq: u64,
+    pub at: u32,
+    pub bytes: Vec<u8>,
 }
 
 /// A READ/atomic the responder keeps for duplicates (IBA 9.7.5.1.5); FLUSH and ATOMIC

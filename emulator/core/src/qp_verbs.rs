@@ -251,6 +251,7 @@ impl VerbParts<'_> {
                     rnr_left: qp.attr.rnr_retry,
                     rnr_waiting: false,
                     gap_retried_at: None,
+                    read_held: ReadHeld::default(),
                     retried_at: None,
                     ack_timeout,
                 });
