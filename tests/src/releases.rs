@@ -73,10 +73,11 @@ impl Release {
 
     /// The unpacked rdma-core tree of this release, fetched if need be.
     ///
-    /// Test binaries run at once in several processes (`cargo xtask test` runs the
-    /// end-to-end tests beside the others), so nothing here is done in place: the
-    /// download goes to a file of this process and the tree is unpacked into a folder of
-    /// this process, each then renamed into place, which is atomic. A process that finds
+    /// Two test processes may fetch at once from one target folder (two runs of the
+    /// suite side by side, as a stress run started twice did), and `FETCH` only orders
+    /// the threads of one process, so nothing here is done in place: the download goes
+    /// to a file of this process and the tree is unpacked into a folder of this
+    /// process, each then renamed into place, which is atomic. A process that finds
     /// the tree there uses it; one that loses the race to rename uses the winner's.
     fn tree(&self) -> Result<PathBuf, String> {
         let _one = FETCH.lock().unwrap_or_else(|p| p.into_inner());
