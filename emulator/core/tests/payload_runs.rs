@@ -41,9 +41,15 @@ fn post(f: &mut Fabric, a: &End, wr: SendWr) {
 /// Posts a signaled RDMA WRITE of `len` bytes from `a`'s buffer at `from` to `b`'s at
 /// `to`.
 fn post_write(f: &mut Fabric, a: &End, b: &End, id: u64, from: u64, to: u64, len: u32) {
+    post_op(f, (a, b), id, WrOpcode::RdmaWrite, (from, to), len);
+}
+
+/// Posts a signaled `op` of `len` bytes between `a`'s buffer at `from` and `b`'s at `to`.
+fn post_op(f: &mut Fabric, (a, b): (&End, &End), id: u64, op: WrOpcode, at: (u64, u64), len: u32) {
+    let (from, to) = at;
     let wr = write_wr(
         id,
-        WrOpcode::RdmaWrite,
+        op,
         (a.base + from, a.mr.lkey),
         len,
         (b.base + to, b.mr.rkey),
@@ -85,6 +91,35 @@ fn complete_one(f: &mut Fabric, a: &End) {
     assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
 }
 
+/// 5 % loss, 2 % duplication, 5 % reordering.
+fn lossy() -> LinkModel {
+    LinkModel {
+        loss: 0.05,
+        duplicate: 0.02,
+        reorder: 0.05,
+        ..LinkModel::default()
+    }
+}
+
+/// Runs a lossy fabric idle: `a` has `n` completions, all successes, and resent packets
+/// on the way (else the link exercised nothing).
+fn all_succeed_after_resends(f: &mut Fabric, a: &End, n: usize) {
+    assert!(
+        f.run(Duration::from_secs(120)),
+        "the fabric never went idle"
+    );
+    let mut done = 0;
+    while let Some((_, wc)) = f.nodes[a.node].dev.poll_completion() {
+        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+        done += 1;
+    }
+    assert_eq!(done, n);
+    assert!(
+        f.nodes[a.node].dev.counters().retransmitted_pkts > 0,
+        "the link lost nothing: go-back-N was not exercised"
+    );
+}
+
 fn fill(f: &mut Fabric, e: &End, at: u64, len: usize, seed: u8) {
     let m = f.nodes[e.node]
         .mem
@@ -101,45 +136,31 @@ fn bytes(f: &Fabric, e: &End, at: u64, len: usize) -> Vec<u8> {
         .to_vec()
 }
 
-/// A 256 KiB WRITE at MTU 1024 is 256 packets; its payload is read in four accesses of
-/// 64 KiB and placed in four, and it arrives whole.
+/// A 256 KiB WRITE at MTU 1024 is 256 packets. Where memory asks for runs, its payload is
+/// read in four accesses of 64 KiB and placed in four; into mapped memory (the daemon's
+/// shared MRs) a run would only be one more copy of every byte, so there it is read and
+/// placed one packet at a time. Either way it arrives whole.
 #[test]
 fn a_long_message_is_read_and_placed_in_accesses_of_64_kib() {
-    let mut f = fabric(3, LinkModel::default());
-    let (a, b) = connect(&mut f, &ConnOpts::default());
-    let len = 256 * 1024;
-    fill(&mut f, &a, 0, len, 1);
-    let before = f.nodes[a.node].mem.reads;
-    let placed_before = f.nodes[b.node].mem.writes;
-    post_write(&mut f, &a, &b, 1, 0, 0, len as u32);
-    complete_one(&mut f, &a);
-    let reads = f.nodes[a.node].mem.reads - before;
-    assert_eq!(reads, 4, "payload reads for 256 packets");
-    let writes = f.nodes[b.node].mem.writes - placed_before;
-    assert_eq!(writes, 4, "payload writes for 256 packets");
-    assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
-}
-
-/// Into mapped memory (the daemon's shared MRs) a run would only be one more copy of every
-/// byte: the same WRITE is read and placed one packet at a time.
-#[test]
-fn mapped_memory_moves_each_packet_once() {
-    let mut f = Fabric::new(3, 2, Mtu::Mtu1024, LinkModel::default());
-    let (a, b) = connect(&mut f, &ConnOpts::default());
-    let len = 256 * 1024;
-    fill(&mut f, &a, 0, len, 1);
-    let before = f.nodes[a.node].mem.reads;
-    let placed_before = f.nodes[b.node].mem.writes;
-    post_write(&mut f, &a, &b, 1, 0, 0, len as u32);
-    complete_one(&mut f, &a);
-    assert_eq!(
-        f.nodes[a.node].mem.reads - before,
-        256,
-        "one read per packet"
-    );
-    let writes = f.nodes[b.node].mem.writes - placed_before;
-    assert_eq!(writes, 256, "one write per packet");
-    assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
+    for runs in [true, false] {
+        let mut f = fabric(3, LinkModel::default());
+        for n in &mut f.nodes {
+            n.mem.runs = runs;
+        }
+        let (a, b) = connect(&mut f, &ConnOpts::default());
+        let len = 256 * 1024;
+        fill(&mut f, &a, 0, len, 1);
+        let before = f.nodes[a.node].mem.reads;
+        let placed_before = f.nodes[b.node].mem.writes;
+        post_write(&mut f, &a, &b, 1, 0, 0, len as u32);
+        complete_one(&mut f, &a);
+        let want = if runs { 4 } else { 256 };
+        let reads = f.nodes[a.node].mem.reads - before;
+        assert_eq!(reads, want, "payload reads for 256 packets, runs: {runs}");
+        let writes = f.nodes[b.node].mem.writes - placed_before;
+        assert_eq!(writes, want, "payload writes for 256 packets, runs: {runs}");
+        assert_eq!(bytes(&f, &b, 0, len), bytes(&f, &a, 0, len));
+    }
 }
 
 /// A 256 KiB RDMA READ at MTU 1024: the responder reads its source and the requester
@@ -157,14 +178,7 @@ fn a_long_read_response_is_read_in_runs_of_64_kib() {
         fill(&mut f, &b, 0, len, 7);
         let before = f.nodes[b.node].mem.reads;
         let placed_before = f.nodes[a.node].mem.writes;
-        let wr = write_wr(
-            1,
-            WrOpcode::RdmaRead,
-            (a.base, a.mr.lkey),
-            len as u32,
-            (b.base, b.mr.rkey),
-        );
-        post(&mut f, &a, wr);
+        post_op(&mut f, (&a, &b), 1, WrOpcode::RdmaRead, (0, 0), len as u32);
         complete_one(&mut f, &a);
         let reads = f.nodes[b.node].mem.reads - before;
         assert_eq!(reads, if runs { 4 } else { 256 }, "runs: {runs}");
@@ -198,13 +212,7 @@ fn a_buffer_changed_after_completion_is_read_again() {
 /// where its own WR put it.
 #[test]
 fn retransmissions_of_interleaved_messages_carry_their_own_bytes() {
-    let link = LinkModel {
-        loss: 0.05,
-        duplicate: 0.02,
-        reorder: 0.05,
-        ..LinkModel::default()
-    };
-    let mut f = fabric(5, link);
+    let mut f = fabric(5, lossy());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     // Eight WRITEs of 80 KiB from eight parts of the buffer, each to its own place.
     let len = 80 * 1024;
@@ -220,20 +228,7 @@ fn retransmissions_of_interleaved_messages_carry_their_own_bytes() {
             len as u32,
         );
     }
-    assert!(
-        f.run(Duration::from_secs(120)),
-        "the fabric never went idle"
-    );
-    let mut done = 0;
-    while let Some((_, wc)) = f.nodes[a.node].dev.poll_completion() {
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        done += 1;
-    }
-    assert_eq!(done, 8);
-    assert!(
-        f.nodes[a.node].dev.counters().retransmitted_pkts > 0,
-        "the link lost nothing: go-back-N was not exercised"
-    );
+    all_succeed_after_resends(&mut f, &a, 8);
     let all = 8 * len;
     assert_eq!(bytes(&f, &b, 0, all), bytes(&f, &a, 0, all));
 }
@@ -243,40 +238,22 @@ fn retransmissions_of_interleaved_messages_carry_their_own_bytes() {
 /// lands where its own READ put it.
 #[test]
 fn reads_under_loss_place_every_byte_once_in_its_place() {
-    let link = LinkModel {
-        loss: 0.05,
-        duplicate: 0.02,
-        reorder: 0.05,
-        ..LinkModel::default()
-    };
-    let mut f = fabric(11, link);
+    let mut f = fabric(11, lossy());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let len = 80 * 1024;
     for k in 0..6u64 {
         fill(&mut f, &b, k * len as u64, len, k as u8 * 13 + 1);
-        let wr = write_wr(
+        let at = k * len as u64;
+        post_op(
+            &mut f,
+            (&a, &b),
             k,
             WrOpcode::RdmaRead,
-            (a.base + k * len as u64, a.mr.lkey),
+            (at, at),
             len as u32,
-            (b.base + k * len as u64, b.mr.rkey),
         );
-        post(&mut f, &a, wr);
     }
-    assert!(
-        f.run(Duration::from_secs(120)),
-        "the fabric never went idle"
-    );
-    let mut done = 0;
-    while let Some((_, wc)) = f.nodes[a.node].dev.poll_completion() {
-        assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
-        done += 1;
-    }
-    assert_eq!(done, 6);
-    assert!(
-        f.nodes[a.node].dev.counters().retransmitted_pkts > 0,
-        "the link lost nothing: no READ was asked again"
-    );
+    all_succeed_after_resends(&mut f, &a, 6);
     let all = 6 * len;
     assert_eq!(bytes(&f, &a, 0, all), bytes(&f, &b, 0, all));
 }
@@ -327,31 +304,43 @@ fn an_unreadable_page_ends_the_wr_in_error_at_its_own_packet() {
 fn a_read_source_that_faults_is_met_at_its_own_packet() {
     let mut f = fabric(10, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
-    let at = 0xa0_0000;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
-    let mr = mr_with_a_hole(&mut f, &b, at, 64 * 1024, 60 * 1024, access);
-    let src = f.nodes[b.node]
-        .mem
-        .slice_mut(AddrSpace(b.client.0), at, 60 * 1024);
-    for (i, x) in src.iter_mut().enumerate() {
-        *x = (i % 253) as u8;
-    }
-    let wr = write_wr(
-        4,
-        WrOpcode::RdmaRead,
-        (a.base, a.mr.lkey),
-        64 * 1024,
-        (at, mr.rkey),
-    );
-    post(&mut f, &a, wr);
-    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
-    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
-    assert_eq!(wc.status, WcStatus::RemOpErr, "{wc:?}");
+    remote_op_error_at_hole(&mut f, &a, &b, WrOpcode::RdmaRead, access, |f| {
+        let src = f.nodes[b.node]
+            .mem
+            .slice_mut(AddrSpace(b.client.0), HOLED, 60 * 1024);
+        for (i, x) in src.iter_mut().enumerate() {
+            *x = (i % 253) as u8;
+        }
+    });
     let sent = f.nodes[b.node].dev.counters().sent_pkts;
     assert_eq!(
         sent, 61,
         "60 response packets before the unmapped page, then the NAK"
     );
+}
+
+/// Where [`remote_op_error_at_hole`] registers its MR.
+const HOLED: u64 = 0x90_0000;
+
+/// Registers 64 KiB of `b`'s at [`HOLED`] with `access`, of which the last 4 KiB are
+/// unmapped, lets `prepare` fill it, and runs a 64 KiB `op` (RDMA WRITE or READ) from
+/// `a` against it: the WR must end in a remote operational error.
+fn remote_op_error_at_hole(
+    f: &mut Fabric,
+    a: &End,
+    b: &End,
+    op: WrOpcode,
+    access: AccessFlags,
+    prepare: impl FnOnce(&mut Fabric),
+) {
+    let mr = mr_with_a_hole(f, b, HOLED, 64 * 1024, 60 * 1024, access);
+    prepare(f);
+    let wr = write_wr(4, op, (a.base, a.mr.lkey), 64 * 1024, (HOLED, mr.rkey));
+    post(f, a, wr);
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
+    assert_eq!(wc.status, WcStatus::RemOpErr, "{wc:?}");
 }
 
 /// The responder's MR ends in 4 KiB that are registered but unmapped. A 64 KiB WRITE into
@@ -362,21 +351,10 @@ fn a_read_source_that_faults_is_met_at_its_own_packet() {
 fn a_held_write_that_faults_is_naked_before_any_ack() {
     let mut f = fabric(8, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
-    let at = 0x90_0000;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let mr = mr_with_a_hole(&mut f, &b, at, 64 * 1024, 60 * 1024, access);
-    fill(&mut f, &a, 0, 64 * 1024, 5);
-    let wr = write_wr(
-        4,
-        WrOpcode::RdmaWrite,
-        (a.base, a.mr.lkey),
-        64 * 1024,
-        (at, mr.rkey),
-    );
-    post(&mut f, &a, wr);
-    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
-    let (_, wc) = f.nodes[a.node].dev.poll_completion().expect("a completion");
-    assert_eq!(wc.status, WcStatus::RemOpErr, "{wc:?}");
+    remote_op_error_at_hole(&mut f, &a, &b, WrOpcode::RdmaWrite, access, |f| {
+        fill(f, &a, 0, 64 * 1024, 5);
+    });
 }
 
 /// A WRITE with immediate whose last packet finds no receive WQE is RNR NAKed; the NAK
@@ -388,14 +366,8 @@ fn an_rnr_nak_at_the_last_packet_follows_the_placement_of_the_rest() {
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let len = 32 * 1024;
     fill(&mut f, &a, 0, len, 11);
-    let wr = write_wr(
-        5,
-        WrOpcode::RdmaWriteWithImm,
-        (a.base, a.mr.lkey),
-        len as u32,
-        (b.base, b.mr.rkey),
-    );
-    post(&mut f, &a, wr);
+    let op = WrOpcode::RdmaWriteWithImm;
+    post_op(&mut f, (&a, &b), 5, op, (0, 0), len as u32);
     // Run until the first RNR NAK has left the responder.
     let mut steps = 0;
     while f.nodes[b.node].dev.counters().rnr_naks_sent == 0 {

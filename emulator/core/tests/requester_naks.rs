@@ -38,17 +38,7 @@ fn rig() -> (Fabric, End, End) {
                 LEN as usize,
             )
             .fill(i as u8 + 1);
-        let mut wr = SendWr::new(WrId(i), WrOpcode::RdmaWrite);
-        wr.send_flags = SendFlags::SIGNALED;
-        wr.sg_list = vec![Sge {
-            addr: a.base + i * u64::from(LEN),
-            length: LEN,
-            lkey: a.mr.lkey,
-        }];
-        wr.rdma = RdmaInfo {
-            remote_addr: b.base + i * u64::from(LEN),
-            rkey: b.mr.rkey,
-        };
+        let wr = write(&a, &b, i, i * u64::from(LEN));
         n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
     }
     let mut buf = Vec::new();
@@ -58,6 +48,22 @@ fn rig() -> (Fabric, End, End) {
     }
     assert_eq!(lost, WRITES, "one packet per WRITE, all dropped");
     (f, a, b)
+}
+
+/// A signaled one-packet WRITE `id` from `a`'s buffer at `at` to `b`'s at `at`.
+fn write(a: &End, b: &End, id: u64, at: u64) -> SendWr {
+    let mut wr = SendWr::new(WrId(id), WrOpcode::RdmaWrite);
+    wr.send_flags = SendFlags::SIGNALED;
+    wr.sg_list = vec![Sge {
+        addr: a.base + at,
+        length: LEN,
+        lkey: a.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: b.base + at,
+        rkey: b.mr.rkey,
+    };
+    wr
 }
 
 /// Hands A a sequence NAK from B for `psn`, as B's device would build it.
@@ -135,17 +141,7 @@ fn a_sequence_nak_after_progress_is_a_new_gap() {
     // A new gap after progress has its retry again.
     let now = f.now;
     let n = &mut f.nodes[a.node];
-    let mut wr = SendWr::new(WrId(9), WrOpcode::RdmaWrite);
-    wr.send_flags = SendFlags::SIGNALED;
-    wr.sg_list = vec![Sge {
-        addr: a.base,
-        length: LEN,
-        lkey: a.mr.lkey,
-    }];
-    wr.rdma = RdmaInfo {
-        remote_addr: b.base,
-        rkey: b.mr.rkey,
-    };
+    let wr = write(&a, &b, 9, 0);
     n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
     let mut buf = Vec::new();
     while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {}
