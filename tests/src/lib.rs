@@ -15,15 +15,24 @@ use std::time::{Duration, Instant};
 pub mod releases;
 pub mod two_host;
 
-/// Flags for every tshark that reads our captures. The RPC-over-RDMA heuristics would
-/// claim RoCE/iWARP payloads; and TCP's heuristic dissectors (MPA's among them) go before
-/// the port tables, because an ephemeral port can be some protocol's registered one (a
-/// client port of 44818 once made tshark read an MPA Request as EtherNet/IP).
-pub const TSHARK_FLAGS: [&str; 6] = [
+/// Flags for every tshark that reads our captures. A SEND's payload is the application's
+/// bytes, so no heuristic dissector may claim it. The RPC-over-RDMA heuristics would claim
+/// RoCE/iWARP payloads. The InfiniBand dissector's Ethernet-over-IB heuristic
+/// (`eth_over_ib`) reads a payload whose first two bytes are a known EtherType and whose
+/// next two are zero as that protocol: perftest fills its buffers with random bytes, and a
+/// 2-byte `ib_send_lat` payload of 0x888e with its two zero pad bytes once made tshark
+/// report 500 malformed EAPOL frames in the interop capture. And TCP's heuristic
+/// dissectors (MPA's among them) go before the port tables, because an ephemeral port can
+/// be some protocol's registered one (a client port of 44818 once made tshark read an
+/// MPA Request as EtherNet/IP). The names are tshark 4.0's (Debian 12); tshark refuses
+/// to run with a name it does not know, so a wrong one fails loudly.
+pub const TSHARK_FLAGS: [&str; 8] = [
     "--disable-heuristic",
     "rpcrdma_infiniband",
     "--disable-heuristic",
     "rpcrdma_iwarp",
+    "--disable-heuristic",
+    "eth_over_ib",
     "-o",
     "tcp.try_heuristic_first:TRUE",
 ];
