@@ -77,11 +77,8 @@ pub(crate) fn gather(
     Err(WcStatus::LocLenErr)
 }
 
-/// [`gather`] for a packet of an RC or UC message with more packets to come: the bytes
-/// come from `ahead`, which first reads up to [`AHEAD`] bytes from `off` on when it does
-/// not hold them. When that larger read fails the packet is gathered on its own, so a
-/// fault is met at the packet where it lies, as without reading ahead. After the
-/// message's last packet the bytes are dropped.
+/// [`gather`] through `ahead` ([`Ahead::serve`]): an RC or UC message's payload read in
+/// runs of up to [`AHEAD`] bytes where the memory asks for runs, kept for that WR alone.
 pub(crate) fn gather_ahead(
     keys: &Keys,
     pd: PdHandle,
@@ -91,38 +88,16 @@ pub(crate) fn gather_ahead(
     out: &mut [u8],
     mem: &mut dyn Memory,
 ) -> Result<(), WcStatus> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    let end = off.saturating_add(out.len() as u32);
-    let last = end >= w.len;
-    if w.wr.inline_data.is_some() || (last && ahead.at.is_none()) || ahead.plain == Some(w.seq) {
+    if out.is_empty() || w.wr.inline_data.is_some() {
         return gather(keys, pd, w, off, out, mem);
     }
-    if ahead.get(w.seq, off, out.len()).is_none() {
-        if !wants_runs(keys, pd, &w.wr.sg_list, off, mem) {
-            // Mapped memory: a run would be one more copy of every byte.
-            ahead.forget();
-            ahead.plain = Some(w.seq);
-            return gather(keys, pd, w, off, out, mem);
-        }
-        let want = (w.len - off).min(AHEAD.max(out.len() as u32)) as usize;
-        ahead.at = None;
-        ahead.bytes.resize(want, 0);
-        if gather(keys, pd, w, off, &mut ahead.bytes, mem).is_err() {
-            ahead.forget();
-            return gather(keys, pd, w, off, out, mem);
-        }
-        ahead.at = Some((w.seq, off));
-    }
-    match ahead.get(w.seq, off, out.len()) {
-        Some(b) => out.copy_from_slice(b),
-        None => return gather(keys, pd, w, off, out, mem),
-    }
-    if last {
-        ahead.forget();
-    }
-    Ok(())
+    ahead.serve(
+        mem,
+        (w.seq, u64::from(off), u64::from(w.len)),
+        out,
+        |m| wants_runs(keys, pd, &w.wr.sg_list, off, m),
+        |m, at, buf| gather(keys, pd, w, at as u32, buf, m),
+    )
 }
 
 /// Places a READ response packet's `payload` at message offset `off` of `w`'s scatter list.
@@ -155,7 +130,12 @@ pub(crate) fn place_read(
         r?;
     }
     let fits = held.bytes.len() + payload.len() <= AHEAD as usize;
-    if !last && fits && (!held.bytes.is_empty() || wants_runs(keys, pd, sges, off, mem)) {
+    if !last
+        && fits
+        && *held
+            .runs
+            .get_or_insert_with(|| wants_runs(keys, pd, sges, off, mem))
+    {
         if held.bytes.is_empty() {
             held.at = off;
             held.bytes.reserve_exact(AHEAD as usize);

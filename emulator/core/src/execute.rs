@@ -57,7 +57,9 @@ pub(crate) fn place_held(
             held.clear();
             r.map_err(|_| Outcome::Fatal(NakCode::RemoteOperationalError, None))
         }
-        Some(InProgress::Send { rwqe, offset, held }) if !held.is_empty() => {
+        Some(InProgress::Send {
+            rwqe, offset, held, ..
+        }) if !held.is_empty() => {
             let at = *offset - held.len() as u32;
             let r = scatter(&o.keys, pd, &rwqe.sg_list, at, held, mem);
             held.clear();
@@ -123,12 +125,20 @@ pub(crate) fn execute(
             if payload.len() as u32 > mtu || (!last && payload.len() as u32 != mtu) {
                 return inv_req;
             }
-            let (rwqe, offset, mut held) = match (first, conn.resp.cur.take()) {
+            let (rwqe, offset, mut held, mut runs) = match (first, conn.resp.cur.take()) {
                 (true, None) => match take_rwqe(qp, o) {
-                    Some(w) => (w, 0, Vec::new()),
+                    Some(w) => (w, 0, Vec::new(), None),
                     None => return Outcome::Rnr,
                 },
-                (false, Some(InProgress::Send { rwqe, offset, held })) => (rwqe, offset, held),
+                (
+                    false,
+                    Some(InProgress::Send {
+                        rwqe,
+                        offset,
+                        held,
+                        runs,
+                    }),
+                ) => (rwqe, offset, held, runs),
                 (_, other) => {
                     if let Some(c) = qp.conn.as_mut() {
                         c.resp.cur = other;
@@ -145,7 +155,7 @@ pub(crate) fn execute(
             let fits = u64::from(offset) + payload.len() as u64 <= room;
             let placed = if fits
                 && holds(last, h, held.len(), payload.len())
-                && (!held.is_empty() || wants_runs(&o.keys, pd, &rwqe.sg_list, offset, mem))
+                && *runs.get_or_insert_with(|| wants_runs(&o.keys, pd, &rwqe.sg_list, offset, mem))
             {
                 hold(&mut held, payload);
                 Ok(())
@@ -163,7 +173,12 @@ pub(crate) fn execute(
             }
             let offset = offset + payload.len() as u32;
             if !last {
-                conn.resp.cur = Some(InProgress::Send { rwqe, offset, held });
+                conn.resp.cur = Some(InProgress::Send {
+                    rwqe,
+                    offset,
+                    held,
+                    runs,
+                });
                 return Outcome::Done(1);
             }
             conn.resp.msn = conn.resp.msn.wrapping_add(1);
@@ -221,51 +236,53 @@ pub(crate) fn execute(
             let Some(conn) = qp.conn.as_mut() else {
                 return Outcome::Done(1);
             };
-            let (space, mut host, mut left, total, mut held) = match (reth, conn.resp.cur.take()) {
-                (Some(r), None) => {
-                    if !access.contains(AccessFlags::REMOTE_WRITE) {
-                        return access_err;
-                    }
-                    if r.dma_len == 0 {
-                        (AddrSpace(0), 0, 0, 0, Vec::new())
-                    } else {
-                        match o.keys.resolve(
-                            r.rkey.0,
-                            pd,
-                            r.va,
-                            u64::from(r.dma_len),
-                            AccessFlags::REMOTE_WRITE,
-                            true,
-                            qpn.0,
-                        ) {
-                            Ok((s, h)) => (s, h, r.dma_len, r.dma_len, Vec::new()),
-                            Err(e) => {
-                                let _ = e;
-                                return access_err;
+            let (space, mut host, mut left, total, mut held, mut runs) =
+                match (reth, conn.resp.cur.take()) {
+                    (Some(r), None) => {
+                        if !access.contains(AccessFlags::REMOTE_WRITE) {
+                            return access_err;
+                        }
+                        if r.dma_len == 0 {
+                            (AddrSpace(0), 0, 0, 0, Vec::new(), None)
+                        } else {
+                            match o.keys.resolve(
+                                r.rkey.0,
+                                pd,
+                                r.va,
+                                u64::from(r.dma_len),
+                                AccessFlags::REMOTE_WRITE,
+                                true,
+                                qpn.0,
+                            ) {
+                                Ok((s, h)) => (s, h, r.dma_len, r.dma_len, Vec::new(), None),
+                                Err(e) => {
+                                    let _ = e;
+                                    return access_err;
+                                }
                             }
                         }
                     }
-                }
-                (
-                    None,
-                    Some(InProgress::Write {
-                        space,
-                        host,
-                        left,
-                        total,
-                        held,
-                    }),
-                ) => (space, host, left, total, held),
-                (_, other) => {
-                    conn.resp.cur = other;
-                    return inv_req;
-                }
-            };
+                    (
+                        None,
+                        Some(InProgress::Write {
+                            space,
+                            host,
+                            left,
+                            total,
+                            held,
+                            runs,
+                        }),
+                    ) => (space, host, left, total, held, runs),
+                    (_, other) => {
+                        conn.resp.cur = other;
+                        return inv_req;
+                    }
+                };
             if payload.len() as u32 > left || (last && payload.len() as u32 != left) {
                 return inv_req;
             }
             let placed = if holds(last, h, held.len(), payload.len())
-                && (!held.is_empty() || mem.prefers_runs(space, host))
+                && *runs.get_or_insert_with(|| mem.prefers_runs(space, host))
             {
                 hold(&mut held, payload);
                 Ok(())
@@ -294,6 +311,7 @@ pub(crate) fn execute(
                     left,
                     total,
                     held,
+                    runs,
                 });
                 return Outcome::Done(1);
             }

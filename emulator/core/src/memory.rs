@@ -73,12 +73,60 @@ impl Ahead {
         len <= AHEAD as usize / 4
     }
 
-    /// Reads `out.len()` bytes at offset `off` of a READ response's source (`size` bytes
-    /// at `host` of `space`), through runs of up to [`AHEAD`] bytes where the memory wants
-    /// them ([`Memory::prefers_runs`]). The runs are keyed by `host`, start afresh at a
-    /// response's first packet (`off` 0: a new READ reads memory again) and are dropped
-    /// after its last. A failed run read falls back to the packet's own bytes for the rest
-    /// of the response, so a fault is met where it lies.
+    /// Fills `out` with the bytes at offset `off` of message `key` (`total` bytes long)
+    /// from a run of up to [`AHEAD`] bytes that `read(mem, at, buf)` fills from message
+    /// offset `at`. A run starts afresh at a message's first bytes and is dropped after its
+    /// last. It is read only where it merges several packets and `wants_runs(mem)` says
+    /// so (asked once per message: [`Memory::prefers_runs`]); otherwise, and for the rest
+    /// of the message once a run read has failed, `out` is read on its own, so a fault is
+    /// met at the packet where it lies. The one read-ahead of the RoCE requester, the RoCE
+    /// responder's READ responses and both iWARP queues.
+    pub fn serve<M: ?Sized, E>(
+        &mut self,
+        mem: &mut M,
+        (key, off, total): (u64, u64, u64),
+        out: &mut [u8],
+        wants_runs: impl FnOnce(&M) -> bool,
+        mut read: impl FnMut(&mut M, u64, &mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let last = off + out.len() as u64 >= total;
+        let Ok(off32) = u32::try_from(off) else {
+            return read(mem, off, out);
+        };
+        if off == 0 {
+            (self.at, self.plain) = (None, None);
+        }
+        if self.get(key, off32, out.len()).is_none() {
+            if (last && self.at.is_none()) || self.plain == Some(key) || !Ahead::merges(out.len()) {
+                return read(mem, off, out);
+            }
+            if !wants_runs(mem) {
+                self.forget();
+                self.plain = Some(key);
+                return read(mem, off, out);
+            }
+            let want = (total - off).min(u64::from(AHEAD).max(out.len() as u64)) as usize;
+            self.at = None;
+            self.bytes.resize(want, 0);
+            if read(mem, off, &mut self.bytes).is_err() {
+                self.forget();
+                self.plain = Some(key);
+                return read(mem, off, out);
+            }
+            self.at = Some((key, off32));
+        }
+        match self.get(key, off32, out.len()) {
+            Some(b) => out.copy_from_slice(b),
+            None => return read(mem, off, out),
+        }
+        if last {
+            self.forget();
+        }
+        Ok(())
+    }
+
+    /// [`Ahead::serve`] for a READ response: `out.len()` bytes at offset `off` of its
+    /// source, `size` bytes at `host` of `space`, keyed by `host`.
     pub fn read_run<M: Memory + ?Sized>(
         &mut self,
         mem: &mut M,
@@ -86,43 +134,14 @@ impl Ahead {
         off: u64,
         out: &mut [u8],
     ) -> Result<(), MemoryFault> {
-        let at = host.wrapping_add(off);
-        let last = off + out.len() as u64 >= size;
-        let Ok(off32) = u32::try_from(off) else {
-            return mem.read(space, at, out);
-        };
-        if off == 0 {
-            (self.at, self.plain) = (None, None);
-        }
-        if self.get(host, off32, out.len()).is_none() {
-            if (last && self.at.is_none()) || self.plain == Some(host) || !Ahead::merges(out.len())
-            {
-                return mem.read(space, at, out);
-            }
-            if !mem.prefers_runs(space, at) {
-                self.forget();
-                self.plain = Some(host);
-                return mem.read(space, at, out);
-            }
-            let want = (size - off).min(u64::from(AHEAD).max(out.len() as u64)) as usize;
-            self.at = None;
-            self.bytes.resize(want, 0);
-            if mem.read(space, at, &mut self.bytes).is_err() {
-                // The rest of this response goes packet by packet.
-                self.forget();
-                self.plain = Some(host);
-                return mem.read(space, at, out);
-            }
-            self.at = Some((host, off32));
-        }
-        match self.get(host, off32, out.len()) {
-            Some(b) => out.copy_from_slice(b),
-            None => return mem.read(space, at, out),
-        }
-        if last {
-            self.forget();
-        }
-        Ok(())
+        let at = |o: u64| host.wrapping_add(o);
+        self.serve(
+            mem,
+            (host, off, size),
+            out,
+            |m| m.prefers_runs(space, at(off)),
+            |m, o, buf| m.read(space, at(o), buf),
+        )
     }
 
     pub fn forget(&mut self) {

@@ -100,6 +100,8 @@ pub(crate) struct ReadHeld {
     pub seq: u64,
     pub at: u32,
     pub bytes: Vec<u8>,
+    /// Whether the sink wants runs, asked once per READ (`Memory::prefers_runs`).
+    pub runs: Option<bool>,
 }
 
 /// A READ/atomic the responder keeps for duplicates (IBA 9.7.5.1.5); FLUSH and ATOMIC
@@ -154,6 +156,9 @@ pub(crate) enum InProgress {
         rwqe: RecvWr,
         offset: u32,
         held: Vec<u8>,
+        /// Whether the WQE's memory wants runs, asked once per message at its first
+        /// packet that could be held (`Memory::prefers_runs`).
+        runs: Option<bool>,
     },
     /// An RDMA WRITE: next host address and bytes left, and the payload accepted but
     /// not yet placed, which ends at `host` ([`crate::execute::HOLD`]).
@@ -163,6 +168,8 @@ pub(crate) enum InProgress {
         left: u32,
         total: u32,
         held: Vec<u8>,
+        /// As for `Send`.
+        runs: Option<bool>,
     },
     /// UC: dropping the rest of a broken message.
     Drop,

@@ -14,7 +14,7 @@ use super::mpa::Stream;
 use super::outbox::Outbox;
 use super::Stags;
 use crate::attr::{SendWr, WorkCompletion};
-use crate::memory::{Ahead, Memory, AHEAD};
+use crate::memory::{Ahead, Memory};
 use crate::types::{AccessFlags, Errno, SendFlags, WcStatus, WrOpcode};
 
 /// A send WR in the queue.
@@ -164,28 +164,25 @@ fn take_msn(msns: &mut [u32; 4], q: usize) -> u32 {
 /// Octets generated per `poll_stream_transmit` call, at most (plus one FPDU).
 pub(super) const TX_BUDGET: usize = 256 * 1024;
 
-/// Reads `len` octets at message offset `off` of the WR's data into `out`.
-#[allow(clippy::too_many_arguments)]
+/// Reads `out.len()` octets at message offset `off` of the WR's data into `out`.
 fn gather<K: Stags + ?Sized, M: Memory + ?Sized>(
     keys: &K,
     mem: &mut M,
     (pd, qpn, inline_space): (crate::types::PdHandle, u32, crate::types::AddrSpace),
     wr: &SendWr,
     mut off: u64,
-    len: usize,
-    out: &mut Vec<u8>,
+    out: &mut [u8],
 ) -> Result<(), WcStatus> {
-    out.clear();
     if let Some(d) = &wr.inline_data {
         let s = off as usize;
-        out.extend_from_slice(d.get(s..s + len).ok_or(WcStatus::LocLenErr)?);
+        out.copy_from_slice(d.get(s..s + out.len()).ok_or(WcStatus::LocLenErr)?);
         return Ok(());
     }
     // IBV_SEND_INLINE not yet copied: the SGEs name the owner's memory, no lkey.
     let inline = wr.send_flags.contains(SendFlags::INLINE);
-    let mut left = len;
+    let mut done = 0;
     for s in &wr.sg_list {
-        if left == 0 {
+        if done == out.len() {
             break;
         }
         let sl = u64::from(s.length);
@@ -193,91 +190,47 @@ fn gather<K: Stags + ?Sized, M: Memory + ?Sized>(
             off -= sl;
             continue;
         }
-        let n = ((sl - off) as usize).min(left);
-        if inline {
-            let at = out.len();
-            out.resize(at + n, 0);
-            mem.read(inline_space, s.addr.wrapping_add(off), &mut out[at..])
-                .map_err(|_| WcStatus::LocProtErr)?;
-            left -= n;
-            off = 0;
-            continue;
-        }
-        let (space, host) = keys
-            .resolve(
-                s.lkey.0,
-                pd,
-                qpn,
-                s.addr.wrapping_add(off),
-                n as u64,
-                AccessFlags::EMPTY,
-                false,
-            )
+        let n = ((sl - off) as usize).min(out.len() - done);
+        let addr = s.addr.wrapping_add(off);
+        let (space, host) = if inline {
+            (inline_space, addr)
+        } else {
+            keys.resolve(s.lkey.0, pd, qpn, addr, n as u64, AccessFlags::EMPTY, false)
+                .map_err(|_| WcStatus::LocProtErr)?
+        };
+        mem.read(space, host, &mut out[done..done + n])
             .map_err(|_| WcStatus::LocProtErr)?;
-        let at = out.len();
-        out.resize(at + n, 0);
-        mem.read(space, host, &mut out[at..])
-            .map_err(|_| WcStatus::LocProtErr)?;
-        left -= n;
+        done += n;
         off = 0;
     }
-    if left == 0 {
+    if done == out.len() {
         Ok(())
     } else {
         Err(WcStatus::LocLenErr)
     }
 }
 
-/// [`gather`] for the next FPDU of `e` (`len` octets at `e.sent`) through `ahead`, which
-/// first reads up to [`AHEAD`] octets of the message when it does not hold them and the
-/// memory wants runs ([`Memory::prefers_runs`]). When that larger read fails the FPDU is
-/// gathered on its own, so a fault is met at the FPDU where it lies. After the message's
-/// last FPDU the octets are dropped.
+/// [`gather`] for the next FPDU of `e` (`out.len()` octets at `e.sent`) through `ahead`
+/// ([`Ahead::serve`]): the message read in runs where the memory asks for them.
 fn gather_ahead<K: Stags + ?Sized, M: Memory + ?Sized>(
     keys: &K,
     mem: &mut M,
     at: (crate::types::PdHandle, u32, crate::types::AddrSpace),
     e: &SqEntry,
     ahead: &mut Ahead,
-    len: usize,
-    out: &mut Vec<u8>,
+    out: &mut [u8],
 ) -> Result<(), WcStatus> {
-    let (off, wr) = (e.sent, &e.wr);
-    let last = off + len as u64 >= e.total;
-    let inline = wr.inline_data.is_some() || wr.send_flags.contains(SendFlags::INLINE);
-    let (Ok(off32), Ok(_)) = (u32::try_from(off), u32::try_from(e.total)) else {
-        return gather(keys, mem, at, wr, off, len, out);
-    };
-    if inline || (last && ahead.at.is_none()) || ahead.plain == Some(e.seq) || !Ahead::merges(len) {
-        return gather(keys, mem, at, wr, off, len, out);
+    let wr = &e.wr;
+    if wr.inline_data.is_some() || wr.send_flags.contains(SendFlags::INLINE) {
+        return gather(keys, mem, at, wr, e.sent, out);
     }
-    if ahead.get(e.seq, off32, len).is_none() {
-        if !wants_runs(keys, mem, at, wr, off) {
-            ahead.forget();
-            ahead.plain = Some(e.seq);
-            return gather(keys, mem, at, wr, off, len, out);
-        }
-        let want = (e.total - off).min(u64::from(AHEAD).max(len as u64)) as usize;
-        ahead.at = None;
-        let mut run = std::mem::take(&mut ahead.bytes);
-        if gather(keys, mem, at, wr, off, want, &mut run).is_err() {
-            ahead.forget();
-            return gather(keys, mem, at, wr, off, len, out);
-        }
-        ahead.bytes = run;
-        ahead.at = Some((e.seq, off32));
-    }
-    match ahead.get(e.seq, off32, len) {
-        Some(b) => {
-            out.clear();
-            out.extend_from_slice(b);
-        }
-        None => return gather(keys, mem, at, wr, off, len, out),
-    }
-    if last {
-        ahead.forget();
-    }
-    Ok(())
+    ahead.serve(
+        mem,
+        (e.seq, e.sent, e.total),
+        out,
+        |m| wants_runs(keys, m, at, wr, e.sent),
+        |m, off, buf| gather(keys, m, at, wr, off, buf),
+    )
 }
 
 /// Whether the memory under message offset `off` of `wr` wants its octets read in runs;
@@ -584,10 +537,9 @@ impl SendQueue {
                 }
                 let e = &self.sq[idx];
                 let chunk = ((e.total - e.sent) as usize).min(stream.max_payload(tagged));
-                let mut payload = Vec::with_capacity(chunk);
+                let mut payload = vec![0; chunk];
                 let at = (pd, qpn, cfg.inline_space);
-                if let Err(s) = gather_ahead(keys, mem, at, e, &mut self.ahead, chunk, &mut payload)
-                {
+                if let Err(s) = gather_ahead(keys, mem, at, e, &mut self.ahead, &mut payload) {
                     return Err(self.local_error(idx, s));
                 }
                 let last = e.sent + chunk as u64 == e.total;
