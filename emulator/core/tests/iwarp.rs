@@ -4,8 +4,8 @@ mod iwarp_common;
 
 use emu_core::iwarp::{IwarpConfig, IwarpEvent, RtrKind, RtrOffer, RECV_WAIT, RX_STALL_TIMEOUT};
 use emu_core::{
-    AccessFlags, AtomicInfo, Lkey, RdmaInfo, Rkey, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
-    WcStatus, WrId, WrOpcode,
+    AccessFlags, AtomicInfo, Lkey, RdmaInfo, RecvWr, Rkey, SendFlags, SendWr, Sge, WcFlags,
+    WcOpcode, WcStatus, WrId, WrOpcode,
 };
 use iwarp_common::*;
 use proptest::prelude::*;
@@ -310,8 +310,9 @@ fn send_write_read_of_every_size_up_to_1_mib() {
 }
 
 /// Where an access is a system call (the daemon's `/proc/PID/mem`), a Write's and a Read
-/// Response's payload is read in runs of 64 KiB, not one FPDU at a time; into mapped
-/// memory one read per FPDU, as a run would only add a copy.
+/// Response's payload is read in runs of 64 KiB, not one FPDU at a time, and a Write is
+/// placed at the data sink in runs too; into mapped memory one access per FPDU, as a run
+/// would only add a copy.
 #[test]
 fn payload_is_read_in_runs_where_memory_asks_for_them() {
     let len = 256 << 10;
@@ -321,11 +322,13 @@ fn payload_is_read_in_runs_where_memory_asks_for_them() {
         (p.a.mem.runs, p.b.mem.runs) = (runs, runs);
         let data = fill(&mut p.a, src, len as usize, 9);
         let before = p.a.mem.reads;
+        let placed_before = p.b.mem.writes;
         p.a.conn
             .post_send(rdma_wr(1, WrOpcode::RdmaWrite, src, len, dst, 0x100))
             .unwrap();
         p.run();
         let write_reads = p.a.mem.reads - before;
+        let write_writes = p.b.mem.writes - placed_before;
         assert_eq!(p.b.mem.slice(SPACE, dst, len as usize), &data[..]);
         let back = fill(&mut p.b, src, len as usize, 5);
         let before = p.b.mem.reads;
@@ -335,16 +338,83 @@ fn payload_is_read_in_runs_where_memory_asks_for_them() {
         p.run();
         let response_reads = p.b.mem.reads - before;
         assert_eq!(p.a.mem.slice(SPACE, dst, len as usize), &back[..]);
+        // A Send is placed into its receive WR's buffer the same way.
+        let data = fill(&mut p.a, src, len as usize, 3);
+        p.b.post_recv(10, dst, len);
+        let placed_before = p.b.mem.writes;
+        p.a.conn
+            .post_send(send_wr(3, WrOpcode::Send, src, len))
+            .unwrap();
+        p.run();
+        let send_writes = p.b.mem.writes - placed_before;
+        assert_eq!(p.b.mem.slice(SPACE, dst, len as usize), &data[..]);
         let fpdus = u64::from(len).div_ceil(emu_core::iwarp::mulpdu(1460, false) as u64);
         if runs {
             // Four runs, and one more because FPDUs straddle the runs' edges.
             assert!(write_reads <= 5 && response_reads <= 5, "runs of 64 KiB");
+            assert!(
+                write_writes <= 5 && send_writes <= 5,
+                "placed in runs: {write_writes} and {send_writes} writes"
+            );
         } else {
             assert!(
-                write_reads >= fpdus && response_reads >= fpdus,
-                "one read per FPDU"
+                write_reads >= fpdus
+                    && response_reads >= fpdus
+                    && write_writes >= fpdus
+                    && send_writes >= fpdus,
+                "one access per FPDU"
             );
         }
+    }
+}
+
+/// A Send whose receive WR's second buffer has a key the data sink does not know: held in
+/// a run or placed FPDU by FPDU, the receive completes with LOC_PROT_ERR and the sink
+/// terminates (DDP catastrophic), with the first buffer filled and nothing written where
+/// the bad key points.
+#[test]
+fn a_send_into_a_bad_second_buffer_fails_alike_with_runs_or_without() {
+    let (src, first, second) = (BASE, BASE + MEM / 2, BASE + MEM / 2 + (256 << 10));
+    for runs in [true, false] {
+        let mut p = connected(IwarpConfig::default(), IwarpConfig::default(), 43);
+        (p.a.mem.runs, p.b.mem.runs) = (runs, runs);
+        let data = fill(&mut p.a, src, 96 << 10, 7);
+        let untouched = p.b.mem.slice(SPACE, second, 64 << 10).to_vec();
+        p.b.conn
+            .post_recv(RecvWr {
+                wr_id: WrId(20),
+                sg_list: vec![
+                    Sge {
+                        addr: first,
+                        length: 32 << 10,
+                        lkey: Lkey(0x100),
+                    },
+                    Sge {
+                        addr: second,
+                        length: 64 << 10,
+                        lkey: Lkey(0x999),
+                    },
+                ],
+            })
+            .unwrap();
+        p.a.conn
+            .post_send(send_wr(4, WrOpcode::Send, src, 96 << 10))
+            .unwrap();
+        p.run();
+        let recv: Vec<_> = ok_wcs(&p.b).into_iter().filter(|w| w.0 == 20).collect();
+        assert_eq!(
+            recv.first().map(|w| w.1),
+            Some(WcStatus::LocProtErr),
+            "runs {runs}: {recv:?}"
+        );
+        assert_eq!(
+            p.b.terminated(),
+            Some((TerminateError::DdpCatastrophic, true)),
+            "runs {runs}"
+        );
+        assert_eq!(p.b.mem.slice(SPACE, first, 32 << 10), &data[..32 << 10]);
+        assert_eq!(p.b.mem.slice(SPACE, second, 64 << 10), &untouched[..]);
+        assert!(p.b.guards_intact(MEM));
     }
 }
 

@@ -19,8 +19,8 @@ use super::config::{
 };
 use super::mpa::{self, ReplyVerdict, Stream};
 use super::outbox::Outbox;
-use super::placement::{terminate_repr, Offender};
-use super::rx::{Cite, RecvSide, Stop};
+use super::placement::{terminate_repr, Cite, Offender, Stop};
+use super::rx::RecvSide;
 use super::tx::{Irq, SendQueue, TX_BUDGET};
 
 /// How long a partial FPDU may wait for its next octet before the stream is declared

@@ -26,6 +26,7 @@
 mod config;
 mod conn;
 pub mod ext;
+mod held;
 mod mpa;
 mod outbox;
 mod placement;

@@ -15,6 +15,24 @@ use crate::attr::Sge;
 use crate::memory::Memory;
 use crate::types::{AccessFlags, WcStatus};
 
+/// Which part of the offending segment a Terminate quotes (RFC 5040 §7: the DDP header,
+/// and the RDMAP header of a Read Request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cite {
+    Nothing,
+    Ddp,
+    Rdmap,
+}
+
+/// Why the receive side stopped the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// This side sends a Terminate with `error`, quoting the segment as told.
+    Terminate(TerminateError, Cite),
+    /// The peer sent a Terminate.
+    Terminated(TerminateError),
+}
+
 /// The offending segment, for the Terminate's D and R fields.
 #[derive(Clone, Copy)]
 pub(super) struct Offender<'a> {

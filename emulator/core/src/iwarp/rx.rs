@@ -3,7 +3,8 @@
 //! sends on, the message being reassembled and the RTR expected; its handler takes the
 //! send side, the owed responses and the outbox it touches, and returns the Terminate it
 //! decided on ([`Stop`]) for the connection to send. Placement into receive buffers and
-//! the Terminate cause of each failure are `placement.rs`'s. A QP on a shared receive
+//! the Terminate cause of each failure are `placement.rs`'s; what is held of a message
+//! before it is placed (runs of up to 64 KiB) is `held.rs`'s. A QP on a shared receive
 //! queue takes its receive WRs from the SRQ through the [`Stags`] table instead of its
 //! own queue; a flush then completes only the receive in progress, and the SRQ's WRs
 //! stay for the other QPs (siw's `siw_rq_flush`).
@@ -16,42 +17,16 @@ use wire::iwarp::{Stag, TerminateError};
 
 use super::config::{IwarpConfig, Negotiated, Role, RtrKind};
 use super::ext::{AtomicOp, ExtError, ExtMessage};
+use super::held::{RxSend, WriteRun};
 use super::outbox::Outbox;
 use super::placement::{
-    parse_error, remote_status, scatter, source_error, tagged_error, ScatterError,
+    parse_error, remote_status, scatter, source_error, tagged_error, Cite, ScatterError, Stop,
 };
 use super::tx::{Irq, IrqEntry, SendQueue};
 use super::Stags;
 use crate::attr::RecvWr;
 use crate::memory::Memory;
 use crate::types::{AccessFlags, PdHandle, SrqHandle, WcFlags, WcOpcode, WcStatus, WrId};
-
-/// Which part of the offending segment a Terminate quotes (RFC 5040 §7: the DDP header,
-/// and the RDMAP header of a Read Request).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Cite {
-    Nothing,
-    Ddp,
-    Rdmap,
-}
-
-/// Why the receive side stopped the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stop {
-    /// This side sends a Terminate with `error`, quoting the segment as told.
-    Terminate(TerminateError, Cite),
-    /// The peer sent a Terminate.
-    Terminated(TerminateError),
-}
-
-/// The receive WR being filled by an untagged message on queue 0.
-#[derive(Debug)]
-struct RxSend {
-    wr: RecvWr,
-    /// The PD its SGEs are checked against: the QP's, or its SRQ's.
-    pd: PdHandle,
-    len: u64,
-}
 
 /// The data sink's state: receive WRs, reassembly of the message in progress, the MSNs
 /// expected on each untagged queue, and the RFC 6581 RTR the responder waits for.
@@ -66,6 +41,9 @@ pub(super) struct RecvSide {
     /// an Immediate Data message reports).
     cur_write_len: u64,
     last_write_len: u64,
+    write_run: WriteRun,
+    /// The held-octets buffer of the last finished Send, for the next one.
+    spare_held: Vec<u8>,
     got_first: bool,
     expect_rtr: Option<RtrKind>,
     responder: bool,
@@ -82,6 +60,8 @@ impl RecvSide {
             rx_send: None,
             cur_write_len: 0,
             last_write_len: 0,
+            write_run: WriteRun::default(),
+            spare_held: Vec::new(),
             got_first: false,
             expect_rtr: None,
             responder: role == Role::Responder,
@@ -140,12 +120,37 @@ impl RecvSide {
     /// Completes every receive WR of the QP with WR_FLUSH_ERR (the QP is in error): the
     /// one in progress and its own queue; an SRQ's WRs are not the QP's.
     pub(super) fn flush(&mut self, out: &mut Outbox) {
+        // A Write cut short is not placed further.
+        self.write_run = WriteRun::default();
         if let Some(r) = self.rx_send.take() {
             out.recv_wc(r.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
         }
         while let Some(r) = self.rq.pop_front() {
             out.recv_wc(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
         }
+    }
+
+    /// Places the octets the Send in progress holds; a buffer that cannot take them
+    /// completes the receive WR in error (LOC_PROT_ERR) and terminates, as a segment
+    /// placed at once would have.
+    fn place_send_run<K: Stags + ?Sized, M: Memory + ?Sized>(
+        &mut self,
+        out: &mut Outbox,
+        cfg: &IwarpConfig,
+        keys: &K,
+        mem: &mut M,
+        cite: Cite,
+    ) -> Result<(), Stop> {
+        let Some(rx) = self.rx_send.as_mut() else {
+            return Ok(());
+        };
+        if rx.place(keys, mem, cfg.qpn.0).is_err() {
+            let id = rx.wr.wr_id;
+            self.rx_send = None;
+            out.recv_wc(id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
+            return Err(Stop::Terminate(TerminateError::DdpCatastrophic, cite));
+        }
+        Ok(())
     }
 
     /// Whether ULPDU `u` starts a well-formed message on untagged queue 0 (a Send of any
@@ -191,6 +196,18 @@ impl RecvSide {
         self.got_first = true;
         let cite = Cite::Ddp;
         let opcode = u.get(1).map_or(0, |c| c & 0x0f);
+        // A held run is placed before any ULPDU but the next segment of its Write
+        // (tagged, RDMAP opcode 0: Write), which decides for itself.
+        let tagged_write = u.first().is_some_and(|c| c & 0x80 != 0) && opcode == 0;
+        if !tagged_write {
+            self.write_run.place(mem)?;
+        }
+        // The same for a Send's held octets and any ULPDU not on untagged queue 0.
+        let queue0 =
+            u.first().is_some_and(|c| c & 0x80 == 0) && u.get(6..10) == Some(&[0, 0, 0, 0][..]);
+        if !queue0 {
+            self.place_send_run(out, cfg, keys, mem, cite)?;
+        }
         if opcode >= 8 && u.len() > 1 && u[1] >> 6 == 1 && u[0] & 0x03 == 1 {
             if !self.ext {
                 return Err(Stop::Terminate(TerminateError::RdmapUnexpectedOpcode, cite));
@@ -345,19 +362,18 @@ impl RecvSide {
                 AccessFlags::REMOTE_WRITE,
                 true,
             );
-            match r {
-                Ok((space, host)) => {
-                    if mem.write(space, host, payload).is_err() {
-                        return Err(Stop::Terminate(TerminateError::DdpCatastrophic, cite));
-                    }
-                }
+            let (space, host) = match r {
+                Ok(at) => at,
                 Err(e) => {
+                    self.write_run.place(mem)?;
                     return Err(Stop::Terminate(tagged_error(e), cite));
                 }
-            }
+            };
+            self.write_run.take(space, host, payload, last, mem)?;
         }
         self.cur_write_len += payload.len() as u64;
         if last {
+            self.write_run.end_message(mem)?;
             self.last_write_len = std::mem::take(&mut self.cur_write_len);
         }
         Ok(())
@@ -381,7 +397,8 @@ impl RecvSide {
             let Some((wr, pd)) = self.take_recv(keys, cfg) else {
                 return Err(Stop::Terminate(TerminateError::DdpUntaggedNoBuffer, cite));
             };
-            self.rx_send = Some(RxSend { wr, pd, len: 0 });
+            let held = std::mem::take(&mut self.spare_held);
+            self.rx_send = Some(RxSend::new(wr, pd, held));
         }
         let Some(rx) = self.rx_send.as_mut() else {
             return Ok(());
@@ -394,17 +411,9 @@ impl RecvSide {
             out.recv_wc(id, WcStatus::LocLenErr, WcOpcode::Recv, 0);
             return Err(Stop::Terminate(TerminateError::DdpUntaggedTooLong, cite));
         }
-        if scatter(
-            keys,
-            mem,
-            rx.pd,
-            cfg.qpn.0,
-            &rx.wr.sg_list,
-            u64::from(s.mo),
-            s.payload,
-        )
-        .is_err()
-        {
+        let off = u64::from(s.mo);
+        let placed = rx.take(keys, mem, cfg.qpn.0, off, s.payload, s.last);
+        if placed.is_err() {
             let id = rx.wr.wr_id;
             self.rx_send = None;
             out.recv_wc(id, WcStatus::LocProtErr, WcOpcode::Recv, 0);
@@ -414,9 +423,13 @@ impl RecvSide {
         if !s.last {
             return Ok(());
         }
-        let Some(rx) = self.rx_send.take() else {
+        let Some(mut rx) = self.rx_send.take() else {
             return Ok(());
         };
+        if rx.held.capacity() > 0 {
+            rx.held.clear();
+            self.spare_held = std::mem::take(&mut rx.held);
+        }
         self.msns[0] = s.msn.wrapping_add(1);
         let mut flags = WcFlags::EMPTY;
         let mut imm_data = 0;
