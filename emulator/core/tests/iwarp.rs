@@ -2,7 +2,9 @@
 
 mod iwarp_common;
 
-use emu_core::iwarp::{IwarpConfig, IwarpEvent, RtrKind, RtrOffer, RECV_WAIT, RX_STALL_TIMEOUT};
+use emu_core::iwarp::{
+    IwarpConfig, IwarpEvent, RtrKind, RtrOffer, Stags, RECV_WAIT, RX_STALL_TIMEOUT,
+};
 use emu_core::{
     AccessFlags, AtomicInfo, Lkey, RdmaInfo, RecvWr, Rkey, SendFlags, SendWr, Sge, WcFlags,
     WcOpcode, WcStatus, WrId, WrOpcode,
@@ -414,6 +416,50 @@ fn a_send_into_a_bad_second_buffer_fails_alike_with_runs_or_without() {
         );
         assert_eq!(p.b.mem.slice(SPACE, first, 32 << 10), &data[..32 << 10]);
         assert_eq!(p.b.mem.slice(SPACE, second, 64 << 10), &untouched[..]);
+        assert!(p.b.guards_intact(MEM));
+    }
+}
+
+/// A Write whose STag the data sink invalidates half-way through: the sink terminates
+/// (invalid STag) and writes nothing into the region after the invalidation, with its
+/// payload placed FPDU by FPDU or held in runs (a held run's range is checked again when
+/// it is placed).
+#[test]
+fn nothing_is_written_after_the_sinks_stag_is_invalidated_mid_write() {
+    let len = 256 << 10;
+    let (src, dst) = (BASE, BASE + MEM / 2);
+    for runs in [true, false] {
+        let mut p = connected(IwarpConfig::default(), IwarpConfig::default(), 44);
+        (p.a.mem.runs, p.b.mem.runs) = (runs, runs);
+        fill(&mut p.a, src, len as usize, 5);
+        p.a.conn
+            .post_send(rdma_wr(1, WrOpcode::RdmaWrite, src, len, dst, 0x100))
+            .unwrap();
+        let mut stream = Vec::new();
+        while p
+            .a
+            .conn
+            .poll_stream_transmit(&mut stream, &mut p.a.keys, &mut p.a.mem)
+            > 0
+        {}
+        assert!(stream.len() > len as usize, "the whole Write is out");
+        let (first, rest) = stream.split_at(100 << 10);
+        p.b.conn
+            .handle_stream(p.now, first, &mut p.b.keys, &mut p.b.mem);
+        p.b.keys.invalidate(0x100, PD).unwrap();
+        let writes = p.b.mem.writes;
+        p.b.conn
+            .handle_stream(p.now, rest, &mut p.b.keys, &mut p.b.mem);
+        p.run();
+        assert_eq!(
+            p.b.mem.writes, writes,
+            "runs {runs}: written after invalidation"
+        );
+        assert_eq!(
+            p.b.terminated(),
+            Some((TerminateError::DdpTaggedInvalidStag, true)),
+            "runs {runs}"
+        );
         assert!(p.b.guards_intact(MEM));
     }
 }

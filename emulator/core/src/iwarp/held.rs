@@ -5,7 +5,7 @@
 
 use wire::iwarp::TerminateError;
 
-use super::placement::{scatter, Cite, ScatterError, Stop};
+use super::placement::{scatter, tagged_error, Cite, ScatterError, Stop};
 use super::Stags;
 use crate::attr::RecvWr;
 use crate::execute::HOLD;
@@ -136,30 +136,44 @@ impl RxSend {
 /// run is placed at the message's last segment, before a segment that does not continue
 /// it, and before any other ULPDU is processed, so everything that can observe the
 /// memory (a later Send's completion, a Read Request, an Immediate Data) comes after it.
+/// Each segment's STag is checked when it arrives, and the run's range again when it is
+/// placed, so a region deregistered or invalidated in between is never written.
 #[derive(Debug, Default)]
 pub(super) struct WriteRun {
-    space: AddrSpace,
-    /// Where the held octets end: the next segment continues the run if it starts here.
-    end: u64,
+    stag: u32,
+    /// The tagged offset of the first held octet.
+    offset: u64,
     bytes: Vec<u8>,
     /// Whether the sink wants runs, asked once per message.
     runs: Option<bool>,
 }
 
+/// Whose keys a held Write is checked with: the connection's PD and QP.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Owner {
+    pub(super) pd: PdHandle,
+    pub(super) qpn: u32,
+}
+
 impl WriteRun {
-    /// Takes a segment whose `payload` resolved to `host` in `space`: holds it (a middle
-    /// segment, where the memory asks for runs), or places it with what is held. A held
-    /// run the segment does not continue is placed first.
-    pub(super) fn take<M: Memory + ?Sized>(
+    /// Takes a segment of `payload` at tagged `offset` of `stag`, which resolved to
+    /// `host` in `space`: holds it (a middle segment, where the memory asks for runs), or
+    /// places it with what is held. A held run the segment does not continue is placed
+    /// first.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn take<K: Stags + ?Sized, M: Memory + ?Sized>(
         &mut self,
-        space: AddrSpace,
-        host: u64,
+        keys: &K,
+        owner: Owner,
+        (stag, offset): (u32, u64),
+        (space, host): (AddrSpace, u64),
         payload: &[u8],
         last: bool,
         mem: &mut M,
     ) -> Result<(), Stop> {
-        if !self.bytes.is_empty() && (self.space != space || self.end != host) {
-            self.place(mem)?;
+        let continues = stag == self.stag && self.offset + self.bytes.len() as u64 == offset;
+        if !self.bytes.is_empty() && !continues {
+            self.place(keys, owner, mem)?;
         }
         let holds = !last
             && self.bytes.len() + payload.len() < HOLD
@@ -171,35 +185,61 @@ impl WriteRun {
                 .write(space, host, payload)
                 .map_err(|_| Stop::Terminate(TerminateError::DdpCatastrophic, Cite::Ddp));
         }
-        if self.bytes.capacity() == 0 {
-            self.bytes.reserve_exact(HOLD);
+        if self.bytes.is_empty() {
+            (self.stag, self.offset) = (stag, offset);
+            if self.bytes.capacity() == 0 {
+                self.bytes.reserve_exact(HOLD);
+            }
         }
         self.bytes.extend_from_slice(payload);
-        self.space = space;
-        self.end = host + payload.len() as u64;
         if holds {
             Ok(())
         } else {
-            self.place(mem)
+            self.place(keys, owner, mem)
         }
     }
 
     /// The Write's last segment was taken: everything is placed, and the next Write asks
     /// the memory again.
-    pub(super) fn end_message<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Result<(), Stop> {
+    pub(super) fn end_message<K: Stags + ?Sized, M: Memory + ?Sized>(
+        &mut self,
+        keys: &K,
+        owner: Owner,
+        mem: &mut M,
+    ) -> Result<(), Stop> {
         self.runs = None;
-        self.place(mem)
+        self.place(keys, owner, mem)
     }
 
-    /// Places the held octets. A memory that cannot take them is a catastrophic error of
-    /// the data sink (as when a single segment cannot be placed).
-    pub(super) fn place<M: Memory + ?Sized>(&mut self, mem: &mut M) -> Result<(), Stop> {
+    /// Places the held octets where their STag points now. A range the STag no longer
+    /// covers gets the Terminate its segments would have got; a memory that cannot take
+    /// them is a catastrophic error of the data sink (as for a single segment).
+    pub(super) fn place<K: Stags + ?Sized, M: Memory + ?Sized>(
+        &mut self,
+        keys: &K,
+        owner: Owner,
+        mem: &mut M,
+    ) -> Result<(), Stop> {
         if self.bytes.is_empty() {
             return Ok(());
         }
-        let at = self.end - self.bytes.len() as u64;
-        let r = mem.write(self.space, at, &self.bytes);
+        let len = self.bytes.len() as u64;
+        let at = keys.resolve(
+            self.stag,
+            owner.pd,
+            owner.qpn,
+            self.offset,
+            len,
+            AccessFlags::REMOTE_WRITE,
+            true,
+        );
+        let r = match at {
+            Ok((space, host)) => mem
+                .write(space, host, &self.bytes)
+                .map_err(|_| Stop::Terminate(TerminateError::DdpCatastrophic, Cite::Ddp)),
+            Err(e) => Err(Stop::Terminate(tagged_error(e), Cite::Ddp)),
+        };
         self.bytes.clear();
-        r.map_err(|_| Stop::Terminate(TerminateError::DdpCatastrophic, Cite::Ddp))
+        r
     }
 }

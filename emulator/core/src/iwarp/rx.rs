@@ -17,7 +17,7 @@ use wire::iwarp::{Stag, TerminateError};
 
 use super::config::{IwarpConfig, Negotiated, Role, RtrKind};
 use super::ext::{AtomicOp, ExtError, ExtMessage};
-use super::held::{RxSend, WriteRun};
+use super::held::{Owner, RxSend, WriteRun};
 use super::outbox::Outbox;
 use super::placement::{
     parse_error, remote_status, scatter, source_error, tagged_error, Cite, ScatterError, Stop,
@@ -199,8 +199,12 @@ impl RecvSide {
         // A held run is placed before any ULPDU but the next segment of its Write
         // (tagged, RDMAP opcode 0: Write), which decides for itself.
         let tagged_write = u.first().is_some_and(|c| c & 0x80 != 0) && opcode == 0;
+        let owner = Owner {
+            pd: cfg.pd,
+            qpn: cfg.qpn.0,
+        };
         if !tagged_write {
-            self.write_run.place(mem)?;
+            self.write_run.place(keys, owner, mem)?;
         }
         // The same for a Send's held octets and any ULPDU not on untagged queue 0.
         let queue0 =
@@ -349,6 +353,10 @@ impl RecvSide {
             offset,
             payload,
         } = seg;
+        let owner = Owner {
+            pd: cfg.pd,
+            qpn: cfg.qpn.0,
+        };
         if !payload.is_empty() {
             if offset.checked_add(payload.len() as u64).is_none() {
                 return Err(Stop::Terminate(TerminateError::DdpTaggedToWrap, cite));
@@ -365,15 +373,23 @@ impl RecvSide {
             let (space, host) = match r {
                 Ok(at) => at,
                 Err(e) => {
-                    self.write_run.place(mem)?;
+                    self.write_run.place(keys, owner, mem)?;
                     return Err(Stop::Terminate(tagged_error(e), cite));
                 }
             };
-            self.write_run.take(space, host, payload, last, mem)?;
+            self.write_run.take(
+                keys,
+                owner,
+                (stag.0, offset),
+                (space, host),
+                payload,
+                last,
+                mem,
+            )?;
         }
         self.cur_write_len += payload.len() as u64;
         if last {
-            self.write_run.end_message(mem)?;
+            self.write_run.end_message(keys, owner, mem)?;
             self.last_write_len = std::mem::take(&mut self.cur_write_len);
         }
         Ok(())
