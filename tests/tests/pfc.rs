@@ -9,7 +9,8 @@
 //! goes on; while priority 3 is, it stops, and it recovers after. Nothing is lost or
 //! retransmitted, no ACK timer runs out, and the counters saw it all.
 use rdma_emu_tests::*;
-use std::process::{Child, Command};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -27,6 +28,7 @@ def frame(q):
     f = bytes.fromhex("0180c2000001") + src + struct.pack("!HHH8H", 0x8808, 0x0101, enable, *([q] * 8))
     return f + bytes(60 - len(f))
 pause, resume = frame(0xffff), frame(0)
+print("sending", flush=True)
 end = time.monotonic() + secs
 n = 0
 while time.monotonic() < end:
@@ -37,10 +39,18 @@ s.send(resume)
 print(n + 1)
 "#;
 
-/// Real-time scheduled (`chrt -f`), as the daemons and ib_write_bw busy-poll both cores:
-/// a sender woken late lets a pause run out, as a switch never would.
-fn pfc_sender(ns: &Netns, iface: &str, enable: u8, secs: f64) -> Child {
-    Command::new("ip")
+/// A PFC sender that has started sending.
+struct PfcSender {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+/// Starts the sender, real-time scheduled (`chrt -f`), as the daemons and ib_write_bw
+/// busy-poll both cores: a sender woken late lets a pause run out, as a switch never
+/// would. Returns once it says it is sending, so the test's measuring window starts from
+/// the pause, not from a guess at how long a loaded machine takes to start Python.
+fn pfc_sender(ns: &Netns, iface: &str, enable: u8, secs: f64) -> PfcSender {
+    let mut child = Command::new("ip")
         .args([
             "netns", "exec", &ns.name, "chrt", "-f", "50", "python3", "-c", SENDER,
         ])
@@ -49,17 +59,22 @@ fn pfc_sender(ns: &Netns, iface: &str, enable: u8, secs: f64) -> Child {
         .arg(secs.to_string())
         .stdout(std::process::Stdio::piped())
         .spawn()
-        .expect("python3 runs")
+        .expect("python3 runs");
+    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line)
+        .expect("the PFC sender's first line");
+    assert_eq!(line.trim(), "sending", "the PFC sender did not start");
+    PfcSender { child, out }
 }
 
-/// Frames a sender sent (it prints the count).
-fn frames_sent(c: Child) -> u64 {
-    let out = c.wait_with_output().expect("the PFC sender ends");
-    assert!(out.status.success(), "PFC sender failed");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("a frame count")
+/// Frames a sender sent (it prints the count at its end).
+fn frames_sent(mut p: PfcSender) -> u64 {
+    let mut line = String::new();
+    p.out.read_line(&mut line).expect("the PFC sender's count");
+    let status = p.child.wait().expect("the PFC sender ends");
+    assert!(status.success(), "PFC sender failed");
+    line.trim().parse().expect("a frame count")
 }
 
 /// Packets b's device sent per second over `span`, from counter samples at its ends.
