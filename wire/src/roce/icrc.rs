@@ -283,61 +283,6 @@ pub fn ipv4_id_delta(id: u16, ib_len: usize) -> u32 {
     mul_mod(id_contribution(id), x8n(rest))
 }
 
-/// [`ipv4_id_delta`] for the IDs of a run of packets of one IB length, as the segments of
-/// a GSO super-datagram carry them (0, 1, 2, …). The change is linear in the ID's bits, so
-/// the run computes one product per bit it needs and each ID's change is the XOR of those
-/// of its bits: for a run of 64 packets, 6 products instead of 128.
-///
-/// ```
-/// use wire::roce::icrc::{ipv4_id_delta, Ipv4IdDeltas};
-/// let run = Ipv4IdDeltas::new(1052, 64);
-/// assert_eq!(run.delta(37, 1052), ipv4_id_delta(37, 1052));
-/// // Another length (the short last packet of a run) is computed on its own.
-/// assert_eq!(run.delta(63, 300), ipv4_id_delta(63, 300));
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct Ipv4IdDeltas {
-    ib_len: usize,
-    /// How many of `bits` are computed: IDs below `1 << known` are covered.
-    known: u32,
-    bits: [u32; 16],
-}
-
-impl Ipv4IdDeltas {
-    /// The changes for IDs `0..ids` of packets of `ib_len` octets (BTH through pad).
-    pub fn new(ib_len: usize, ids: usize) -> Ipv4IdDeltas {
-        let known = (usize::BITS - ids.saturating_sub(1).leading_zeros()).min(16);
-        let mut bits = [0u32; 16];
-        if known > 0 {
-            let rest = (LRH_LEN + 20 + 8 + ib_len - IPV4_ID_OFFSET - 2) as u64;
-            let shift = x8n(rest);
-            for (i, b) in bits.iter_mut().enumerate().take(known as usize) {
-                *b = mul_mod(id_contribution(1 << i), shift);
-            }
-        }
-        Ipv4IdDeltas {
-            ib_len,
-            known,
-            bits,
-        }
-    }
-
-    /// [`ipv4_id_delta`]`(id, ib_len)`; from the run's products when `ib_len` is the run's
-    /// and `id` within the IDs it was made for.
-    pub fn delta(&self, id: u16, ib_len: usize) -> u32 {
-        if ib_len != self.ib_len || u32::from(id) >> self.known != 0 {
-            return ipv4_id_delta(id, ib_len);
-        }
-        let mut d = 0;
-        let mut rest = id;
-        while rest != 0 {
-            d ^= self.bits[rest.trailing_zeros() as usize];
-            rest &= rest - 1;
-        }
-        d
-    }
-}
-
 /// Checks the ICRC of `packet` (BTH through ICRC, as a UDP socket delivers it) received
 /// over IPv4 from `src` to `dst` when the sender's IP ID is unknown (DF assumed set).
 pub fn verify_udp4_any_id(

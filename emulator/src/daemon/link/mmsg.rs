@@ -307,13 +307,11 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
         b.coalesced += 1;
         b.coalesced_packets += count as u64;
         b.split = true;
-        let v4 = src.is_some_and(|s| s.is_ipv4());
-        let deltas = gso_id_deltas(if v4 { segment } else { 0 }, if v4 { count } else { 0 });
         for k in 0..count {
             let at = k * segment;
             let seg_len = segment.min(len - at);
-            if v4 {
-                undo_gso_id(&mut b.bufs[i][at..at + seg_len], k, &deltas);
+            if src.is_some_and(|s| s.is_ipv4()) {
+                undo_gso_id(&mut b.bufs[i][at..at + seg_len], k);
             }
             let tos = segment_tos(r.tos, k);
             (b.lens[p], b.srcs[p], b.tos[p], b.dsts[p]) = (Some(seg_len), src, tos, None);
@@ -347,30 +345,23 @@ fn gso_ipv4_id(k: usize) -> u16 {
     k as u16
 }
 
-/// The ICRC changes for the IP IDs of the `count` segments of a GSO super-datagram whose
-/// packets are `size` octets (ICRC included; the last may be shorter).
-pub(super) fn gso_id_deltas(size: usize, count: usize) -> icrc::Ipv4IdDeltas {
-    icrc::Ipv4IdDeltas::new(size.saturating_sub(ICRC_LEN), count)
-}
-
 /// Moves the ICRC of `packet` (BTH through ICRC) between the IPv4 ID of GSO segment `k`
-/// and ID 0 (the move is its own inverse: CRC-32 is affine in the ID's bits). `deltas` are
-/// the run's ([`gso_id_deltas`]).
-fn shift_icrc_id(packet: &[u8], k: usize, deltas: &icrc::Ipv4IdDeltas) -> Option<[u8; 4]> {
+/// and ID 0 (the move is its own inverse: CRC-32 is affine in the ID's bits).
+fn shift_icrc_id(packet: &[u8], k: usize) -> Option<[u8; 4]> {
     let ib_len = packet.len().checked_sub(ICRC_LEN)?;
     let c = &packet[ib_len..];
     let stored = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-    Some((stored ^ deltas.delta(gso_ipv4_id(k), ib_len)).to_le_bytes())
+    Some((stored ^ icrc::ipv4_id_delta(gso_ipv4_id(k), ib_len)).to_le_bytes())
 }
 
 /// Segment `k` of a coalesced IPv4 datagram: its ICRC, computed for the ID the segment
 /// carried on the wire when it came from a GSO sender, is made the one for ID 0, which
 /// the core checks first (any other ID is still found by solving for it).
-pub(super) fn undo_gso_id(packet: &mut [u8], k: usize, deltas: &icrc::Ipv4IdDeltas) {
+pub(super) fn undo_gso_id(packet: &mut [u8], k: usize) {
     if k == 0 {
         return;
     }
-    if let Some(c) = shift_icrc_id(packet, k, deltas) {
+    if let Some(c) = shift_icrc_id(packet, k) {
         let end = packet.len();
         packet[end - ICRC_LEN..].copy_from_slice(&c);
     }
@@ -564,12 +555,10 @@ pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>], gso: bool) -> io::Result<Sen
         .iter()
         .flat_map(|r| {
             let v4 = msgs[r.start].dst.is_ipv4() && r.len() > 1;
-            let size = msgs[r.start].payload.len();
-            let deltas = gso_id_deltas(size, if v4 { r.len() } else { 0 });
             r.clone().enumerate().map(move |(k, i)| {
                 let p = msgs[i].payload;
                 (v4 && k > 0)
-                    .then(|| shift_icrc_id(p, k, &deltas))
+                    .then(|| shift_icrc_id(p, k))
                     .flatten()
                     .unwrap_or_default()
             })
@@ -661,8 +650,7 @@ pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>], gso: bool) -> io::Result<Sen
 /// The ICRC of `packet` moved to the IP ID of GSO segment `k` (for the backends' tests).
 #[cfg(test)]
 pub fn tests_shift_icrc_id(packet: &[u8], k: usize) -> [u8; 4] {
-    let deltas = gso_id_deltas(packet.len(), k + 1);
-    shift_icrc_id(packet, k, &deltas).expect("a packet with an ICRC")
+    shift_icrc_id(packet, k).expect("a packet with an ICRC")
 }
 
 /// The runs [`send_batch`] would make with GSO on (for the backend's tests).

@@ -363,14 +363,6 @@ pub(super) fn accept_segments(
     };
     let id0 = (ip.len() == 20).then(|| u16::from_be_bytes([ip[4], ip[5]]));
     let mut out = Vec::with_capacity(whole.len.div_ceil(size));
-    let deltas = mmsg::gso_id_deltas(
-        size,
-        if id0.is_some() {
-            whole.len.div_ceil(size)
-        } else {
-            0
-        },
-    );
     for (k, at) in (0..whole.len).step_by(size).enumerate() {
         let len = size.min(whole.len - at);
         let seg = &mut buf[whole.at + at..whole.at + at + len];
@@ -383,7 +375,7 @@ pub(super) fn accept_segments(
                 ip[4..6].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
                 let hdr: &[u8; 20] = ip[..].try_into().map_err(|_| Refused::Malformed)?;
                 let ok = icrc::verify_ipv4(hdr, &udp, seg);
-                mmsg::undo_gso_id(seg, k, &deltas);
+                mmsg::undo_gso_id(seg, k);
                 ok
             }
             None => {
