@@ -28,7 +28,7 @@ fn holds(last: bool, h: &Header, held: usize, payload: usize) -> bool {
 }
 
 /// Adds `payload` to the held run, reserving the whole run at its first packet.
-fn hold(held: &mut Vec<u8>, payload: &[u8]) {
+pub(crate) fn hold(held: &mut Vec<u8>, payload: &[u8]) {
     if held.capacity() == 0 {
         held.reserve_exact(HOLD);
     }

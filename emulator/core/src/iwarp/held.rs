@@ -8,7 +8,7 @@ use wire::iwarp::TerminateError;
 use super::placement::{scatter, tagged_error, Cite, ScatterError, Stop};
 use super::Stags;
 use crate::attr::RecvWr;
-use crate::execute::HOLD;
+use crate::execute::{hold, HOLD};
 use crate::memory::Memory;
 use crate::types::{AccessFlags, AddrSpace, PdHandle};
 
@@ -90,9 +90,8 @@ impl RxSend {
         }
         if self.held.is_empty() {
             self.held_at = off;
-            self.held.reserve_exact(HOLD);
         }
-        self.held.extend_from_slice(payload);
+        hold(&mut self.held, payload);
         if holds {
             Ok(())
         } else {
@@ -187,11 +186,8 @@ impl WriteRun {
         }
         if self.bytes.is_empty() {
             (self.stag, self.offset) = (stag, offset);
-            if self.bytes.capacity() == 0 {
-                self.bytes.reserve_exact(HOLD);
-            }
         }
-        self.bytes.extend_from_slice(payload);
+        hold(&mut self.bytes, payload);
         if holds {
             Ok(())
         } else {
