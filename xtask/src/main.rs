@@ -6,7 +6,8 @@
 //! - `test [--stress[=N]]`: build everything in release mode (daemon, CLI, shim libraries),
 //!   then run every test of the workspace, end-to-end tests with unmodified RDMA programs
 //!   included; `--stress` (or `RDMA_EMU_STRESS=N`) runs N CPU hogs per core beside them
-//!   (`stress.rs`, docs/reliability.md).
+//!   (`stress.rs`, docs/reliability.md). For the whole suite the interop guests are built
+//!   first, before any hog (`guests.rs`).
 //! - `stub-maps TREE...`: regenerate the version scripts of the vendor stand-ins from
 //!   rdma-core source trees (see `stubs.rs`).
 //! - `soak [--minutes N]`: N minutes (default 10) of checked traffic, load, faults, killed
@@ -16,6 +17,7 @@
 //!   client over it through `rdma-emu run`, and print perftest's own table.
 mod bench;
 mod demo;
+mod guests;
 mod shim;
 mod soak;
 mod stress;
@@ -154,11 +156,7 @@ pub fn ensure_debian_packages(packages: &[&str]) -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
-    if !is_root {
+    if !is_root() {
         return Err(format!(
             "missing Debian packages; install them with: sudo apt-get install {}",
             missing.join(" ")
@@ -183,11 +181,28 @@ pub fn ensure_debian_packages(packages: &[&str]) -> Result<(), String> {
     run(&install)
 }
 
+/// Whether this process runs as root.
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
 fn test(extra: &[String]) -> Result<(), String> {
     let env = std::env::var("RDMA_EMU_STRESS").ok();
     let (per_core, extra) = stress::requested(extra, env.as_deref())?;
     ensure_debian_packages(DEBIAN_PACKAGES)?;
     let (bin, lib) = build_release()?;
+    let var = |name| std::env::var(name).ok();
+    if guests::wanted(
+        &extra,
+        var("RDMA_EMU_SKIP_INTEROP").as_deref(),
+        var("RDMA_EMU_INTEROP_ONLY").as_deref(),
+        is_root(),
+    ) {
+        guests::prepare(&workspace_root());
+    }
     let mut args = vec!["test", "--release", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     // Stopped when this function returns, also on an error or a stop signal.
