@@ -74,7 +74,12 @@ T0=$(date +%s)
 stamp() { echo "$1: $(( $(date +%s) - T0 )) s (cumulative)" | tee -a "$TIMES"; }
 
 ROOTFS="$DIR/rootfs"
-rm -rf "$ROOTFS"
+# A build killed half-way leaves mmdebstrap's proc, sys, dev/pts and dev/shm mounted in
+# its tree: they are unmounted (deepest first) before the tree goes, and rm never crosses
+# into a mount.
+awk -v r="$ROOTFS/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r |
+  while read -r m; do umount -l "$m"; done
+rm -rf --one-file-system "$ROOTFS"
 mkdir -p "$ROOTFS"
 PKGS=(
   linux-image-amd64 linux-headers-amd64 gcc make xz-utils
