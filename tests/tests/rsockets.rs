@@ -105,6 +105,18 @@ impl Setup {
     fn counter(&self, d: &Daemon, ns: &Netns, name: &str) -> u64 {
         d.counter(Some(ns), self.kind.device(), name)
     }
+
+    /// What both daemons counted for the device (drops, datagrams without a receive,
+    /// retries), for a failure's message.
+    fn report(&self) -> String {
+        [(&self.a, &self.net.a), (&self.b, &self.net.b)]
+            .iter()
+            .map(|(d, ns)| {
+                let stat = d.cli(Some(ns), &["stat", self.kind.device()]).stdout;
+                format!("--- {} of {} ---\n{stat}", self.kind.device(), ns.name)
+            })
+            .collect()
+    }
 }
 
 /// rstream's result rows: one per transfer size.
@@ -383,11 +395,12 @@ fn udpong(kind: Kind) {
             .count();
         assert!(
             c.success() && rows == 1,
-            "{extra:?} client ({rows} rows):\n{}\n{}\nserver:\n{}\n{}",
+            "{extra:?} client ({rows} rows):\n{}\n{}\nserver:\n{}\n{}\n{}",
             c.stdout,
             c.stderr,
             s.stdout,
-            s.stderr
+            s.stderr,
+            st.report()
         );
         let sent = st.counter(&st.b, &st.net.b, "sent_pkts") - before.0;
         let rcvd = st.counter(&st.a, &st.net.a, "rcvd_pkts") - before.1;
