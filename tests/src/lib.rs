@@ -463,6 +463,14 @@ impl Daemon {
             .unwrap_or_else(|| panic!("no counter {name} in:\n{}", out.stdout))
     }
 
+    /// `rdma-emu stat DEVICE` under a heading naming the device and namespace, for a
+    /// failure's message: what the daemon counted (drops, timeouts, retries, NAKs).
+    pub fn stat_report(&self, netns: Option<&Netns>, device: &str) -> String {
+        let stat = self.cli(netns, &["stat", device]).stdout;
+        let host = netns.map_or("host", |n| n.name.as_str());
+        format!("--- {device} of {host} ---\n{stat}")
+    }
+
     /// Runs an unmodified program against this daemon (through `rdma-emu run`).
     pub fn program(&self, netns: Option<&Netns>, argv: &[&str]) -> Program {
         Program::new(self, netns, argv)

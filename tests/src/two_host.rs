@@ -70,8 +70,7 @@ pub fn pair(net: &TwoHosts, da: &Daemon, db: &Daemon, server: &[&str], client: &
     if !(s.success() && c.success()) {
         // Where frames were lost: the daemons' counters, the kernels' UDP drops.
         for (d, ns) in [(da, &net.a), (db, &net.b)] {
-            let stat = d.cli(Some(ns), &["stat", "rxe0"]).stdout;
-            eprintln!("--- {} ---\n{stat}", ns.name);
+            eprintln!("{}", d.stat_report(Some(ns), "rxe0"));
             let _ = Command::new("ip")
                 .args(["netns", "exec", &ns.name, "nstat", "-az", "UdpRcvbufErrors"])
                 .status();

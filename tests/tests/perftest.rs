@@ -39,8 +39,7 @@ fn perftest(program: &str, args: &[&str], two_hosts: bool, rows: usize) {
         if !(s.success() && c.success()) {
             // What the daemons counted (timeouts, retries, NAKs, drops).
             for (d, ns) in [(&da, &net.a), (&db, &net.b)] {
-                let stat = d.cli(Some(ns), &["stat", "rxe0"]).stdout;
-                eprintln!("--- {} ---\n{stat}", ns.name);
+                eprintln!("{}", d.stat_report(Some(ns), "rxe0"));
             }
         }
         (s, c)

@@ -135,8 +135,7 @@ impl Setup {
         ];
         for (daemon, ns, out) in sides {
             let name = ns.map_or("host", |n| n.name.as_str());
-            let stat = daemon.cli(ns, &["stat", "siw0"]).stdout;
-            eprintln!("--- siw0 of {name} ---\n{stat}");
+            eprintln!("{}", daemon.stat_report(ns, "siw0"));
             let qpns = out
                 .stdout
                 .lines()

@@ -111,10 +111,7 @@ impl Setup {
     fn report(&self) -> String {
         [(&self.a, &self.net.a), (&self.b, &self.net.b)]
             .iter()
-            .map(|(d, ns)| {
-                let stat = d.cli(Some(ns), &["stat", self.kind.device()]).stdout;
-                format!("--- {} of {} ---\n{stat}", self.kind.device(), ns.name)
-            })
+            .map(|(d, ns)| d.stat_report(Some(ns), self.kind.device()))
             .collect()
     }
 }
