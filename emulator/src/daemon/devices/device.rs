@@ -12,6 +12,7 @@ use crate::daemon::link::fault::Faults;
 use crate::daemon::link::faulty::Faulty;
 use crate::daemon::link::local::Local;
 use crate::daemon::link::packet::PacketLink;
+use crate::daemon::link::stack::LoopScratch;
 use crate::daemon::link::udp::UdpBackend;
 use crate::daemon::link::xdp::XdpLink;
 use emu_core::cm::gsi_route::{self, Rx};
@@ -86,6 +87,8 @@ pub struct ServedDevice {
     pub(in crate::daemon) parked_reqs: ParkedReqs,
     /// With `backend packet`: the socket 802.3 PAUSE / 802.1Qbb PFC frames arrive on.
     pub pause: Option<crate::daemon::link::pause::PauseReceiver>,
+    /// Reused by every delivery of what the local path looped back (taken while in use).
+    pub loop_scratch: Option<Box<LoopScratch>>,
 }
 
 /// A RoCE device's link stack (`link/stack.rs`): fault injection (`rdma-emu fault`)
@@ -234,6 +237,7 @@ impl ServedDevice {
             gsi_rx_dropped: 0,
             parked_reqs: ParkedReqs::default(),
             pause,
+            loop_scratch: None,
         })
     }
 
@@ -334,6 +338,7 @@ impl ServedDevice {
             gsi_rx_dropped: 0,
             parked_reqs: ParkedReqs::default(),
             pause: None,
+            loop_scratch: None,
             mtu,
             link: Stack::default(),
             nic,

@@ -61,20 +61,24 @@ fn count(d: &mut ServedDevice, s: Sent) {
 }
 
 /// Receives what the local path looped back, through the layers above it, and delivers it.
+/// The device's scratch is taken for the while: `deliver` needs the device itself.
 fn deliver_looped(d: &mut ServedDevice, now: Instant, mem: &mut ProcMem) {
-    let mut none = RecvBatch::new(0, 0);
-    let mut arrivals = Arrivals::default();
+    if !d.link.inner().looped() {
+        return;
+    }
+    let mut s = d.loop_scratch.take().unwrap_or_default();
     while d.link.inner().looped() {
         if d.link
-            .recv(now, LOOPBACK, &mut none, &mut arrivals)
+            .recv(now, LOOPBACK, &mut s.batch, &mut s.arrivals)
             .is_err()
         {
             break;
         }
-        deliver(d, now, &arrivals, &none, mem);
-        let spent = arrivals.clear();
+        deliver(d, now, &s.arrivals, &s.batch, mem);
+        let spent = s.arrivals.clear();
         d.link.inner_mut().recycle(spent);
     }
+    d.loop_scratch = Some(s);
 }
 
 /// Receives up to 8 batches on socket index `sock` of the device and delivers them;

@@ -148,6 +148,24 @@ impl Arrivals {
     }
 }
 
+/// What a device receives its local path's loopback into, kept between passes so that a
+/// looped packet costs no allocation: the arrivals, and the empty receive batch their
+/// owned bodies are read beside.
+#[derive(Debug)]
+pub struct LoopScratch {
+    pub arrivals: Arrivals,
+    pub batch: RecvBatch,
+}
+
+impl Default for LoopScratch {
+    fn default() -> LoopScratch {
+        LoopScratch {
+            arrivals: Arrivals::default(),
+            batch: RecvBatch::new(0, 0),
+        }
+    }
+}
+
 /// One layer of a device's link stack.
 pub trait Layer {
     /// Sends datagrams (`bufs[i]` with `meta[i]`) at `now`. A layer may take a buffer
