@@ -39,7 +39,7 @@ use figure::{ratio, show_ratio, size_name, Figure, Notes};
 use limits::{measure_limits, Limits, ROCE_DATAGRAM_LO, ROCE_DATAGRAM_VETH};
 use perftest::{
     all_runs, perftest_matrix, shared_rows, Matrix, Placement, SharedRows, Transport, BW_PROGRAMS,
-    BW_SIZES, LAT_PROGRAMS, LAT_SIZES, SHARED_ENV,
+    BW_SIZES, LAT_PROGRAMS, LAT_SIZES, SHARED_ENV, SHARED_ROUNDS,
 };
 use scale::{qps_between_daemons, scale_one_host, Scale};
 use site::{Net, Site};
@@ -320,7 +320,7 @@ fn report(
     }
     let _ = writeln!(
         d,
-        "\n### Shared memory regions (`{SHARED_ENV}`), RoCE, one host\n\n\
+        "\n### Shared memory regions (`{SHARED_ENV}`), RoCE, one host (shared: median of {SHARED_ROUNDS} runs)\n\n\
          | program | size | default (`/proc/self/mem`) | shared | shared ÷ default |\n|---|---|---|---|---|"
     );
     for ((program, size), f) in shared {

@@ -7,7 +7,7 @@
 //! robin, [`ROUNDS`] times, so a burst of load on the shared machine falls on every backend
 //! alike; each cell is the median of its rounds.
 
-use super::figure::{ratio, show_ratio, Figure, Notes};
+use super::figure::{median, ratio, show_ratio, Figure, Notes};
 use super::limits::Limits;
 use super::perftest::{bw_iterations, parse_bw_avg, parse_lat_typical, PERFTEST_LIMIT};
 use super::site::{Net, Site};
@@ -26,22 +26,6 @@ pub struct BackendRow {
     pub backend: &'static str,
     pub write_bw: Figure,
     pub send_lat: Figure,
-}
-
-/// The median of the runs that worked, else the first failure.
-fn median(runs: Vec<Figure>) -> Figure {
-    let mut ok: Vec<f64> = runs
-        .iter()
-        .filter_map(|r| r.as_ref().ok().copied())
-        .collect();
-    if ok.is_empty() {
-        return runs
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Err("not run".into()));
-    }
-    ok.sort_by(f64::total_cmp);
-    Ok(ok[ok.len() / 2])
 }
 
 fn write_bw(site: &Site) -> Figure {
@@ -132,24 +116,5 @@ pub fn report(d: &mut String, notes: &mut Notes, limits: &Limits, rows: &[Backen
             show_ratio(ratio(&r.send_lat, &limits.rtt_veth), "× RTT"),
             vs_udp(&r.send_lat, udp.map(|u| &u.send_lat)),
         );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_median_skips_failures_and_a_backend_that_never_ran_keeps_its_reason() {
-        assert_eq!(
-            median(vec![Ok(3.0), Err("x".into()), Ok(1.0), Ok(2.0)]),
-            Ok(2.0)
-        );
-        assert_eq!(median(vec![Ok(5.0), Ok(1.0)]), Ok(5.0));
-        assert_eq!(
-            median(vec![Err("no daemon".into()), Err("again".into())]),
-            Err("no daemon".into())
-        );
-        assert_eq!(median(Vec::new()), Err("not run".into()));
     }
 }

@@ -40,6 +40,22 @@ pub fn show_ratio(r: Option<f64>, what: &str) -> String {
     r.map_or_else(String::new, |r| format!(" · {r:.2} {what}"))
 }
 
+/// The median of the runs that worked, else the first failure.
+pub fn median(runs: Vec<Figure>) -> Figure {
+    let mut ok: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
+    if ok.is_empty() {
+        return runs
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err("not run".into()));
+    }
+    ok.sort_by(f64::total_cmp);
+    Ok(ok[ok.len() / 2])
+}
+
 pub fn size_name(size: u64) -> String {
     match size {
         s if s >= 1 << 20 => format!("{} MiB", s >> 20),
@@ -51,6 +67,20 @@ pub fn size_name(size: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_skips_failures_and_a_figure_that_never_ran_keeps_its_reason() {
+        assert_eq!(
+            median(vec![Ok(3.0), Err("x".into()), Ok(1.0), Ok(2.0)]),
+            Ok(2.0)
+        );
+        assert_eq!(median(vec![Ok(5.0), Ok(1.0)]), Ok(5.0));
+        assert_eq!(
+            median(vec![Err("no daemon".into()), Err("again".into())]),
+            Err("no daemon".into())
+        );
+        assert_eq!(median(Vec::new()), Err("not run".into()));
+    }
 
     #[test]
     fn a_failure_is_noted_once_and_numbered() {
