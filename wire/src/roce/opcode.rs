@@ -272,7 +272,15 @@ impl Opcode {
     /// SEND and RDMA WRITE (no invalidate); UD only SEND Only (with Immediate); RD every
     /// RC operation but SEND with Invalidate, FLUSH and ATOMIC WRITE, with an RDETH, requests also with a DETH; XRC every RC operation,
     /// requests with an XRCETH; the CNP transport only 0x81.
+    ///
+    /// Read from a table built at compile time: parsing and building look it up several
+    /// times per packet.
     pub const fn layout(self) -> Option<Layout> {
+        LAYOUTS[self.0 as usize]
+    }
+
+    /// [`layout`](Self::layout) worked out from the opcode's bits (fills [`LAYOUTS`]).
+    const fn derive_layout(self) -> Option<Layout> {
         let op = self.op();
         let base = match op_layout(op) {
             Some(l) => l,
@@ -346,6 +354,17 @@ impl Opcode {
 }
 
 /// The RC layout of each operation.
+/// The layout of every opcode octet, by its value ([`Opcode::layout`]).
+const LAYOUTS: [Option<Layout>; 256] = {
+    let mut t = [None; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = Opcode(i as u8).derive_layout();
+        i += 1;
+    }
+    t
+};
+
 const fn op_layout(op: Op) -> Option<Layout> {
     let none = Layout {
         rdeth: false,
