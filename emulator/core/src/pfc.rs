@@ -133,6 +133,10 @@ impl TxPause {
         qps: &mut U32Map<Qp>,
         counters: &mut Counters,
     ) -> bool {
+        if self.until.iter().all(Option::is_none) {
+            // Nothing is paused (the common case, asked once per packet).
+            return false;
+        }
         let Some(prio) = qp_priority(qps, qpn) else {
             return false;
         };

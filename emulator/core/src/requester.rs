@@ -69,8 +69,9 @@ impl RequesterParts<'_> {
                 continue;
             };
             qp.scheduled = false;
+            let paced = qp.rp.is_some();
             if self.pfc.held(now, qpn, self.qps, &mut self.o.counters)
-                || reaction::paced_out(now, qpn, self.qps, self.o)
+                || (paced && reaction::paced_out(now, qpn, self.qps, self.o))
             {
                 continue;
             }
