@@ -153,6 +153,8 @@ pub(in crate::daemon) struct DataPath<'a> {
     pub counters: &'a mut DaemonCounters,
     pub tx_bufs: &'a mut [Vec<u8>],
     pub tx_meta: &'a mut Vec<TxMeta>,
+    /// Scratch of [`DataPath::drain_rings`]: the send rings' producer indices.
+    pub ring_ends: &'a mut Vec<(Handle, u64)>,
     /// The daemon's `local_path` option.
     pub local_path: bool,
 }
@@ -160,7 +162,6 @@ pub(in crate::daemon) struct DataPath<'a> {
 impl DataPath<'_> {
     /// Moves posted work from every ring into the cores. Whether any was found.
     pub fn drain_rings(&mut self, now: Instant) -> bool {
-        let handles: Vec<Handle> = self.rings.iter().copied().collect();
         let mut worked = false;
         // Receives first and whole: a process that posts a receive and then a send
         // expects, as on a NIC, the receive to be in place before anything the send
@@ -169,14 +170,18 @@ impl DataPath<'_> {
         // rings were read: a send seen then was posted before the receive drain
         // began, and every receive its poster made before it is drained too. Sends
         // posted later wait for the next pass (the rings still read as pending).
-        let ends: Vec<Option<u64>> = handles.iter().map(|h| self.sq_producer(*h)).collect();
-        for &h in &handles {
-            worked |= self.drain_rq(h);
-        }
-        for (h, end) in handles.into_iter().zip(ends) {
-            if let Some(end) = end {
-                worked |= self.drain_sq(now, h, end);
+        self.ring_ends.clear();
+        for &h in self.rings {
+            if let Some(end) = self.sq_producer(h) {
+                self.ring_ends.push((h, end));
             }
+        }
+        for &h in self.rings {
+            worked |= self.drain_rq(now, h);
+        }
+        for i in 0..self.ring_ends.len() {
+            let (h, end) = self.ring_ends[i];
+            worked |= self.drain_sq(now, h, end);
         }
         worked
     }
@@ -204,10 +209,15 @@ impl DataPath<'_> {
     }
 
     /// Where QP `h`'s send ring's producer stands now (`Acquire`), if `h` is a QP with a
-    /// mapped send ring.
+    /// mapped send ring and WQEs the daemon has not read yet (or indices gone wild, which
+    /// reading finds).
     fn sq_producer(&self, h: Handle) -> Option<u64> {
         match &self.objects.get(&h)?.kind {
-            Kind::Qp(qp) => qp.sq.view(&qp.map).map(|v| v.producer_index()),
+            Kind::Qp(qp) => qp
+                .sq
+                .view(&qp.map)
+                .map(|v| v.producer_index())
+                .filter(|&end| end != qp.sq.index.get()),
             _ => None,
         }
     }
@@ -305,16 +315,11 @@ impl DataPath<'_> {
         worked
     }
 
-    fn drain_rq(&mut self, h: Handle) -> bool {
-        let mut slot = [0u8; MAX_SLOT];
+    fn drain_rq(&mut self, now: Instant, h: Handle) -> bool {
         let mut worked = false;
         let mut broken = false;
-        let now = Instant::now();
         {
             let Some(obj) = self.objects.get(&h) else {
-                return false;
-            };
-            let Some(dev) = ctx_dev(self.objects, obj.ctx) else {
                 return false;
             };
             let (ring, map, max_sge, target) = match &obj.kind {
@@ -331,8 +336,16 @@ impl DataPath<'_> {
             let Some(view) = ring.view(map) else {
                 return false;
             };
-            let size = (ring.layout.slot_size as usize).min(MAX_SLOT);
             let mut cons = Consumer::with_index(view, ring.index.get());
+            if cons.available().is_ok_and(|n| n == 0) {
+                // Nothing posted since the last pass (the common case when spinning).
+                return false;
+            }
+            let Some(dev) = ctx_dev(self.objects, obj.ctx) else {
+                return false;
+            };
+            let size = (ring.layout.slot_size as usize).min(MAX_SLOT);
+            let mut slot = [0u8; MAX_SLOT];
             // Posting a receive only queues it: the whole ring, at most once round.
             for _ in 0..ring.layout.entries {
                 match cons.peek(&mut slot[..size]) {
@@ -381,7 +394,9 @@ impl DataPath<'_> {
                 }
             }
             ring.index.set(cons.index());
-            if let Some(Some(d)) = self.devices.get(dev) {
+            // Slots read are published as consumed, less those the core still holds
+            // (completions publish the rest, in `drive_cores`).
+            if let (true, Some(Some(d))) = (worked, self.devices.get(dev)) {
                 release_recv_slots(self.objects, &*d.nic, h);
             }
         }

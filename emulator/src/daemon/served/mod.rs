@@ -73,6 +73,8 @@ pub(in crate::daemon) struct Served {
     /// Packets the cores produced, sent in batches (sendmmsg).
     tx_bufs: Vec<Vec<u8>>,
     tx_meta: Vec<TxMeta>,
+    /// Where each send ring stood when a ring pass began (reused).
+    ring_ends: Vec<(Handle, u64)>,
     /// RDMA CM channels, ids, port spaces.
     pub(in crate::daemon) cm_tables: CmTables,
     /// The ids of fault rules (`rdma-emu fault add`).
@@ -97,6 +99,7 @@ impl Served {
             next_handle: 1,
             tx_bufs: (0..TX_STAGE).map(|_| Vec::with_capacity(4352)).collect(),
             tx_meta: Vec::with_capacity(TX_STAGE),
+            ring_ends: Vec::new(),
             cm_tables: CmTables::new(seed),
             fault_ids: FaultIds::new(),
         }
@@ -173,6 +176,7 @@ impl Served {
             counters: &mut self.counters,
             tx_bufs: &mut self.tx_bufs,
             tx_meta: &mut self.tx_meta,
+            ring_ends: &mut self.ring_ends,
             local_path: self.cfg.local_path,
         }
     }
