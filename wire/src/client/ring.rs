@@ -189,9 +189,17 @@ impl<'a> RingView<'a> {
     }
 
     fn read_slot(&self, index: u64, buf: &mut [u8]) {
-        for (word, chunk) in self.slot_words(index).iter().zip(buf.chunks_mut(8)) {
+        // Whole words first, in a loop the compiler keeps to a load and a store each
+        // (the send path reads one slot per WQE).
+        let full = buf.len() / 8;
+        let (head, tail) = buf.split_at_mut(full * 8);
+        let words = self.slot_words(index);
+        for (word, chunk) in words.iter().zip(head.chunks_exact_mut(8)) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+        }
+        if let (false, Some(word)) = (tail.is_empty(), words.get(full)) {
             let le = word.load(Ordering::Relaxed).to_le_bytes();
-            chunk.copy_from_slice(&le[..chunk.len()]);
+            tail.copy_from_slice(&le[..tail.len()]);
         }
     }
 }
