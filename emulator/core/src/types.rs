@@ -536,11 +536,12 @@ impl AsyncEvent {
     }
 }
 
-/// A hasher for the core's `u32`-keyed tables (QPNs, handles, key indices): one
-/// multiply instead of SipHash on the per-packet path. Keys are allocated by the core,
-/// not chosen by peers, so flooding is not a concern.
+/// A hasher for `u32`-keyed tables of numbers a device allocates (QPNs, CQ and SRQ ids,
+/// handles, key indices): one multiply instead of SipHash on the per-packet path. Keys
+/// are allocated locally, not chosen by peers, so flooding is not a concern; a lookup
+/// with a peer's number only probes.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct U32Hasher(u64);
+pub struct U32Hasher(u64);
 
 impl std::hash::Hasher for U32Hasher {
     fn finish(&self) -> u64 {
@@ -557,5 +558,4 @@ impl std::hash::Hasher for U32Hasher {
 }
 
 /// A `HashMap` keyed by `u32` with [`U32Hasher`].
-pub(crate) type U32Map<V> =
-    std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<U32Hasher>>;
+pub type U32Map<V> = std::collections::HashMap<u32, V, std::hash::BuildHasherDefault<U32Hasher>>;

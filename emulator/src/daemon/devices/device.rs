@@ -17,6 +17,7 @@ use crate::daemon::link::udp::UdpBackend;
 use crate::daemon::link::xdp::XdpLink;
 use emu_core::cm::gsi_route::{self, Rx};
 use emu_core::cm::{CmAgent, CmConfig};
+use emu_core::U32Map;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -62,9 +63,9 @@ pub struct ServedDevice {
     pub link: Stack,
     pub nic: Box<dyn Nic + Send>,
     /// Core identifiers → protocol handles, to route completions and events.
-    pub cq_by_id: HashMap<u32, Handle>,
-    pub qp_by_qpn: HashMap<u32, Handle>,
-    pub srq_by_id: HashMap<u32, Handle>,
+    pub cq_by_id: U32Map<Handle>,
+    pub qp_by_qpn: U32Map<Handle>,
+    pub srq_by_id: U32Map<Handle>,
     /// XRC domains tied to a file (its device and inode) → the engine's domain: every
     /// `ibv_open_xrcd` of the file on this device shares it.
     pub xrcd_by_file: HashMap<(u64, u64), u32>,
@@ -223,9 +224,9 @@ impl ServedDevice {
             mtu,
             link: Faulty::new(Local::new(udp)),
             nic,
-            cq_by_id: HashMap::new(),
-            qp_by_qpn: HashMap::new(),
-            srq_by_id: HashMap::new(),
+            cq_by_id: U32Map::default(),
+            qp_by_qpn: U32Map::default(),
+            srq_by_id: U32Map::default(),
             xrcd_by_file: HashMap::new(),
             open_ctxs: 0,
             rx_datagrams: 0,
@@ -342,9 +343,9 @@ impl ServedDevice {
             mtu,
             link: Stack::default(),
             nic,
-            cq_by_id: HashMap::new(),
-            qp_by_qpn: HashMap::new(),
-            srq_by_id: HashMap::new(),
+            cq_by_id: U32Map::default(),
+            qp_by_qpn: U32Map::default(),
+            srq_by_id: U32Map::default(),
             xrcd_by_file: HashMap::new(),
             open_ctxs: 0,
             rx_datagrams: 0,

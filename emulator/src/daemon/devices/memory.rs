@@ -11,7 +11,7 @@
 use crate::daemon::devices::nic::{AppMemory, MemFault, Owner};
 use crate::daemon::devices::shared_pages::{Piece, Refused, SharedRanges};
 use crate::daemon::sys::{self, ClientPages};
-use std::collections::HashMap;
+use emu_core::U32Map;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use wire::client::SharedPages;
@@ -38,7 +38,7 @@ pub struct MemCounters {
 /// The address spaces of all open device contexts.
 #[derive(Debug, Default)]
 pub struct ProcMem {
-    spaces: HashMap<Owner, Space>,
+    spaces: U32Map<Space>,
     /// Reads and writes that faulted.
     pub faults: u64,
     pub counters: MemCounters,
