@@ -140,19 +140,24 @@ impl RequesterParts<'_> {
                 if qp.state == QpState::Sqd {
                     return None;
                 }
-                let outstanding_rd = qp
-                    .sq
-                    .iter()
-                    .take(i)
-                    .filter(|w| w.takes_resource() && w.done.is_none())
-                    .count();
-                if wqe.wr.send_flags.contains(SendFlags::FENCE) && outstanding_rd > 0 {
-                    return None;
-                }
-                if wqe.takes_resource()
-                    && outstanding_rd >= usize::from(qp.attr.max_rd_atomic.max(1))
-                {
-                    return None;
+                // READs and atomics in flight ahead of this WR, counted only for a WR
+                // they can hold back (a scan of the queue, too dear for every SEND).
+                let fence = wqe.wr.send_flags.contains(SendFlags::FENCE);
+                if fence || wqe.takes_resource() {
+                    let outstanding_rd = qp
+                        .sq
+                        .iter()
+                        .take(i)
+                        .filter(|w| w.takes_resource() && w.done.is_none())
+                        .count();
+                    if fence && outstanding_rd > 0 {
+                        return None;
+                    }
+                    if wqe.takes_resource()
+                        && outstanding_rd >= usize::from(qp.attr.max_rd_atomic.max(1))
+                    {
+                        return None;
+                    }
                 }
                 if qp.qp_type.is_reliable() && req.next_psn.distance(req.una) >= WINDOW {
                     return None;
