@@ -4,7 +4,6 @@
 //! parts it touches as split borrows of these fields (`Completer`, `RequesterParts`,
 //! `ResponderParts`, `InputParts`, `VerbParts`), so no lower file names this one.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use wire::roce::{Lkey, Qpn, Rkey};
 
@@ -16,6 +15,7 @@ use crate::mcast::Groups;
 use crate::memory::Memory;
 use crate::mr::{check_registration, Region};
 use crate::mw::{alloc_mw, bind_window, dealloc_mw};
+use crate::np::NotificationPoint;
 use crate::objects::{Ah, Cq, Objects, Pd, XrcSrq};
 use crate::pfc::TxPause;
 use crate::qp::*;
@@ -39,20 +39,15 @@ pub struct Device {
     /// A response forced on the next request of one QP (fault injection), see
     /// [`Device::force_next_response`].
     pub(crate) forced: Option<(u32, ForcedResponse)>,
-    /// CNPs waiting to leave: the path of the QP whose traffic was marked, and its peer QP.
-    pub(crate) cnp_out: VecDeque<(Path, Qpn)>,
-    /// At most one CNP per QP per this interval.
-    pub(crate) cnp_interval: Duration,
-    /// The DSCP CNPs leave with, whatever the notified QP's traffic class.
-    pub(crate) cnp_dscp: u8,
+    /// The notification point's CNPs.
+    pub(crate) np: NotificationPoint,
     /// The reaction point's parameters.
     pub(crate) dcqcn: DcqcnParams,
     /// Priorities the link partner paused (802.1Qbb PFC, 802.3 PAUSE).
     pub(crate) pfc: TxPause,
+    /// Whether `poll_transmit` leaves the ICRC to the caller ([`Device::defer_icrc`]).
+    pub(crate) icrc_deferred: bool,
 }
-
-/// The notification point's default CNP interval per QP, as ConnectX's `min_time_between_cnps`.
-pub const CNP_INTERVAL: Duration = Duration::from_micros(50);
 
 impl Device {
     /// A device with no objects.
@@ -68,12 +63,19 @@ impl Device {
             next_qpn: 16,
             mcast: Groups::default(),
             forced: None,
-            cnp_out: VecDeque::new(),
-            cnp_interval: CNP_INTERVAL,
-            cnp_dscp: crate::attr::CNP_DSCP,
+            np: NotificationPoint::default(),
             dcqcn: DcqcnParams::default(),
             pfc: TxPause::default(),
+            icrc_deferred: false,
         }
+    }
+
+    /// With `on`, [`Device::poll_transmit`] leaves each packet's ICRC unwritten: the
+    /// caller seals ([`seal_icrc`](crate::seal_icrc)) every packet that leaves or is
+    /// recorded, and may hand one it loops back to itself unsealed to
+    /// [`Device::handle_unsealed_datagram`] (the local path, where nothing can alter it).
+    pub fn defer_icrc(&mut self, on: bool) {
+        self.icrc_deferred = on;
     }
 
     /// Sets the DSCP (0..=63) CNPs leave with; ConnectX's default is [`CNP_DSCP`]. Larger
@@ -81,17 +83,17 @@ impl Device {
     ///
     /// [`CNP_DSCP`]: crate::attr::CNP_DSCP
     pub fn set_cnp_dscp(&mut self, dscp: u8) {
-        self.cnp_dscp = dscp & 0x3f;
+        self.np.dscp = dscp & 0x3f;
     }
 
     /// The DSCP CNPs leave with.
     pub fn cnp_dscp(&self) -> u8 {
-        self.cnp_dscp
+        self.np.dscp
     }
 
     /// Sets the notification point's minimum time between two CNPs of one QP.
     pub fn set_cnp_interval(&mut self, interval: Duration) {
-        self.cnp_interval = interval;
+        self.np.interval = interval;
     }
 
     /// A datagram arrived with Congestion Experienced in its IP header (RoCE v2 Annex
@@ -99,54 +101,7 @@ impl Device {
     /// most one per local QP per CNP interval. Only connected QPs (RC, UC) are notified;
     /// the caller has already handed the datagram to [`Device::handle_datagram`].
     pub fn congestion_experienced(&mut self, now: Instant, d: &Datagram<'_>) {
-        let Some(bth) = d.payload.get(..12) else {
-            return;
-        };
-        if bth[0] == wire::roce::Opcode::CNP.0 {
-            return;
-        }
-        let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
-        let Some(qp) = self.qps.get_mut(&qpn) else {
-            return;
-        };
-        let Some(conn) = qp.conn.as_deref() else {
-            return;
-        };
-        let Some(path) = conn.path.filter(|_| qp.qp_type != QpType::Ud) else {
-            return;
-        };
-        self.o.counters.np_ecn_marked += 1;
-        qp.counters.np_ecn_marked += 1;
-        if qp
-            .last_cnp
-            .is_some_and(|t| now.saturating_duration_since(t) < self.cnp_interval)
-        {
-            return;
-        }
-        qp.last_cnp = Some(now);
-        self.o.counters.np_cnp_sent += 1;
-        qp.counters.np_cnp_sent += 1;
-        self.cnp_out.push_back((path, conn.dest_qpn));
-    }
-
-    /// Writes the next waiting CNP into `buf`.
-    pub(crate) fn transmit_cnp(&mut self, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let (path, dest) = self.cnp_out.pop_front()?;
-        let body = wire::roce::Body::Cnp;
-        let total = body.header_len() + wire::roce::ICRC_LEN;
-        buf.clear();
-        buf.resize(total, 0);
-        let mut header = wire::roce::Header::new(dest, wire::roce::Psn::new(0));
-        header.becn = true;
-        wire::roce::packet::emit_headers(&header, &body, 0, buf);
-        crate::dma::finish_icrc(buf, path);
-        self.o.counters.sent_pkts += 1;
-        Some(Transmit {
-            src: path.src,
-            dst: path.dst,
-            len: total,
-            traffic_class: self.cnp_dscp << 2,
-        })
+        self.np.marked(now, d, &mut self.qps, &mut self.o.counters);
     }
 
     /// The next in-order RC request that starts a message on `qpn`, if it arrives before
@@ -219,6 +174,22 @@ impl Device {
     /// unspecified, each local GID of the same family is tried. IPv4-mapped IPv6 socket
     /// addresses count as IPv4. Packets whose ICRC does not verify are dropped and counted.
     pub fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
+        self.input().handle_datagram(now, d, true, mem)
+    }
+
+    /// [`Device::handle_datagram`] for a packet this device's own `poll_transmit` built
+    /// under [`Device::defer_icrc`] and its owner looped back without letting it out or
+    /// recording it: there is no ICRC to check.
+    pub fn handle_unsealed_datagram(
+        &mut self,
+        now: Instant,
+        d: &Datagram<'_>,
+        mem: &mut dyn Memory,
+    ) {
+        self.input().handle_datagram(now, d, false, mem)
+    }
+
+    fn input(&mut self) -> InputParts<'_> {
         InputParts {
             cfg: &self.cfg,
             o: &mut self.o,
@@ -227,7 +198,6 @@ impl Device {
             forced: &mut self.forced,
             dcqcn: &self.dcqcn,
         }
-        .handle_datagram(now, d, mem)
     }
 
     /// Handles due timers.
@@ -269,19 +239,24 @@ impl Device {
         mem: &mut dyn Memory,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        if !self.pfc.cnp_paused(now, self.cnp_dscp) {
-            if let Some(t) = self.transmit_cnp(buf) {
-                return Some(t);
+        let cnp = match self.pfc.cnp_paused(now, self.np.dscp) {
+            false => self.np.transmit(buf, &mut self.o.counters),
+            true => None,
+        };
+        let t = cnp.or_else(|| {
+            RequesterParts {
+                cfg: &self.cfg,
+                o: &mut self.o,
+                qps: &mut self.qps,
+                pfc: &mut self.pfc,
+                dcqcn: &self.dcqcn,
             }
+            .poll_transmit(now, mem, buf)
+        })?;
+        if !self.icrc_deferred {
+            crate::seal_icrc(&mut buf[..t.len], t.src, t.dst);
         }
-        RequesterParts {
-            cfg: &self.cfg,
-            o: &mut self.o,
-            qps: &mut self.qps,
-            pfc: &mut self.pfc,
-            dcqcn: &self.dcqcn,
-        }
-        .poll_transmit(now, mem, buf)
+        Some(t)
     }
 
     /// The next completion, with the CQ it belongs to.

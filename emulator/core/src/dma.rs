@@ -223,17 +223,22 @@ pub(crate) fn scatter(
     Err(WcStatus::LocLenErr)
 }
 
-/// Computes and stores the ICRC of the packet in `buf` as a kernel UDP socket sends it.
-pub(crate) fn finish_icrc(buf: &mut [u8], path: Path) {
-    let n = buf.len() - ICRC_LEN;
-    let c = match (path.src, path.dst) {
+/// Computes and stores the ICRC of `packet` (BTH through ICRC, as
+/// [`Device::poll_transmit`](crate::Device::poll_transmit) wrote it) for a datagram from
+/// `src` to `dst`, as a kernel UDP socket sends it. Addresses of two families leave it
+/// zero (no such datagram exists).
+pub fn seal_icrc(packet: &mut [u8], src: SocketAddr, dst: SocketAddr) {
+    let Some(n) = packet.len().checked_sub(ICRC_LEN) else {
+        return;
+    };
+    let c = match (src, dst) {
         (SocketAddr::V4(s), SocketAddr::V4(d)) => {
-            icrc::for_udp4(*s.ip(), *d.ip(), s.port(), d.port(), &buf[..n])
+            icrc::for_udp4(*s.ip(), *d.ip(), s.port(), d.port(), &packet[..n])
         }
         (SocketAddr::V6(s), SocketAddr::V6(d)) => {
-            icrc::for_udp6(*s.ip(), *d.ip(), s.port(), d.port(), &buf[..n])
+            icrc::for_udp6(*s.ip(), *d.ip(), s.port(), d.port(), &packet[..n])
         }
         _ => 0,
     };
-    buf[n..].copy_from_slice(&c.to_le_bytes());
+    packet[n..].copy_from_slice(&c.to_le_bytes());
 }

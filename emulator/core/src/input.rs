@@ -43,11 +43,20 @@ impl InputParts<'_> {
     ///
     /// `d.dst` should carry the local IP the packet arrived on (`IP_PKTINFO`); when it is
     /// unspecified, each local GID of the same family is tried. IPv4-mapped IPv6 socket
-    /// addresses count as IPv4. Packets whose ICRC does not verify are dropped and counted.
-    pub(crate) fn handle_datagram(&mut self, now: Instant, d: &Datagram<'_>, mem: &mut dyn Memory) {
+    /// addresses count as IPv4. Packets whose ICRC does not verify are dropped and counted;
+    /// without `sealed` (a packet of our own that never left) there is none to verify.
+    pub(crate) fn handle_datagram(
+        &mut self,
+        now: Instant,
+        d: &Datagram<'_>,
+        sealed: bool,
+        mem: &mut dyn Memory,
+    ) {
         let src = canonical(d.src);
         let dst = canonical(d.dst);
-        let ok = if dst.ip().is_unspecified() {
+        let ok = if !sealed {
+            true
+        } else if dst.ip().is_unspecified() {
             let candidates: Vec<SocketAddr> = self
                 .cfg
                 .gids

@@ -11,7 +11,7 @@ use wire::roce::{
 use crate::attr::*;
 use crate::completer::Completer;
 use crate::dcqcn::DcqcnParams;
-use crate::dma::{check_local_sges, finish_icrc, gather_ahead};
+use crate::dma::{check_local_sges, gather_ahead};
 use crate::memory::Memory;
 use crate::mw::bind_window;
 use crate::objects::{Objects, RECOUNT};
@@ -443,7 +443,6 @@ impl RequesterParts<'_> {
             self.completer().retire(qpn);
             return None;
         }
-        finish_icrc(buf, path);
         // Advance the cursor; UC/UD WRs complete when their last packet leaves.
         let qp = self.qps.get_mut(&qpn)?;
         let qp_type = qp.qp_type;

@@ -11,7 +11,7 @@ use wire::roce::{
 
 use crate::attr::*;
 use crate::completer::Completer;
-use crate::dma::{finish_icrc, scatter};
+use crate::dma::scatter;
 use crate::execute::{execute, imm_to_wc, place_held, take_rwqe};
 use crate::memory::Memory;
 use crate::objects::Objects;
@@ -429,7 +429,6 @@ pub(crate) fn transmit_response(
             return transmit_response(qps, o, qpn, mem, buf);
         }
     }
-    finish_icrc(buf, path);
     // A fatal responder error moves the QP to error once its NAK has left.
     let fatal = qp
         .conn

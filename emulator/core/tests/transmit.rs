@@ -298,3 +298,60 @@ fn inline_data_is_copied_at_post_time_and_a_fence_waits_for_reads() {
         .collect();
     assert_eq!(ids, [(1, WcStatus::Success), (2, WcStatus::Success)]);
 }
+
+#[test]
+fn a_deferred_icrc_is_left_to_the_caller_and_unsealed_packets_are_only_let_in_as_such() {
+    let mut f = Fabric::new(5, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let mut wr = SendWr::new(WrId(1), WrOpcode::RdmaWrite);
+    wr.sg_list = vec![Sge {
+        addr: a.base,
+        length: 100,
+        lkey: a.mr.lkey,
+    }];
+    wr.rdma = RdmaInfo {
+        remote_addr: b.base,
+        rkey: b.mr.rkey,
+    };
+    let now = f.now;
+    let n = &mut f.nodes[0];
+    n.dev.defer_icrc(true);
+    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
+    let mut buf = Vec::new();
+    let t = n.dev.poll_transmit(now, &mut n.mem, &mut buf).unwrap();
+    let (SocketAddr::V4(s), SocketAddr::V4(d)) = (t.src, t.dst) else {
+        panic!()
+    };
+    let unsealed = buf[..t.len].to_vec();
+    assert_eq!(unsealed[t.len - 4..], [0; 4], "the ICRC is not written");
+    let check = |p: &[u8]| icrc::verify_udp4_any_id(*s.ip(), *d.ip(), s.port(), d.port(), p);
+    assert_eq!(check(&unsealed), IcrcCheck::Invalid);
+    let mut sealed = unsealed.clone();
+    seal_icrc(&mut sealed, t.src, t.dst);
+    assert_eq!(check(&sealed), IcrcCheck::Valid);
+    // Unsealed through the checked door: dropped and counted. Through the unsealed one:
+    // taken. The sealed copy is then a duplicate, ACKed and not executed twice.
+    let nb = &mut f.nodes[1];
+    let dg = |payload| Datagram {
+        src: t.src,
+        dst: t.dst,
+        payload,
+    };
+    nb.dev.handle_datagram(now, &dg(&unsealed), &mut nb.mem);
+    assert_eq!(
+        (nb.dev.counters().icrc_errors, nb.dev.counters().rcvd_pkts),
+        (1, 0)
+    );
+    nb.dev
+        .handle_unsealed_datagram(now, &dg(&unsealed), &mut nb.mem);
+    assert_eq!(
+        (nb.dev.counters().icrc_errors, nb.dev.counters().rcvd_pkts),
+        (1, 1)
+    );
+    nb.dev.handle_datagram(now, &dg(&sealed), &mut nb.mem);
+    assert_eq!(
+        (nb.dev.counters().icrc_errors, nb.dev.counters().rcvd_pkts),
+        (1, 2)
+    );
+    assert_eq!(nb.dev.counters().duplicate_requests, 1);
+}

@@ -45,7 +45,7 @@ pub enum GsiDrop {
 /// Routes `payload`, a RoCE v2 UDP payload (BTH through ICRC) from `src` that arrived
 /// on `dst` (the local address, `IP_PKTINFO`).
 pub fn route(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Rx<'_> {
-    if !bth::Packet::new_checked(payload).is_ok_and(|h| h.dest_qp() == gsi::GSI_QPN) {
+    if !to_gsi(payload) {
         return Rx::Transport;
     }
     let (src, dst) = (canonical(src), canonical(dst));
@@ -56,6 +56,11 @@ pub fn route(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Rx<'_> {
         Some(mad) => Rx::Gsi { src, dst, mad },
         None => Rx::Dropped(GsiDrop::NotAMad),
     }
+}
+
+/// Whether `payload` (BTH through ICRC) is addressed to QP1, whose ICRC [`route`] checks.
+pub fn to_gsi(payload: &[u8]) -> bool {
+    bth::Packet::new_checked(payload).is_ok_and(|h| h.dest_qp() == gsi::GSI_QPN)
 }
 
 fn icrc_ok(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> bool {

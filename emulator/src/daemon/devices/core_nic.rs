@@ -31,9 +31,10 @@ pub fn factory(
         limits: core::DeviceLimits::default(),
         seed,
     };
-    Box::new(CoreNic {
-        dev: core::Device::new(cfg),
-    })
+    let mut dev = core::Device::new(cfg);
+    // The data path seals what leaves (`devices::io::transmit`).
+    dev.defer_icrc(true);
+    Box::new(CoreNic { dev })
 }
 
 pub struct CoreNic {
@@ -605,10 +606,14 @@ impl Nic for CoreNic {
         src: SocketAddr,
         dst: SocketAddr,
         payload: &[u8],
+        sealed: bool,
         mem: &mut dyn AppMemory,
     ) {
-        self.dev
-            .handle_datagram(now, &core::Datagram { src, dst, payload }, &mut Bridge(mem));
+        let d = &core::Datagram { src, dst, payload };
+        match sealed {
+            true => self.dev.handle_datagram(now, d, &mut Bridge(mem)),
+            false => self.dev.handle_unsealed_datagram(now, d, &mut Bridge(mem)),
+        }
     }
     fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory) {
         self.dev.handle_timeout(now, &mut Bridge(mem));

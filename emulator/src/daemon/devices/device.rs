@@ -361,17 +361,21 @@ impl ServedDevice {
     }
 
     /// A received RoCE v2 datagram: QP1 traffic to the CM agent (held back while its
-    /// service is not listened on, `devices::parked::LISTEN_GRACE`), the rest to the core.
+    /// service is not listened on, `devices::parked::LISTEN_GRACE`), the rest to the core
+    /// (`sealed`: with its ICRC; without, a packet of the device's own that never left).
     pub(in crate::daemon) fn deliver(
         &mut self,
         now: Instant,
         src: SocketAddr,
         dst: SocketAddr,
         payload: &[u8],
+        sealed: bool,
         mem: &mut dyn AppMemory,
     ) {
         match gsi_route::route(src, dst, payload) {
-            Rx::Transport => self.nic.handle_datagram(now, src, dst, payload, mem),
+            Rx::Transport => self
+                .nic
+                .handle_datagram(now, src, dst, payload, sealed, mem),
             Rx::Gsi { src, dst, mad } => {
                 self.parked_reqs
                     .handle_mad(&mut self.cm, now, src, dst, mad)

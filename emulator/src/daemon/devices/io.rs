@@ -10,6 +10,7 @@ use crate::daemon::devices::memory::ProcMem;
 use crate::daemon::devices::nic::TxMeta;
 use crate::daemon::link::mmsg::{RecvBatch, ECN_CE};
 use crate::daemon::link::stack::{Arrivals, Layer, Sent, LOOPBACK};
+use emu_core::cm::gsi_route;
 use std::time::Instant;
 
 /// Sends staged packets down the device's link stack (`local`: the daemon's `local_path`
@@ -28,11 +29,20 @@ pub fn transmit(
     let nic = &d.nic;
     d.link
         .learn_qps(|q| nic.query_qp(q).ok().map(|a| a.dest_qp_num));
+    // The core leaves the ICRC to us (`Device::defer_icrc`). A packet the local path
+    // loops back needs none while no fault rule can alter it on the way and no capture
+    // records it; QP1's packets are checked wherever they come from. The rest is sealed.
+    let unsealed = local && !d.faults().active() && !d.port().capturing();
+    for (buf, m) in bufs.iter_mut().zip(meta) {
+        if !(unsealed && d.link.serves(m.dst) && !gsi_route::to_gsi(buf)) {
+            emu_core::seal_icrc(buf, m.src, m.dst);
+        }
+    }
     let sent = d.link.send(now, bufs, meta);
     count(d, sent);
     let looped = sent.looped > 0;
     if looped {
-        deliver_looped(d, now, mem);
+        deliver_looped(d, now, !unsealed, mem);
     }
     let released = d.faults().active() && release_held(d, local, now, mem);
     looped || released
@@ -48,8 +58,8 @@ pub fn release_held(d: &mut ServedDevice, local: bool, now: Instant, mem: &mut P
     let mut arrivals = Arrivals::default();
     let sent = d.link.release(now, &mut arrivals);
     count(d, sent);
-    deliver(d, now, &arrivals, &RecvBatch::new(0, 0), mem);
-    deliver_looped(d, now, mem);
+    deliver(d, now, &arrivals, &RecvBatch::new(0, 0), true, mem);
+    deliver_looped(d, now, true, mem);
     true
 }
 
@@ -60,9 +70,10 @@ fn count(d: &mut ServedDevice, s: Sent) {
     d.tx_errors += s.errors;
 }
 
-/// Receives what the local path looped back, through the layers above it, and delivers it.
-/// The device's scratch is taken for the while: `deliver` needs the device itself.
-fn deliver_looped(d: &mut ServedDevice, now: Instant, mem: &mut ProcMem) {
+/// Receives what the local path looped back, through the layers above it, and delivers it
+/// (`sealed`: with ICRCs, see [`transmit`]). The device's scratch is taken for the while:
+/// `deliver` needs the device itself.
+fn deliver_looped(d: &mut ServedDevice, now: Instant, sealed: bool, mem: &mut ProcMem) {
     if !d.link.inner().looped() {
         return;
     }
@@ -74,7 +85,7 @@ fn deliver_looped(d: &mut ServedDevice, now: Instant, mem: &mut ProcMem) {
         {
             break;
         }
-        deliver(d, now, &s.arrivals, &s.batch, mem);
+        deliver(d, now, &s.arrivals, &s.batch, sealed, mem);
         let spent = s.arrivals.clear();
         d.link.inner_mut().recycle(spent);
     }
@@ -102,7 +113,7 @@ pub fn receive(
         };
         d.rx_datagrams += n as u64;
         d.rx_truncated += arrivals.truncated;
-        deliver(d, now, arrivals, batch, mem);
+        deliver(d, now, arrivals, batch, true, mem);
         if n < batch.bufs.len() {
             break;
         }
@@ -112,11 +123,13 @@ pub fn receive(
 
 /// Delivers what came up the stack into the CM agent or the core, in order: each copy
 /// with its forced response set on the core right before it, then the packet's ECN mark.
+/// Without `sealed`, the packets are the device's own, looped back without an ICRC.
 fn deliver(
     d: &mut ServedDevice,
     now: Instant,
     arrivals: &Arrivals,
     batch: &RecvBatch,
+    sealed: bool,
     mem: &mut ProcMem,
 ) {
     for a in &arrivals.items {
@@ -125,7 +138,7 @@ fn deliver(
             if let Some((qpn, response)) = a.force {
                 d.nic.force_next_response(qpn, response);
             }
-            d.deliver(now, a.src, a.dst, bytes, mem);
+            d.deliver(now, a.src, a.dst, bytes, sealed, mem);
             if a.force.is_some() && d.nic.clear_forced_response() {
                 d.link.forced_unused();
             }

@@ -291,16 +291,20 @@ pub trait Nic: std::any::Any {
         false
     }
     fn release_client(&mut self, now: Instant, owner: Owner);
+    /// A received datagram (BTH through ICRC); without `sealed`, one of this NIC's own
+    /// packets looped back unsealed ([`Nic::poll_transmit`]), whose ICRC is not checked.
     fn handle_datagram(
         &mut self,
         now: Instant,
         src: SocketAddr,
         dst: SocketAddr,
         payload: &[u8],
+        sealed: bool,
         mem: &mut dyn AppMemory,
     );
     fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory);
-    /// Fills `buf` with BTH..ICRC; returns where it goes.
+    /// Fills `buf` with BTH..ICRC, the ICRC not yet computed: the caller seals the packet
+    /// (`emu_core::seal_icrc`) unless it loops it back itself; returns where it goes.
     fn poll_transmit(
         &mut self,
         now: Instant,

@@ -135,6 +135,11 @@ impl<L> Captured<L> {
         &self.link
     }
 
+    /// Whether any stream records.
+    pub fn capturing(&self) -> bool {
+        !self.streams.borrow().is_empty()
+    }
+
     /// Starts recording into `stream`.
     pub fn add(&mut self, stream: Capture) {
         self.streams.get_mut().push(stream);

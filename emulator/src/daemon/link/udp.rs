@@ -575,6 +575,11 @@ impl UdpBackend {
         self.link.add(stream);
     }
 
+    /// Whether a capture (`rdma-emu capture`) records the device's datagrams.
+    pub fn capturing(&self) -> bool {
+        self.link.capturing()
+    }
+
     /// Records a datagram of the local path (the device's packets to itself, which no
     /// link carries).
     pub fn record(&self, src: SocketAddr, dst: SocketAddr, payload: &[u8]) {

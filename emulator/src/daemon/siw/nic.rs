@@ -614,6 +614,7 @@ impl Nic for SiwNic {
         _src: SocketAddr,
         _dst: SocketAddr,
         _payload: &[u8],
+        _sealed: bool,
         _mem: &mut dyn AppMemory,
     ) {
     }
