@@ -376,5 +376,9 @@ fn tshark_dissects_the_engines_session_cleanly() {
             "{ctx}: ends with a Terminate: {ops:?}"
         );
         let _ = std::fs::remove_file(&path);
+        // The folder goes with the last capture in it (other tests may still write theirs).
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
