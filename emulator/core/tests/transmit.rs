@@ -8,8 +8,9 @@ use emu_core::sim::*;
 use emu_core::*;
 use wire::roce::icrc::{self, IcrcCheck};
 
-#[test]
-fn packets_leave_from_the_sgid_to_the_dgid_port_4791_with_an_id0_icrc() {
+/// Two connected nodes and the first packet of a 100-byte WRITE from node 0 to node 1,
+/// its ICRC left to the caller when `defer` is set.
+fn first_write_packet(defer: bool) -> (Fabric, Transmit, Vec<u8>) {
     let mut f = Fabric::new(5, 2, Mtu::Mtu1024, LinkModel::default());
     let (a, b) = connect(&mut f, &ConnOpts::default());
     let mut wr = SendWr::new(WrId(1), WrOpcode::RdmaWrite);
@@ -24,9 +25,17 @@ fn packets_leave_from_the_sgid_to_the_dgid_port_4791_with_an_id0_icrc() {
     };
     let now = f.now;
     let n = &mut f.nodes[0];
+    n.dev.defer_icrc(defer);
     n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
     let mut buf = Vec::new();
     let t = n.dev.poll_transmit(now, &mut n.mem, &mut buf).unwrap();
+    (f, t, buf)
+}
+
+#[test]
+fn packets_leave_from_the_sgid_to_the_dgid_port_4791_with_an_id0_icrc() {
+    let (mut f, t, buf) = first_write_packet(false);
+    let now = f.now;
     assert_eq!(t.src.ip(), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
     assert_eq!(
         t.dst,
@@ -301,24 +310,8 @@ fn inline_data_is_copied_at_post_time_and_a_fence_waits_for_reads() {
 
 #[test]
 fn a_deferred_icrc_is_left_to_the_caller_and_unsealed_packets_are_only_let_in_as_such() {
-    let mut f = Fabric::new(5, 2, Mtu::Mtu1024, LinkModel::default());
-    let (a, b) = connect(&mut f, &ConnOpts::default());
-    let mut wr = SendWr::new(WrId(1), WrOpcode::RdmaWrite);
-    wr.sg_list = vec![Sge {
-        addr: a.base,
-        length: 100,
-        lkey: a.mr.lkey,
-    }];
-    wr.rdma = RdmaInfo {
-        remote_addr: b.base,
-        rkey: b.mr.rkey,
-    };
+    let (mut f, t, buf) = first_write_packet(true);
     let now = f.now;
-    let n = &mut f.nodes[0];
-    n.dev.defer_icrc(true);
-    n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
-    let mut buf = Vec::new();
-    let t = n.dev.poll_transmit(now, &mut n.mem, &mut buf).unwrap();
     let (SocketAddr::V4(s), SocketAddr::V4(d)) = (t.src, t.dst) else {
         panic!()
     };
