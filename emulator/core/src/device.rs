@@ -239,9 +239,10 @@ impl Device {
         mem: &mut dyn Memory,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        let cnp = match self.pfc.cnp_paused(now, self.np.dscp) {
-            false => self.np.transmit(buf, &mut self.o.counters),
-            true => None,
+        let cnp = if self.pfc.cnp_paused(now, self.np.dscp) {
+            None
+        } else {
+            self.np.transmit(buf, &mut self.o.counters)
         };
         let t = cnp.or_else(|| {
             RequesterParts {

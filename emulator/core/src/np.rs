@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use wire::roce::{Body, Header, Opcode, Psn, Qpn, ICRC_LEN};
+use wire::roce::{bth, Body, Header, Opcode, Psn, Qpn, ICRC_LEN};
 
 use crate::attr::{Counters, Datagram, Transmit, CNP_DSCP};
 use crate::qp::{Path, Qp};
@@ -45,14 +45,13 @@ impl NotificationPoint {
         qps: &mut U32Map<Qp>,
         counters: &mut Counters,
     ) {
-        let Some(bth) = d.payload.get(..12) else {
+        let Ok(bth) = bth::Packet::new_checked(d.payload) else {
             return;
         };
-        if bth[0] == Opcode::CNP.0 {
+        if bth.opcode() == Opcode::CNP {
             return;
         }
-        let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
-        let Some(qp) = qps.get_mut(&qpn) else {
+        let Some(qp) = qps.get_mut(&bth.dest_qp().0) else {
             return;
         };
         let Some(conn) = qp.conn.as_deref() else {

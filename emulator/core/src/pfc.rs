@@ -126,28 +126,21 @@ impl TxPause {
 
     /// Whether QP `qpn` must not transmit now because its priority is paused; if so it is
     /// noted to be rescheduled when the pause ends.
-    pub fn held(
-        &mut self,
-        now: Instant,
-        qpn: u32,
-        qps: &mut U32Map<Qp>,
-        counters: &mut Counters,
-    ) -> bool {
+    pub fn held(&mut self, now: Instant, qpn: u32, qp: &mut Qp, counters: &mut Counters) -> bool {
         if self.until.iter().all(Option::is_none) {
             // Nothing is paused (the common case, asked once per packet).
             return false;
         }
-        let Some(prio) = qp_priority(qps, qpn) else {
+        let Some(path) = qp.conn.as_ref().and_then(|c| c.path) else {
             return false;
         };
+        let prio = priority_of(path.traffic_class);
         if self.paused_until(now, prio).is_none() {
             return false;
         }
         self.hold(prio, qpn);
         counters.pfc_held += 1;
-        if let Some(qp) = qps.get_mut(&qpn) {
-            qp.counters.pfc_held += 1;
-        }
+        qp.counters.pfc_held += 1;
         true
     }
 

@@ -98,10 +98,7 @@ pub(crate) fn timer(
 
 /// Whether QP `qpn`'s next request packet must wait for its pace; if so the pace timer
 /// is armed for when it is due.
-pub(crate) fn paced_out(now: Instant, qpn: u32, qps: &mut U32Map<Qp>, o: &mut Objects) -> bool {
-    let Some(qp) = qps.get_mut(&qpn) else {
-        return false;
-    };
+pub(crate) fn paced_out(now: Instant, qpn: u32, qp: &mut Qp, o: &mut Objects) -> bool {
     let Some(due) = qp.rp.as_ref().map(|rp| rp.next_send) else {
         return false;
     };

@@ -69,9 +69,8 @@ impl RequesterParts<'_> {
                 continue;
             };
             qp.scheduled = false;
-            let paced = qp.rp.is_some();
-            if self.pfc.held(now, qpn, self.qps, &mut self.o.counters)
-                || (paced && reaction::paced_out(now, qpn, self.qps, self.o))
+            if self.pfc.held(now, qpn, qp, &mut self.o.counters)
+                || reaction::paced_out(now, qpn, qp, self.o)
             {
                 continue;
             }

@@ -353,7 +353,6 @@ impl Opcode {
     }
 }
 
-/// The RC layout of each operation.
 /// The layout of every opcode octet, by its value ([`Opcode::layout`]).
 const LAYOUTS: [Option<Layout>; 256] = {
     let mut t = [None; 256];
@@ -365,6 +364,7 @@ const LAYOUTS: [Option<Layout>; 256] = {
     t
 };
 
+/// The RC layout of each operation.
 const fn op_layout(op: Op) -> Option<Layout> {
     let none = Layout {
         rdeth: false,

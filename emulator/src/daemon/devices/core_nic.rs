@@ -610,9 +610,10 @@ impl Nic for CoreNic {
         mem: &mut dyn AppMemory,
     ) {
         let d = &core::Datagram { src, dst, payload };
-        match sealed {
-            true => self.dev.handle_datagram(now, d, &mut Bridge(mem)),
-            false => self.dev.handle_unsealed_datagram(now, d, &mut Bridge(mem)),
+        if sealed {
+            self.dev.handle_datagram(now, d, &mut Bridge(mem))
+        } else {
+            self.dev.handle_unsealed_datagram(now, d, &mut Bridge(mem))
         }
     }
     fn handle_timeout(&mut self, now: Instant, mem: &mut dyn AppMemory) {
