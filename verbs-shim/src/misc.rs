@@ -172,16 +172,12 @@ pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
 }
 
 /// `IBV_FORK_UNNEEDED`: registration pins nothing (the daemon reaches memory through
-/// `/proc/self/mem`), like a kernel with copy-on-fork for pinned pages. With shared
-/// memory regions (`RDMA_EMU_SHARED_MR=1`) registered pages are `MADV_DONTFORK`, as after
-/// `ibv_fork_init`: `IBV_FORK_ENABLED`.
+/// `/proc/self/mem`), and a child of `fork()` gets private copies of pages that shared
+/// memory regions moved onto memfds (`shared_mr`), like a kernel with copy-on-fork for
+/// pinned pages.
 #[no_mangle]
 pub extern "C" fn ibv_is_fork_initialized() -> c_int {
-    if crate::shared_mr::enabled() {
-        1
-    } else {
-        2
-    }
+    2
 }
 
 // ---- sysfs: there is none for rdma-emu devices ------------------------------------------

@@ -60,6 +60,9 @@ pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 pub struct Mr {
     pub mr: ibv_mr,
     pub handle: Handle,
+    /// The memfds this region's pages were shared through ([`crate::shared_mr::share`]),
+    /// released with the region.
+    pub shared: Vec<u64>,
 }
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: hints a device may ignore (rdma-core strips them).
@@ -77,25 +80,26 @@ fn reg_mr(
     // An ODP region is never moved onto a memfd: an implicit one is the whole address
     // space, and an explicit one may cover memory that is mapped only later.
     let odp = access & wire::client::verbs::access::ON_DEMAND != 0;
-    let (shared, fds) = if crate::shared_mr::enabled() && !odp {
+    let shared = if crate::shared_mr::enabled() && !odp {
         crate::shared_mr::share(addr as u64, length as u64)
     } else {
-        (Vec::new(), Vec::new())
+        crate::shared_mr::Shared::default()
     };
-    let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let (reply, _) = ctx.session.call(
+    let raw: Vec<RawFd> = shared.fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let reply = ctx.session.call(
         RequestBody::RegMr {
             pd: p.handle,
             addr: addr as u64,
             length: length as u64,
             iova,
             access: access & !ACCESS_OPTIONAL_RANGE,
-            shared,
+            shared: shared.pages,
         },
         &raw,
-    )?;
-    let ReplyBody::Mr { handle, lkey, rkey } = reply else {
-        return Err(Errno::EIO);
+    );
+    let Ok((ReplyBody::Mr { handle, lkey, rkey }, _)) = reply else {
+        crate::shared_mr::release(&shared.inodes);
+        return Err(reply.err().unwrap_or(Errno::EIO));
     };
     let mr = Box::new(Mr {
         mr: ibv_mr {
@@ -108,6 +112,7 @@ fn reg_mr(
             rkey,
         },
         handle,
+        shared: shared.inodes,
     });
     Ok(Box::into_raw(mr) as *mut ibv_mr)
 }
@@ -151,7 +156,8 @@ pub extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         let m: &Mr = unsafe { obj(mr)? };
         ctx_of(m.mr.context)?.call(RequestBody::DeregMr { mr: m.handle })?;
         // SAFETY: boxed in reg_mr; the daemon released it.
-        drop(unsafe { Box::from_raw(mr as *mut Mr) });
+        let m = unsafe { Box::from_raw(mr as *mut Mr) };
+        crate::shared_mr::release(&m.shared);
         Ok(())
     })
 }

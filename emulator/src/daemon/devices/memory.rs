@@ -14,6 +14,7 @@ use crate::daemon::sys::{self, ClientPages};
 use emu_core::U32Map;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 use wire::client::SharedPages;
 
 /// One client address space.
@@ -179,6 +180,29 @@ impl ProcMem {
     }
 }
 
+/// How long a write through the descriptor is retried when it fails: the client's shim
+/// write-protects pages while it moves them between private memory and a memfd, or copies
+/// them for a child of `fork` (`verbs-shim/src/shared_mr`), and a write from outside the
+/// process fails (EIO, EFAULT) instead of waiting, as the client's own threads do.
+const FENCE_WAIT: Duration = Duration::from_millis(20);
+
+/// `pwrite_all`, retried for up to [`FENCE_WAIT`] while it fails as on fenced pages.
+fn pwrite_through_fence(fd: RawFd, at: u64, data: &[u8]) -> bool {
+    let mut since = None;
+    loop {
+        let e = match sys::pwrite_all(fd, at, data) {
+            Ok(()) => return true,
+            Err(e) => e,
+        };
+        let fenced = matches!(e.raw_os_error(), Some(libc::EIO | libc::EFAULT));
+        let start = *since.get_or_insert_with(Instant::now);
+        if !fenced || start.elapsed() > FENCE_WAIT {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
 impl AppMemory for ProcMem {
     fn read(&mut self, owner: Owner, addr: u64, buf: &mut [u8]) -> Result<(), MemFault> {
         self.walk(owner, addr, buf.len(), |part, r| match part {
@@ -190,7 +214,7 @@ impl AppMemory for ProcMem {
     fn write(&mut self, owner: Owner, addr: u64, data: &[u8]) -> Result<(), MemFault> {
         self.walk(owner, addr, data.len(), |part, r| match part {
             Part::Shared(pages, offset) => pages.copy_in(offset, &data[r]).is_some(),
-            Part::Descriptor(fd, at) => sys::pwrite_all(fd, at, &data[r]).is_ok(),
+            Part::Descriptor(fd, at) => pwrite_through_fence(fd, at, &data[r]),
         })
     }
 
