@@ -109,6 +109,11 @@ impl Anon {
     }
 }
 
+/// Whether address `a` is on one of our memfds.
+fn on_memfd(a: u64) -> bool {
+    mapping_of(a).path.starts_with("/memfd:rdma-emu-mr")
+}
+
 /// The mapping that holds address `a` as `/proc/self/maps` shows it.
 fn mapping_of(a: u64) -> MapsLine {
     maps()
@@ -152,7 +157,7 @@ fn moves_pages_in_place_and_back_keeping_their_contents() {
         }]
     );
     assert!(buf.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
-    assert!(mapping_of(addr + page as u64).path.starts_with("/memfd:rdma-emu-mr"));
+    assert!(on_memfd(addr + page as u64));
     assert_eq!(mapping_of(addr).inode, 0, "the partial page stays private");
     // The memfd holds the same bytes, and writes through either side are seen by both.
     assert_eq!(pread_byte(&first.fds[0], 0), buf[page]);
@@ -171,7 +176,7 @@ fn moves_pages_in_place_and_back_keeping_their_contents() {
     assert_eq!(first.inodes, again.inodes);
     // While one registration still uses them, the pages stay on the memfd.
     release(&first.inodes);
-    assert!(mapping_of(addr + page as u64).path.starts_with("/memfd:rdma-emu-mr"));
+    assert!(on_memfd(addr + page as u64));
     // The last one gone, they are private memory again, with the same bytes, and a
     // write no longer reaches the memfd.
     release(&again.inodes);
