@@ -133,14 +133,14 @@ impl WriteFence {
     }
 }
 
-/// A mapping this module made and has not handed over yet.
-struct Scratch {
-    addr: *mut c_void,
-    len: usize,
+/// A mapping this module made and has not handed over yet (unmapped on drop).
+pub(super) struct Scratch {
+    pub(super) addr: *mut c_void,
+    pub(super) len: usize,
 }
 
 impl Scratch {
-    fn map(len: usize, flags: libc::c_int, fd: libc::c_int) -> VResult<Scratch> {
+    pub(super) fn map(len: usize, flags: libc::c_int, fd: libc::c_int) -> VResult<Scratch> {
         // SAFETY: a new mapping at an address the kernel picks; the result is checked.
         let p = unsafe {
             libc::mmap(

@@ -1,4 +1,5 @@
 //! The plan, the moves there and back, fork, and writes during a move.
+use super::swap::Scratch;
 use super::*;
 
 fn line(s: &str) -> MapsLine {
@@ -76,36 +77,26 @@ fn reuse_splits_where_offsets_are_not_consecutive() {
 }
 
 /// A private anonymous mapping of `pages` pages, unmapped on drop.
-struct Anon {
-    base: *mut libc::c_void,
-    len: usize,
-}
+struct Anon(Scratch);
 
 impl Anon {
     fn new(pages: usize) -> Anon {
         let len = pages * page_size() as usize;
-        // SAFETY: a fresh private anonymous mapping.
-        let base = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        Anon { base, len }
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        Anon(Scratch::map(len, flags, -1).expect("mmap"))
     }
 
     fn addr(&self) -> u64 {
-        self.base as u64
+        self.0.addr as u64
+    }
+
+    fn len(&self) -> usize {
+        self.0.len
     }
 
     fn bytes(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is ours and `len` long.
-        unsafe { core::slice::from_raw_parts_mut(self.base.cast(), self.len) }
+        unsafe { core::slice::from_raw_parts_mut(self.0.addr.cast(), self.0.len) }
     }
 }
 
@@ -120,13 +111,6 @@ fn mapping_of(a: u64) -> MapsLine {
         .into_iter()
         .find(|m| m.start <= a && a < m.end)
         .expect("mapped")
-}
-
-impl Drop for Anon {
-    fn drop(&mut self) {
-        // SAFETY: unmapping what `new` mapped.
-        unsafe { libc::munmap(self.base, self.len) };
-    }
 }
 
 fn pread_byte(fd: &OwnedFd, offset: i64) -> u8 {
@@ -199,7 +183,7 @@ fn writes_by_another_thread_during_the_move_are_not_lost() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
     const SLOT: usize = 512; // one u64 written per 4 KiB
     let anon = Anon::new(8192); // 32 MiB: a move takes milliseconds
-    let slots = anon.len / 8 / SLOT;
+    let slots = anon.len() / 8 / SLOT;
     let base = anon.addr() as usize;
     let stop = AtomicBool::new(false);
     let written = AtomicU64::new(0);
@@ -222,7 +206,7 @@ fn writes_by_another_thread_during_the_move_are_not_lost() {
         while written.load(Relaxed) == 0 {
             std::hint::spin_loop();
         }
-        let shared = share(anon.addr(), anon.len as u64);
+        let shared = share(anon.addr(), anon.len() as u64);
         stop.store(true, Relaxed);
         let shadow = writer.join().unwrap();
         for (i, want) in shadow.iter().enumerate() {
@@ -241,7 +225,7 @@ fn writes_by_another_thread_during_the_move_are_not_lost() {
 #[test]
 fn a_forked_child_gets_a_private_copy() {
     let mut anon = Anon::new(2);
-    let (base, len) = (anon.base as *mut u8, anon.len);
+    let (base, len) = (anon.addr() as *mut u8, anon.len());
     let shared = share(anon.addr(), len as u64);
     let buf = anon.bytes();
     buf.fill(0x5a);
