@@ -61,12 +61,20 @@ impl Placement {
 /// (transport, placement, program, size) → figure (GB/s or µs).
 pub type Matrix = BTreeMap<(Transport, Placement, &'static str, u64), Figure>;
 
-/// (program, size) → GB/s with shared memory regions (`RDMA_EMU_SHARED_MR=1`), RoCE, one
-/// host: the opt-in fast path next to the default descriptor path of the matrix.
-pub type SharedRows = BTreeMap<(&'static str, u64), Figure>;
+/// One program and size on both memory paths, RoCE, one host (GB/s, each the median of
+/// [`SHARED_ROUNDS`] runs).
+pub struct PathPair {
+    /// `RDMA_EMU_SHARED_MR=0`: every byte through `/proc/PID/mem`.
+    pub descriptor: Figure,
+    /// The default: registered pages shared through memfds.
+    pub shared: Figure,
+}
 
-/// What the shared-region rows run.
-pub const SHARED_ENV: &str = "RDMA_EMU_SHARED_MR=1";
+/// (program, size) → both memory paths.
+pub type SharedRows = BTreeMap<(&'static str, u64), PathPair>;
+
+/// What turns shared memory regions off: the descriptor path's rows.
+pub const DESCRIPTOR_ENV: &str = "RDMA_EMU_SHARED_MR=0";
 
 pub const SHARED_SIZES: [u64; 2] = [65536, 1 << 20];
 
@@ -133,47 +141,50 @@ pub fn perftest_matrix(site: &Site, t: Transport, p: Placement, matrix: &mut Mat
 /// (performance.md, "Before and after the restructuring").
 pub const SHARED_ROUNDS: usize = 3;
 
-/// The bandwidth programs at [`SHARED_SIZES`] with shared memory regions, each the
-/// median of [`SHARED_ROUNDS`] runs.
+/// The bandwidth programs at [`SHARED_SIZES`] on the descriptor path and on the default
+/// shared path, each the median of [`SHARED_ROUNDS`] runs.
 pub fn shared_rows(site: &Site) -> SharedRows {
     let mut rows = SharedRows::new();
     for program in BW_PROGRAMS {
         for size in SHARED_SIZES {
-            let (s, n) = (size.to_string(), bw_iterations(size).to_string());
-            let runs = (0..SHARED_ROUNDS)
-                .map(|_| {
-                    site.perftest_env(
-                        &[SHARED_ENV],
-                        program,
-                        &["-s", &s, "-n", &n],
-                        PERFTEST_LIMIT,
-                    )
-                    .and_then(|out| {
-                        parse_bw_avg(&out, size)
-                            .map(|mib| mib * 1048576.0 / 1e9)
-                            .ok_or_else(|| format!("no {size} B row in the output"))
-                    })
-                })
-                .collect::<Vec<_>>();
-            let each: Vec<String> = runs
-                .iter()
-                .map(|r| {
-                    r.as_ref()
-                        .map_or_else(|_| "failed".into(), |v| format!("{v:.3}"))
-                })
-                .collect();
-            let figure = median(runs);
-            match &figure {
-                Ok(v) => println!(
-                    "RoCE one host, {SHARED_ENV}: {program} {size} B: {v:.3} GB/s (runs: {})",
-                    each.join(" ")
-                ),
-                Err(e) => println!("RoCE one host, {SHARED_ENV}: {program} {size} B failed: {e}"),
-            }
-            rows.insert((program, size), figure);
+            let descriptor = path_median(site, &[DESCRIPTOR_ENV], program, size);
+            let shared = path_median(site, &[], program, size);
+            rows.insert((program, size), PathPair { descriptor, shared });
         }
     }
     rows
+}
+
+/// `program` at `size` with `env`, the median of [`SHARED_ROUNDS`] runs (each printed).
+fn path_median(site: &Site, env: &[&str], program: &'static str, size: u64) -> Figure {
+    let (s, n) = (size.to_string(), bw_iterations(size).to_string());
+    let runs = (0..SHARED_ROUNDS)
+        .map(|_| {
+            site.perftest_env(env, program, &["-s", &s, "-n", &n], PERFTEST_LIMIT)
+                .and_then(|out| {
+                    parse_bw_avg(&out, size)
+                        .map(|mib| mib * 1048576.0 / 1e9)
+                        .ok_or_else(|| format!("no {size} B row in the output"))
+                })
+        })
+        .collect::<Vec<_>>();
+    let each: Vec<String> = runs
+        .iter()
+        .map(|r| {
+            r.as_ref()
+                .map_or_else(|_| "failed".into(), |v| format!("{v:.3}"))
+        })
+        .collect();
+    let figure = median(runs);
+    let path = if env.is_empty() { "default" } else { env[0] };
+    match &figure {
+        Ok(v) => println!(
+            "RoCE one host, {path}: {program} {size} B: {v:.3} GB/s (runs: {})",
+            each.join(" ")
+        ),
+        Err(e) => println!("RoCE one host, {path}: {program} {size} B failed: {e}"),
+    }
+    figure
 }
 
 /// Extracts perftest's average bandwidth (MB/sec, 2^20 bytes) for one size from its table.
