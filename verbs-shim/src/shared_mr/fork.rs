@@ -17,7 +17,7 @@
 //! glibc's `fork` (a raw `clone`, `vfork`) lacks the pages, as after rdma-core's
 //! `ibv_fork_init`; one that calls `exec` straight away does not notice.
 
-use super::swap::WriteFence;
+use super::swap::{sys, WriteFence};
 use super::{Converted, MapsLine, CONVERTED};
 use core::ffi::c_void;
 use std::cell::RefCell;
@@ -153,13 +153,12 @@ fn restore(m: &Moved, fd: libc::c_int) {
     let len = m.len as usize;
     // SAFETY: maps fresh private pages only where nothing is mapped (NOREPLACE).
     let p = unsafe {
-        libc::mmap(
+        sys::mmap(
             m.addr as *mut c_void,
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
             -1,
-            0,
         )
     };
     if p == libc::MAP_FAILED {
@@ -167,7 +166,7 @@ fn restore(m: &Moved, fd: libc::c_int) {
     }
     if p as u64 != m.addr {
         // SAFETY: a kernel without MAP_FIXED_NOREPLACE put it elsewhere: take it back.
-        unsafe { libc::munmap(p, len) };
+        unsafe { sys::munmap(p, len) };
         return;
     }
     let mut done = 0usize;

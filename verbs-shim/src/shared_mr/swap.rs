@@ -12,6 +12,11 @@
 //! waiting while the fence stands, and a write from a signal handler of the moving
 //! thread itself would wait forever. Between the fence and its drop this module
 //! therefore makes system calls only: no allocation, no lock, no log.
+//!
+//! The memory system calls go straight to the kernel ([`sys`]), not through libc's
+//! wrappers: a move changes no byte the application sees, and a hook on those wrappers
+//! (UCX's UCM patches `mmap`, `mremap` and `madvise` to learn of unmapped memory) must
+//! not take it for an unmap and invalidate the registration being made.
 
 use crate::ffi::{Errno, VResult};
 use core::ffi::c_void;
@@ -110,7 +115,7 @@ impl WriteFence {
                 let fd = userfaultfd(base)?;
                 // SAFETY: MADV_POPULATE_WRITE faults the pages in without changing them.
                 check(unsafe {
-                    libc::madvise(addr as *mut c_void, len as usize, libc::MADV_POPULATE_WRITE)
+                    sys::madvise(addr as *mut c_void, len as usize, libc::MADV_POPULATE_WRITE)
                 })?;
                 fd
             }
@@ -133,6 +138,58 @@ impl WriteFence {
     }
 }
 
+/// `mmap`, `mremap`, `munmap` and `madvise` as system calls (the C library's `syscall`
+/// returns -1 and sets `errno` on failure, so `mmap`'s result compares with `MAP_FAILED`).
+pub(super) mod sys {
+    use core::ffi::c_void;
+    use libc::{c_int, c_long};
+
+    /// # Safety
+    /// As `mmap(2)`.
+    pub unsafe fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+    ) -> *mut c_void {
+        // SAFETY: the caller upholds mmap's contract; offset 0.
+        unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                addr,
+                len,
+                prot as c_long,
+                flags as c_long,
+                fd as c_long,
+                0 as c_long,
+            ) as *mut c_void
+        }
+    }
+
+    /// # Safety
+    /// As `mremap(2)` with `MREMAP_MAYMOVE | MREMAP_FIXED`.
+    pub unsafe fn mremap_fixed(from: *mut c_void, len: usize, to: *mut c_void) -> *mut c_void {
+        let flags = (libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED) as c_long;
+        // SAFETY: the caller upholds mremap's contract.
+        unsafe { libc::syscall(libc::SYS_mremap, from, len, len, flags, to) as *mut c_void }
+    }
+
+    /// # Safety
+    /// As `munmap(2)`.
+    pub unsafe fn munmap(addr: *mut c_void, len: usize) -> c_int {
+        // SAFETY: the caller upholds munmap's contract.
+        unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
+    }
+
+    /// # Safety
+    /// As `madvise(2)`.
+    pub unsafe fn madvise(addr: *mut c_void, len: usize, advice: c_int) -> c_int {
+        // SAFETY: the caller upholds madvise's contract.
+        unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice as c_long) as c_int }
+    }
+}
+
 /// A mapping this module made and has not handed over yet (unmapped on drop).
 pub(super) struct Scratch {
     pub(super) addr: *mut c_void,
@@ -142,16 +199,8 @@ pub(super) struct Scratch {
 impl Scratch {
     pub(super) fn map(len: usize, flags: libc::c_int, fd: libc::c_int) -> VResult<Scratch> {
         // SAFETY: a new mapping at an address the kernel picks; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                fd,
-                0,
-            )
-        };
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let p = unsafe { sys::mmap(core::ptr::null_mut(), len, rw, flags, fd) };
         if p == libc::MAP_FAILED {
             return Err(Errno::last());
         }
@@ -162,15 +211,7 @@ impl Scratch {
     fn replace(self, addr: u64) -> VResult<()> {
         // SAFETY: moves our own scratch mapping over pages the caller chose to replace;
         // on success the scratch range no longer exists, so it is not unmapped again.
-        let p = unsafe {
-            libc::mremap(
-                self.addr,
-                self.len,
-                self.len,
-                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
-                addr as *mut c_void,
-            )
-        };
+        let p = unsafe { sys::mremap_fixed(self.addr, self.len, addr as *mut c_void) };
         if p as u64 != addr {
             return Err(Errno::last());
         }
@@ -182,7 +223,7 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         // SAFETY: unmaps the scratch mapping this value owns.
-        unsafe { libc::munmap(self.addr, self.len) };
+        unsafe { sys::munmap(self.addr, self.len) };
     }
 }
 
@@ -230,7 +271,7 @@ pub fn to_memfd(addr: u64, len: u64) -> VResult<OwnedFd> {
     drop(fence);
     // SAFETY: advice on the pages just moved. A child of fork() gets its own copy from
     // the fork handler (`fork.rs`) instead of sharing them with its parent.
-    unsafe { libc::madvise(addr as *mut c_void, ulen, libc::MADV_DONTFORK) };
+    unsafe { sys::madvise(addr as *mut c_void, ulen, libc::MADV_DONTFORK) };
     Ok(fd)
 }
 
