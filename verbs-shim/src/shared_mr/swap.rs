@@ -21,6 +21,7 @@
 use crate::ffi::{Errno, VResult};
 use core::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
 // linux/userfaultfd.h; the libc crate has only the system call number.
 const UFFD_API: u64 = 0xaa;
@@ -74,16 +75,25 @@ fn check(r: libc::c_int) -> VResult<()> {
 
 /// A userfaultfd that has agreed to `features`: one that can wait on the kernel's own
 /// faults when this process may have it (root, or `vm.unprivileged_userfaultfd`), else
-/// one for faults from user mode, which every user may create.
+/// one for faults from user mode, which every user may create. The kind that worked is
+/// remembered (each refused attempt costs a line in the kernel's log).
 fn userfaultfd(features: u64) -> VResult<OwnedFd> {
+    static KIND: AtomicI32 = AtomicI32::new(-1);
     let mut last = Errno::ENOSYS;
-    for flags in [0, UFFD_USER_MODE_ONLY] {
+    let known = KIND.load(Relaxed);
+    let kinds: &[libc::c_int] = match known {
+        -1 => &[0, UFFD_USER_MODE_ONLY],
+        0 => &[0],
+        _ => &[UFFD_USER_MODE_ONLY],
+    };
+    for &flags in kinds {
         // SAFETY: userfaultfd takes flags only; the result is checked.
         let raw = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | flags) };
         if raw < 0 {
             last = Errno::last();
             continue;
         }
+        KIND.store(flags, Relaxed);
         // SAFETY: a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw as libc::c_int) };
         let mut api = UffdioApi {
