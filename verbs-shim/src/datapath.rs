@@ -488,6 +488,9 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
         } else {
             wire::client::ring::ARM_NEXT
         });
+        // The other half of the daemon's fence in `deliver_cqe`: the arm is visible
+        // before the program's next poll reads the ring.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
     })
 }

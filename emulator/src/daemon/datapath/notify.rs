@@ -76,6 +76,11 @@ pub fn deliver_cqe(objects: &BTreeMap<Handle, Object>, cq_h: Handle, cqe: &CqeRe
             return;
         }
     }
+    // Dekker with `ibv_req_notify_cq`, which arms and then polls: the CQE's publication
+    // must be visible before the arm word is read, or both sides can miss each other (the
+    // client sees no CQE, the daemon no arm) and a program waiting on its channel hangs.
+    // A release store followed by a load may be reordered (x86's store buffer does it).
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     let arm = view.arm();
     let solicited = cqe.opcode & wc_opcode::RECV != 0 || cqe.status != wc_status::SUCCESS;
     if (arm == ARM_NEXT || (arm == ARM_SOLICITED && solicited)) && view.take_arm() != 0 {
