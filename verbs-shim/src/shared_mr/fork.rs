@@ -17,8 +17,8 @@
 //! glibc's `fork` (a raw `clone`, `vfork`) lacks the pages, as after rdma-core's
 //! `ibv_fork_init`; one that calls `exec` straight away does not notice.
 
+use super::maps::{maps, Converted, MapsLine, CONVERTED};
 use super::swap::{sys, WriteFence};
-use super::{Converted, MapsLine, CONVERTED};
 use core::ffi::c_void;
 use std::cell::RefCell;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -62,7 +62,7 @@ pub fn install() {
 extern "C" fn prepare() {
     let guard = CONVERTED.lock().unwrap_or_else(|p| p.into_inner());
     let moved: Vec<Moved> = match guard.as_ref() {
-        Some(c) if !c.memfds.is_empty() => super::maps()
+        Some(c) if !c.memfds.is_empty() => maps()
             .iter()
             .filter(|m| m.ours(&c.memfds))
             .map(|m: &MapsLine| Moved {

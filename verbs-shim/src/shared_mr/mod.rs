@@ -24,21 +24,22 @@
 //! number of registrations using it.
 
 mod fork;
+mod maps;
 mod swap;
+
+pub use maps::MapsLine;
+use maps::{maps, Converted, Memfds, CONVERTED};
 
 use crate::ffi::{Errno, VResult};
 use crate::log::shim_log;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use wire::client::{SharedPages, MAX_SHARED_PAGES};
 
 /// Environment variable that turns shared memory regions off (`0`; unset or anything
 /// else leaves them on).
 pub const SHARED_MR_ENV: &str = "RDMA_EMU_SHARED_MR";
-
-/// The name every memfd of this module carries (`/memfd:NAME (deleted)` in maps).
-const MEMFD_NAME: &core::ffi::CStr = c"rdma-emu-mr";
 
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -49,55 +50,6 @@ fn page_size() -> u64 {
     // SAFETY: sysconf has no memory effects.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u64::try_from(p).unwrap_or(4096).max(4096)
-}
-
-/// One line of `/proc/self/maps`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapsLine {
-    pub start: u64,
-    pub end: u64,
-    pub perms: String,
-    /// File offset of `start`.
-    pub offset: u64,
-    pub inode: u64,
-    pub path: String,
-}
-
-impl MapsLine {
-    /// `start-end perms offset dev inode [path]`, as proc(5) describes it.
-    pub fn parse(line: &str) -> Option<MapsLine> {
-        let mut f = line.split_ascii_whitespace();
-        let (start, end) = f.next()?.split_once('-')?;
-        let perms = f.next()?.to_string();
-        let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-        let _dev = f.next()?;
-        let inode = f.next()?.parse().ok()?;
-        let path = f.collect::<Vec<_>>().join(" ");
-        Some(MapsLine {
-            start: u64::from_str_radix(start, 16).ok()?,
-            end: u64::from_str_radix(end, 16).ok()?,
-            perms,
-            offset,
-            inode,
-            path,
-        })
-    }
-
-    /// Private, anonymous, read-write, and not a stack.
-    fn convertible(&self) -> bool {
-        self.perms.starts_with("rw")
-            && self.perms.ends_with('p')
-            && self.inode == 0
-            && (self.path.is_empty() || self.path == "[heap]")
-    }
-
-    /// Read-write shared mapping of one of our memfds.
-    fn ours(&self, known: &Memfds) -> bool {
-        self.perms.starts_with("rw")
-            && self.perms.ends_with('s')
-            && known.contains_key(&self.inode)
-            && self.path.starts_with("/memfd:rdma-emu-mr")
-    }
 }
 
 /// What to do with one run of whole pages of a registration.
@@ -165,24 +117,6 @@ pub fn plan(maps: &[MapsLine], start: u64, end: u64, known: &Memfds) -> Vec<Step
     }
     steps.truncate(MAX_SHARED_PAGES);
     steps
-}
-
-/// Our memfds by inode: the descriptor and how many registrations use it.
-pub type Memfds = HashMap<u64, (OwnedFd, usize)>;
-
-/// The memfds this process moved pages onto, while any of their pages is still mapped
-/// and registered (the kernel holds the pages; the descriptor is what goes to the daemon).
-struct Converted {
-    memfds: Memfds,
-}
-
-static CONVERTED: Mutex<Option<Converted>> = Mutex::new(None);
-
-/// This process's mappings now (empty if `/proc/self/maps` cannot be read).
-fn maps() -> Vec<MapsLine> {
-    std::fs::read_to_string("/proc/self/maps")
-        .map(|text| text.lines().filter_map(MapsLine::parse).collect())
-        .unwrap_or_default()
 }
 
 /// What one registration offers the daemon: the shared page runs, one descriptor for

@@ -245,7 +245,7 @@ pub fn to_memfd(addr: u64, len: u64) -> VResult<OwnedFd> {
     // SAFETY: memfd_create with a NUL-terminated name; the result is checked.
     let raw = unsafe {
         libc::memfd_create(
-            super::MEMFD_NAME.as_ptr(),
+            super::maps::MEMFD_NAME.as_ptr(),
             libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
         )
     };
