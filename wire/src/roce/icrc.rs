@@ -279,8 +279,59 @@ const fn id_contribution(id: u16) -> u32 {
 /// ID 0 ([`for_udp4`]) to get the ICRC of the same packet sent with ID `id`. A raw backend
 /// that writes its own IP header sends any ID without computing the CRC again.
 pub fn ipv4_id_delta(id: u16, ib_len: usize) -> u32 {
-    let rest = (LRH_LEN + 20 + 8 + ib_len - IPV4_ID_OFFSET - 2) as u64;
-    mul_mod(id_contribution(id), x8n(rest))
+    mul_mod(id_contribution(id), x8n(after_ipv4_id(ib_len)))
+}
+
+/// The octets the ICRC covers after the IPv4 ID of an IB packet of `ib_len` octets.
+fn after_ipv4_id(ib_len: usize) -> u64 {
+    (LRH_LEN + 20 + 8 + ib_len - IPV4_ID_OFFSET - 2) as u64
+}
+
+/// [`ipv4_id_delta`] for the IDs `0..=max_id` of packets of one length, as the segments of
+/// a GSO run have them: one product per ID bit in use, made once, instead of two per
+/// packet (CRC-32 is linear in the ID's bits, so each delta is an XOR of per-bit ones).
+#[derive(Debug, Clone)]
+pub struct Ipv4IdShifts {
+    ib_len: usize,
+    max_id: u16,
+    bits: [u32; 16],
+}
+
+impl Ipv4IdShifts {
+    /// For packets of `ib_len` octets (BTH through pad) and IDs up to `max_id` (any other
+    /// ID still gets its delta, the slow way).
+    pub fn new(ib_len: usize, max_id: u16) -> Ipv4IdShifts {
+        let shift = x8n(after_ipv4_id(ib_len));
+        let used = 16 - max_id.leading_zeros() as usize;
+        let mut bits = [0u32; 16];
+        for (i, b) in bits.iter_mut().enumerate().take(used) {
+            *b = mul_mod(id_contribution(1 << i), shift);
+        }
+        Ipv4IdShifts {
+            ib_len,
+            max_id,
+            bits,
+        }
+    }
+
+    /// The length these shifts are for.
+    pub fn ib_len(&self) -> usize {
+        self.ib_len
+    }
+
+    /// `ipv4_id_delta(id, self.ib_len())`.
+    pub fn delta(&self, id: u16) -> u32 {
+        if id > self.max_id {
+            return ipv4_id_delta(id, self.ib_len);
+        }
+        let mut d = 0;
+        let mut rest = id;
+        while rest != 0 {
+            d ^= self.bits[rest.trailing_zeros() as usize];
+            rest &= rest - 1;
+        }
+        d
+    }
 }
 
 /// Checks the ICRC of `packet` (BTH through ICRC, as a UDP socket delivers it) received
@@ -301,8 +352,7 @@ pub fn verify_udp4_any_id(
     }
     // crc(id) = c0 ^ S(L(id)) where L maps the ID bits to the CRC state right after the ID
     // field and S appends the rest of the message (multiplication by x^(8 n)).
-    let rest = (LRH_LEN + 20 + 8 + ib.len() - IPV4_ID_OFFSET - 2) as u64;
-    let shift = x8n(rest);
+    let shift = x8n(after_ipv4_id(ib.len()));
     let target = c0 ^ stored;
     // Gaussian elimination: rows = basis vectors d_i (32-bit) with their ID bit.
     let mut rows = [(0u32, 0u16); 16];

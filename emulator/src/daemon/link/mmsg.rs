@@ -307,11 +307,15 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
         b.coalesced += 1;
         b.coalesced_packets += count as u64;
         b.split = true;
+        let shifts = src
+            .is_some_and(|s| s.is_ipv4())
+            .then(|| run_shifts(segment, count))
+            .flatten();
         for k in 0..count {
             let at = k * segment;
             let seg_len = segment.min(len - at);
-            if src.is_some_and(|s| s.is_ipv4()) {
-                undo_gso_id(&mut b.bufs[i][at..at + seg_len], k);
+            if let Some(run) = &shifts {
+                undo_gso_id(&mut b.bufs[i][at..at + seg_len], k, run);
             }
             let tos = segment_tos(r.tos, k);
             (b.lens[p], b.srcs[p], b.tos[p], b.dsts[p]) = (Some(seg_len), src, tos, None);
@@ -345,23 +349,39 @@ fn gso_ipv4_id(k: usize) -> u16 {
     k as u16
 }
 
+/// The ID shifts for the segments of a GSO run of `count` packets whose first has
+/// `first_len` octets (BTH through ICRC); `None` for a packet too short for an ICRC.
+pub(super) fn run_shifts(first_len: usize, count: usize) -> Option<icrc::Ipv4IdShifts> {
+    let ib_len = first_len.checked_sub(ICRC_LEN)?;
+    let last = gso_ipv4_id(count.saturating_sub(1));
+    Some(icrc::Ipv4IdShifts::new(ib_len, last))
+}
+
 /// Moves the ICRC of `packet` (BTH through ICRC) between the IPv4 ID of GSO segment `k`
-/// and ID 0 (the move is its own inverse: CRC-32 is affine in the ID's bits).
-fn shift_icrc_id(packet: &[u8], k: usize) -> Option<[u8; 4]> {
+/// and ID 0 (the move is its own inverse: CRC-32 is affine in the ID's bits), with the
+/// shifts of its run where its length is the run's (all but a shorter last segment).
+fn shift_icrc_id(packet: &[u8], k: usize, run: &icrc::Ipv4IdShifts) -> Option<[u8; 4]> {
     let ib_len = packet.len().checked_sub(ICRC_LEN)?;
     let c = &packet[ib_len..];
     let stored = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-    Some((stored ^ icrc::ipv4_id_delta(gso_ipv4_id(k), ib_len)).to_le_bytes())
+    let id = gso_ipv4_id(k);
+    let delta = if ib_len == run.ib_len() {
+        run.delta(id)
+    } else {
+        icrc::ipv4_id_delta(id, ib_len)
+    };
+    Some((stored ^ delta).to_le_bytes())
 }
 
 /// Segment `k` of a coalesced IPv4 datagram: its ICRC, computed for the ID the segment
 /// carried on the wire when it came from a GSO sender, is made the one for ID 0, which
-/// the core checks first (any other ID is still found by solving for it).
-pub(super) fn undo_gso_id(packet: &mut [u8], k: usize) {
+/// the core checks first (any other ID is still found by solving for it). `run`: the
+/// shifts of its datagram ([`run_shifts`]).
+pub(super) fn undo_gso_id(packet: &mut [u8], k: usize, run: &icrc::Ipv4IdShifts) {
     if k == 0 {
         return;
     }
-    if let Some(c) = shift_icrc_id(packet, k) {
+    if let Some(c) = shift_icrc_id(packet, k, run) {
         let end = packet.len();
         packet[end - ICRC_LEN..].copy_from_slice(&c);
     }
@@ -555,11 +575,15 @@ pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>], gso: bool) -> io::Result<Sen
         .iter()
         .flat_map(|r| {
             let v4 = msgs[r.start].dst.is_ipv4() && r.len() > 1;
+            let shifts = v4
+                .then(|| run_shifts(msgs[r.start].payload.len(), r.len()))
+                .flatten();
             r.clone().enumerate().map(move |(k, i)| {
                 let p = msgs[i].payload;
-                (v4 && k > 0)
-                    .then(|| shift_icrc_id(p, k))
-                    .flatten()
+                shifts
+                    .as_ref()
+                    .filter(|_| k > 0)
+                    .and_then(|run| shift_icrc_id(p, k, run))
                     .unwrap_or_default()
             })
         })
@@ -650,7 +674,8 @@ pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>], gso: bool) -> io::Result<Sen
 /// The ICRC of `packet` moved to the IP ID of GSO segment `k` (for the backends' tests).
 #[cfg(test)]
 pub fn tests_shift_icrc_id(packet: &[u8], k: usize) -> [u8; 4] {
-    shift_icrc_id(packet, k).expect("a packet with an ICRC")
+    let run = run_shifts(packet.len(), k + 1).expect("a packet with an ICRC");
+    shift_icrc_id(packet, k, &run).expect("a packet with an ICRC")
 }
 
 /// The runs [`send_batch`] would make with GSO on (for the backend's tests).

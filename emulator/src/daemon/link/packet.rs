@@ -362,6 +362,7 @@ pub(super) fn accept_segments(
         (whole, ip, udp)
     };
     let id0 = (ip.len() == 20).then(|| u16::from_be_bytes([ip[4], ip[5]]));
+    let shifts = id0.and_then(|_| mmsg::run_shifts(size, whole.len.div_ceil(size)));
     let mut out = Vec::with_capacity(whole.len.div_ceil(size));
     for (k, at) in (0..whole.len).step_by(size).enumerate() {
         let len = size.min(whole.len - at);
@@ -375,7 +376,9 @@ pub(super) fn accept_segments(
                 ip[4..6].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
                 let hdr: &[u8; 20] = ip[..].try_into().map_err(|_| Refused::Malformed)?;
                 let ok = icrc::verify_ipv4(hdr, &udp, seg);
-                mmsg::undo_gso_id(seg, k);
+                if let Some(run) = &shifts {
+                    mmsg::undo_gso_id(seg, k, run);
+                }
                 ok
             }
             None => {

@@ -251,6 +251,12 @@ proptest! {
         let with_id = icrc::compute_ipv4(&icrc::udp4_ip_header(src, dst, id, ib.len()), &icrc::udp_header(sport, 4791, ib.len()), ib);
         let with_0 = icrc::for_udp4(src, dst, sport, 4791, ib);
         prop_assert_eq!(with_0 ^ icrc::ipv4_id_delta(id, ib.len()), with_id);
+        // The per-run shifts agree, for IDs inside and beyond the range they were made for.
+        let max = id / 3;
+        let run = icrc::Ipv4IdShifts::new(ib.len(), max);
+        prop_assert_eq!(run.delta(id), icrc::ipv4_id_delta(id, ib.len()));
+        prop_assert_eq!(run.delta(max), icrc::ipv4_id_delta(max, ib.len()));
+        prop_assert_eq!(run.delta(max / 2), icrc::ipv4_id_delta(max / 2, ib.len()));
     }
 
     #[test]
