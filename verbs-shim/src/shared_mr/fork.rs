@@ -38,7 +38,8 @@ struct Held {
     moved: Vec<Moved>,
     /// The child writes a byte into `done.1` when its copy is made.
     done: Option<(OwnedFd, OwnedFd)>,
-    fences: Vec<WriteFence>,
+    /// The moved ranges, write-protected in the parent until then.
+    fence: Option<WriteFence>,
 }
 
 thread_local! {
@@ -74,21 +75,24 @@ extern "C" fn prepare() {
             .collect(),
         _ => Vec::new(),
     };
-    let (done, fences) = if moved.is_empty() {
-        (None, Vec::new())
+    let (done, fence) = if moved.is_empty() {
+        (None, None)
     } else {
-        let fences = moved
-            .iter()
-            .filter_map(|m| WriteFence::new(m.addr, m.len, true).ok())
-            .collect();
-        (pipe(), fences)
+        // One userfaultfd for every range; a range it cannot protect is copied anyway.
+        let fence = WriteFence::open(true).ok();
+        for m in &moved {
+            if let Some(f) = &fence {
+                let _ = f.protect(m.addr, m.len);
+            }
+        }
+        (pipe(), fence)
     };
     HELD.with(|h| {
         *h.borrow_mut() = Some(Held {
             guard,
             moved,
             done,
-            fences,
+            fence,
         })
     });
 }
@@ -121,7 +125,7 @@ extern "C" fn parent() {
             }
         }
     }
-    drop(held.fences);
+    drop(held.fence);
     drop(held.guard);
 }
 
@@ -129,8 +133,8 @@ extern "C" fn child() {
     let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else {
         return;
     };
-    // The fences are the parent's: the child has no moved pages to protect.
-    drop(core::mem::take(&mut held.fences));
+    // The fence is the parent's: the child has no moved pages to protect.
+    drop(held.fence.take());
     if let Some(c) = held.guard.as_mut() {
         for m in &held.moved {
             if let Some((fd, _)) = c.memfds.get(&m.inode) {

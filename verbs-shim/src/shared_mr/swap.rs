@@ -110,41 +110,55 @@ fn userfaultfd(features: u64) -> VResult<OwnedFd> {
 /// Other threads' writes to a range held off until this is dropped.
 pub struct WriteFence {
     /// Closing it lifts the protection and wakes the waiting writers.
-    _uffd: OwnedFd,
+    uffd: OwnedFd,
+    /// Pages must be present to be protected (no `UFFD_FEATURE_WP_UNPOPULATED`).
+    populate: bool,
 }
 
 impl WriteFence {
     /// Write-protects `[addr, addr + len)` (whole pages of one kind of mapping: private
     /// anonymous, or shared memory when `shmem`).
     pub fn new(addr: u64, len: u64, shmem: bool) -> VResult<WriteFence> {
+        let fence = WriteFence::open(shmem)?;
+        fence.protect(addr, len)?;
+        Ok(fence)
+    }
+
+    /// A fence that protects nothing yet ([`WriteFence::protect`] adds ranges).
+    pub fn open(shmem: bool) -> VResult<WriteFence> {
         let base = FEATURE_WP | if shmem { FEATURE_WP_SHMEM } else { 0 };
-        let fd = match userfaultfd(base | FEATURE_WP_UNPOPULATED) {
-            Ok(fd) => fd,
-            Err(_) => {
-                // Before Linux 6.4 only present pages can be protected: make them so.
-                let fd = userfaultfd(base)?;
-                // SAFETY: MADV_POPULATE_WRITE faults the pages in without changing them.
-                check(unsafe {
-                    sys::madvise(addr as *mut c_void, len as usize, libc::MADV_POPULATE_WRITE)
-                })?;
-                fd
-            }
+        let (uffd, populate) = match userfaultfd(base | FEATURE_WP_UNPOPULATED) {
+            Ok(fd) => (fd, false),
+            // Before Linux 6.4 only present pages can be protected: `protect` faults
+            // them in first.
+            Err(_) => (userfaultfd(base)?, true),
         };
+        Ok(WriteFence { uffd, populate })
+    }
+
+    /// Adds `[addr, addr + len)` to what this fence protects.
+    pub fn protect(&self, addr: u64, len: u64) -> VResult<()> {
+        if self.populate {
+            // SAFETY: MADV_POPULATE_WRITE faults the pages in without changing them.
+            check(unsafe {
+                sys::madvise(addr as *mut c_void, len as usize, libc::MADV_POPULATE_WRITE)
+            })?;
+        }
         let range = || UffdioRange { start: addr, len };
         let mut reg = UffdioRegister {
             range: range(),
             mode: REGISTER_MODE_WP,
             ioctls: 0,
         };
+        let fd = self.uffd.as_raw_fd();
         // SAFETY: UFFDIO_REGISTER with the structure it expects, on this process's pages.
-        check(unsafe { libc::ioctl(fd.as_raw_fd(), IOCTL_REGISTER, &mut reg) })?;
+        check(unsafe { libc::ioctl(fd, IOCTL_REGISTER, &mut reg) })?;
         let mut wp = UffdioWriteprotect {
             range: range(),
             mode: WRITEPROTECT_MODE_WP,
         };
         // SAFETY: as above, UFFDIO_WRITEPROTECT.
-        check(unsafe { libc::ioctl(fd.as_raw_fd(), IOCTL_WRITEPROTECT, &mut wp) })?;
-        Ok(WriteFence { _uffd: fd })
+        check(unsafe { libc::ioctl(fd, IOCTL_WRITEPROTECT, &mut wp) })
     }
 }
 
