@@ -309,8 +309,7 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> io::Result<usize> {
         b.split = true;
         let shifts = src
             .is_some_and(|s| s.is_ipv4())
-            .then(|| run_shifts(segment, count))
-            .flatten();
+            .then(|| run_shifts(segment, count));
         for k in 0..count {
             let at = k * segment;
             let seg_len = segment.min(len - at);
@@ -350,11 +349,10 @@ fn gso_ipv4_id(k: usize) -> u16 {
 }
 
 /// The ID shifts for the segments of a GSO run of `count` packets whose first has
-/// `first_len` octets (BTH through ICRC); `None` for a packet too short for an ICRC.
-pub(super) fn run_shifts(first_len: usize, count: usize) -> Option<icrc::Ipv4IdShifts> {
-    let ib_len = first_len.checked_sub(ICRC_LEN)?;
+/// `first_len` octets (BTH through ICRC).
+pub(super) fn run_shifts(first_len: usize, count: usize) -> icrc::Ipv4IdShifts {
     let last = gso_ipv4_id(count.saturating_sub(1));
-    Some(icrc::Ipv4IdShifts::new(ib_len, last))
+    icrc::Ipv4IdShifts::new(first_len.saturating_sub(ICRC_LEN), last)
 }
 
 /// Moves the ICRC of `packet` (BTH through ICRC) between the IPv4 ID of GSO segment `k`
@@ -575,9 +573,7 @@ pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>], gso: bool) -> io::Result<Sen
         .iter()
         .flat_map(|r| {
             let v4 = msgs[r.start].dst.is_ipv4() && r.len() > 1;
-            let shifts = v4
-                .then(|| run_shifts(msgs[r.start].payload.len(), r.len()))
-                .flatten();
+            let shifts = v4.then(|| run_shifts(msgs[r.start].payload.len(), r.len()));
             r.clone().enumerate().map(move |(k, i)| {
                 let p = msgs[i].payload;
                 shifts
@@ -674,8 +670,7 @@ pub fn send_batch(fd: RawFd, msgs: &[Outgoing<'_>], gso: bool) -> io::Result<Sen
 /// The ICRC of `packet` moved to the IP ID of GSO segment `k` (for the backends' tests).
 #[cfg(test)]
 pub fn tests_shift_icrc_id(packet: &[u8], k: usize) -> [u8; 4] {
-    let run = run_shifts(packet.len(), k + 1).expect("a packet with an ICRC");
-    shift_icrc_id(packet, k, &run).expect("a packet with an ICRC")
+    shift_icrc_id(packet, k, &run_shifts(packet.len(), k + 1)).expect("a packet with an ICRC")
 }
 
 /// The runs [`send_batch`] would make with GSO on (for the backend's tests).

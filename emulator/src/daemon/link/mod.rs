@@ -14,4 +14,5 @@ pub mod packet;
 pub mod pause;
 pub mod stack;
 pub mod udp;
+pub mod vnet;
 pub mod xdp;

@@ -25,6 +25,7 @@
 use super::backend::Backend;
 use super::datagram::{self, BoundSocket, Caps, DatagramLink, Ports, Sock, NOWHERE};
 use super::mmsg::{self, Outgoing, Packet, RecvBatch, ECN_ECT0};
+use super::vnet::{gso_size_of, PACKET_VNET_HDR, VNET_HDR_LEN};
 use crate::daemon::devices::neigh::Neighbours;
 use crate::daemon::devices::netdev::Netdev;
 use crate::daemon::sys;
@@ -319,23 +320,6 @@ pub(super) fn accept(buf: &[u8], local: IpAddr, ifindex: u32) -> Result<Received
     addressed(&f, buf, local, ifindex)
 }
 
-/// The `virtio_net_hdr` a packet socket with `PACKET_VNET_HDR` puts before each frame
-/// (linux/virtio_net.h): flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
-const VNET_HDR_LEN: usize = 10;
-/// `PACKET_VNET_HDR` (linux/if_packet.h).
-const PACKET_VNET_HDR: libc::c_int = 15;
-/// `VIRTIO_NET_HDR_GSO_UDP_L4`: a UDP GSO super-frame, cut at `gso_size`.
-const VNET_GSO_UDP_L4: u8 = 5;
-
-/// The segment size of a received frame's `virtio_net_hdr` when it is a UDP GSO
-/// super-frame (a kernel UDP sender's `UDP_SEGMENT` datagram that veth or loopback passed
-/// on whole).
-fn gso_size_of(vnet: &[u8]) -> Option<usize> {
-    let gso_type = *vnet.get(1)? & 0x7f;
-    let size = u16::from_le_bytes([*vnet.get(4)?, *vnet.get(5)?]);
-    (gso_type == VNET_GSO_UDP_L4 && size > 0).then_some(usize::from(size))
-}
-
 /// Checks a UDP GSO super-frame cut at `size` for the slot's `local` address: each
 /// segment's ICRC is verified over the headers it carries once segmented (IP ID counting
 /// up from the super-frame's, IP and UDP lengths of the segment; DESIGN decision 6), and
@@ -361,24 +345,25 @@ pub(super) fn accept_segments(
         };
         (whole, ip, udp)
     };
-    let id0 = (ip.len() == 20).then(|| u16::from_be_bytes([ip[4], ip[5]]));
-    let shifts = id0.and_then(|_| mmsg::run_shifts(size, whole.len.div_ceil(size)));
-    let mut out = Vec::with_capacity(whole.len.div_ceil(size));
+    let count = whole.len.div_ceil(size);
+    let v4 = (ip.len() == 20).then(|| {
+        let id0 = u16::from_be_bytes([ip[4], ip[5]]);
+        (id0, mmsg::run_shifts(size, count))
+    });
+    let mut out = Vec::with_capacity(count);
     for (k, at) in (0..whole.len).step_by(size).enumerate() {
         let len = size.min(whole.len - at);
         let seg = &mut buf[whole.at + at..whole.at + at + len];
         let udp_len = (UDP_HEADER_LEN + len) as u16;
         udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        let ok = match id0 {
-            Some(id0) => {
+        let ok = match &v4 {
+            Some((id0, run)) => {
                 let total = 20 + udp_len;
                 ip[2..4].copy_from_slice(&total.to_be_bytes());
                 ip[4..6].copy_from_slice(&id0.wrapping_add(k as u16).to_be_bytes());
                 let hdr: &[u8; 20] = ip[..].try_into().map_err(|_| Refused::Malformed)?;
                 let ok = icrc::verify_ipv4(hdr, &udp, seg);
-                if let Some(run) = &shifts {
-                    mmsg::undo_gso_id(seg, k, run);
-                }
+                mmsg::undo_gso_id(seg, k, run);
                 ok
             }
             None => {

@@ -1,6 +1,7 @@
 //! The packet backend's tests: frames it writes, frames it accepts, GSO super-frames.
 
 use super::*;
+use crate::daemon::link::vnet::VNET_GSO_UDP_L4;
 use wire::roce::{Body, Header, Packet, PacketRepr, Psn, Qpn, Request, SendSeg};
 
 fn link() -> PacketLink {
