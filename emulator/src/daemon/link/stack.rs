@@ -190,9 +190,13 @@ pub trait Layer {
 /// The bottom of the stack: the device's sockets and the link (with its captures).
 impl Layer for UdpBackend {
     /// Sends the datagrams, batching consecutive ones that leave from the same socket.
+    /// The socket is looked up once per run of packets from one source (a QP's packets
+    /// come in runs), not per packet: the lookups hash the address.
     fn send(&mut self, now: Instant, bufs: &mut [Vec<u8>], meta: &[TxMeta]) -> Sent {
-        for m in meta {
-            self.ensure_sender(m.src, now);
+        for (i, m) in meta.iter().enumerate() {
+            if i == 0 || meta[i - 1].src != m.src {
+                self.ensure_sender(m.src, now);
+            }
         }
         let mut done = Sent::default();
         let mut at = 0;
@@ -203,7 +207,10 @@ impl Layer for UdpBackend {
                 continue;
             };
             let mut end = at + 1;
-            while end < meta.len() && self.socket_for(meta[end].src) == Some(sock) {
+            while end < meta.len()
+                && (meta[end].src == meta[end - 1].src
+                    || self.socket_for(meta[end].src) == Some(sock))
+            {
                 end += 1;
             }
             let mut msgs: Vec<Outgoing<'_>> = (at..end)
