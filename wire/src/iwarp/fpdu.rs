@@ -134,6 +134,30 @@ pub fn emit(ulpdu: &[u8], cfg: FpduConfig, pos: u64, buf: &mut [u8]) -> usize {
     total
 }
 
+/// [`emit`] for a direction without markers, the ULPDU written in place by `fill` (given
+/// exactly `ulpdu_len` octets) instead of built elsewhere and copied; returns the FPDU's
+/// length ([`unmarked_len`]).
+///
+/// # Panics
+/// If `ulpdu_len` is over 65535 or `buf` is shorter than [`unmarked_len`].
+pub fn emit_unmarked_with(
+    ulpdu_len: usize,
+    crc: bool,
+    buf: &mut [u8],
+    fill: impl FnOnce(&mut [u8]),
+) -> usize {
+    let len = u16::try_from(ulpdu_len).expect("ULPDU longer than 65535 octets");
+    let total = unmarked_len(ulpdu_len);
+    let ulpdu_end = LENGTH_LEN + ulpdu_len;
+    let crc_at = total - CRC_LEN;
+    buf[..LENGTH_LEN].copy_from_slice(&len.to_be_bytes());
+    fill(&mut buf[LENGTH_LEN..ulpdu_end]);
+    buf[ulpdu_end..crc_at].fill(0);
+    let value = if crc { crc::crc32c(&buf[..crc_at]) } else { 0 };
+    buf[crc_at..total].copy_from_slice(&crc::to_wire(value));
+    total
+}
+
 /// The logical range `from..to` clipped to the piece `logical..logical + len`, if they
 /// meet.
 fn overlap(logical: usize, len: usize, from: usize, to: usize) -> Option<(usize, usize)> {
@@ -239,6 +263,25 @@ pub fn parse(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn emit_unmarked_with_writes_what_emit_writes() {
+        for crc in [false, true] {
+            let cfg = FpduConfig {
+                crc,
+                markers: false,
+            };
+            for len in [0usize, 1, 2, 3, 4, 5, 511, 1448, 65535] {
+                let ulpdu: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+                let n = wire_len(len, cfg, 0);
+                let mut a = vec![0xaa; n];
+                let mut b = vec![0x55; n];
+                assert_eq!(emit(&ulpdu, cfg, 0, &mut a), n);
+                let m = emit_unmarked_with(len, crc, &mut b, |u| u.copy_from_slice(&ulpdu));
+                assert_eq!((m, &a), (n, &b), "length {len}, crc {crc}");
+            }
+        }
+    }
 
     const CRC_ONLY: FpduConfig = FpduConfig {
         crc: true,

@@ -385,11 +385,9 @@ impl Connection {
         mem: &mut M,
     ) -> usize {
         let start = buf.len();
-        self.stream.drain_into(buf);
-        while buf.len() - start < TX_BUDGET && self.tx_segment(keys, mem) {
-            self.stream.drain_into(buf);
-        }
-        self.stream.drain_into(buf);
+        self.stream.borrow_output(buf);
+        while self.stream.len() - start < TX_BUDGET && self.tx_segment(keys, mem) {}
+        self.stream.give_back(buf);
         buf.len() - start
     }
 

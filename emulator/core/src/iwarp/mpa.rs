@@ -86,10 +86,22 @@ impl Stream {
         self.fpdus += 1;
     }
 
+    /// Appends one FPDU carrying `msg`; without markers the message is written in
+    /// place (no ULPDU built apart and copied).
     pub(super) fn emit_msg(&mut self, msg: &RdmapMessage<'_>) {
-        let mut u = vec![0u8; msg.buffer_len()];
-        msg.emit(&mut u);
-        self.emit_fpdu(&u);
+        let len = msg.buffer_len();
+        if self.framing.markers {
+            let mut u = vec![0u8; len];
+            msg.emit(&mut u);
+            self.emit_fpdu(&u);
+            return;
+        }
+        let n = fpdu::unmarked_len(len);
+        let at = self.out.len();
+        self.out.resize(at + n, 0);
+        fpdu::emit_unmarked_with(len, self.framing.crc, &mut self.out[at..], |u| msg.emit(u));
+        self.pos += n as u64;
+        self.fpdus += 1;
     }
 
     pub(super) fn emit_ext(&mut self, msg: &ExtMessage<'_>) {
@@ -108,9 +120,23 @@ impl Stream {
         self.mulpdu - h
     }
 
-    /// Moves the framed bytes to the end of `buf`.
-    pub(super) fn drain_into(&mut self, buf: &mut Vec<u8>) {
+    /// Frames straight into `buf` from now until [`Stream::give_back`]: what `buf` holds
+    /// comes first, then what this stream framed before, then what it frames next. Saves
+    /// a copy of every FPDU.
+    pub(super) fn borrow_output(&mut self, buf: &mut Vec<u8>) {
         buf.append(&mut self.out);
+        std::mem::swap(&mut self.out, buf);
+    }
+
+    /// Ends [`Stream::borrow_output`]: `buf` gets everything back, framed bytes included.
+    pub(super) fn give_back(&mut self, buf: &mut Vec<u8>) {
+        debug_assert!(buf.is_empty());
+        std::mem::swap(&mut self.out, buf);
+    }
+
+    /// Octets framed and not yet drained.
+    pub(super) fn len(&self) -> usize {
+        self.out.len()
     }
 
     pub(super) fn is_empty(&self) -> bool {

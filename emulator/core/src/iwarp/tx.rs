@@ -71,6 +71,8 @@ pub(super) struct Irq {
     /// The front Read Response's source octets, read ahead of its FPDUs where memory wants
     /// runs; keyed by the source address (`host`), dropped after its last FPDU.
     ahead: Ahead,
+    /// The payload of the Read Response segment being framed (kept between segments).
+    payload: Vec<u8>,
 }
 
 impl Irq {
@@ -79,6 +81,7 @@ impl Irq {
             entries: VecDeque::new(),
             ird: cfg.ird,
             ahead: Ahead::default(),
+            payload: Vec::new(),
         }
     }
 
@@ -133,7 +136,7 @@ impl Irq {
                 let off = *sent;
                 *sent += chunk as u64;
                 let last = *sent == size;
-                let mut payload = vec![0u8; chunk];
+                let mut payload = zeroed(std::mem::take(&mut self.payload), chunk);
                 let src = (space, host, size);
                 if chunk > 0 && self.ahead.read_run(mem, src, off, &mut payload).is_err() {
                     return Err(TerminateError::RdmapCatastrophic);
@@ -147,10 +150,19 @@ impl Irq {
                     offset: sink_to.wrapping_add(off),
                     payload: &payload,
                 });
+                self.payload = payload;
             }
         }
         Ok(true)
     }
+}
+
+/// `buf` emptied and zero-filled to `len` octets: a segment's payload, in a buffer kept
+/// between segments so that each one does not allocate.
+fn zeroed(mut buf: Vec<u8>, len: usize) -> Vec<u8> {
+    buf.clear();
+    buf.resize(len, 0);
+    buf
 }
 
 /// The next MSN of untagged queue `q` (0 Send, 1 Read Request, 2 Terminate, 3 Atomic
@@ -295,6 +307,8 @@ pub(super) struct SendQueue {
     sig_all: bool,
     /// Payload of the WR being segmented, read ahead of its FPDUs where memory wants runs.
     ahead: Ahead,
+    /// The payload of the segment being framed (kept: one allocation, not one a segment).
+    payload: Vec<u8>,
 }
 
 impl SendQueue {
@@ -313,6 +327,7 @@ impl SendQueue {
             max_inline: cfg.max_inline_data,
             sig_all: cfg.sq_sig_all,
             ahead: Ahead::default(),
+            payload: Vec::new(),
         }
     }
 
@@ -537,7 +552,7 @@ impl SendQueue {
                 }
                 let e = &self.sq[idx];
                 let chunk = ((e.total - e.sent) as usize).min(stream.max_payload(tagged));
-                let mut payload = vec![0; chunk];
+                let mut payload = zeroed(std::mem::take(&mut self.payload), chunk);
                 let at = (pd, qpn, cfg.inline_space);
                 if let Err(s) = gather_ahead(keys, mem, at, e, &mut self.ahead, &mut payload) {
                     return Err(self.local_error(idx, s));
@@ -576,6 +591,7 @@ impl SendQueue {
                     });
                 }
                 let imm = wr.imm_data;
+                self.payload = payload;
                 let e = &mut self.sq[idx];
                 e.sent += chunk as u64;
                 if last {
