@@ -20,9 +20,6 @@ use super::fpdu::{self, FpduConfig, FpduInfo};
 use super::mpa::{self, MpaFrameKind, MpaRepr};
 use super::{be16, Error, Result};
 
-/// Released octets at the front of the buffer are moved out once there are this many.
-const COMPACT_AT: usize = 64 * 1024;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Expect(MpaFrameKind),
@@ -89,10 +86,23 @@ impl Deframer {
     }
 
     /// Appends bytes the stream delivered.
+    ///
+    /// Octets handed out before are released here, and the rest of the buffer moves to
+    /// the front when it is no longer than what was released (so a move costs at most
+    /// what was handed out since the last one). The owner pops what is complete before
+    /// it reads again, so the rest is usually one partial FPDU: moving it here, and not
+    /// in [`Deframer::pop`] half-way through a large read, copies each octet at most once
+    /// more and mostly not at all.
     pub fn read(&mut self, bytes: &[u8]) {
-        if self.phase != Phase::Failed {
-            self.buf.extend_from_slice(bytes);
+        if self.phase == Phase::Failed {
+            return;
         }
+        self.start += std::mem::take(&mut self.consumed);
+        if self.start > 0 && self.buf.len() - self.start <= self.start {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
     }
 
     /// Enters full operation with what the MPA negotiation decided. Only takes effect
@@ -132,10 +142,6 @@ impl Deframer {
         self.start += std::mem::take(&mut self.consumed);
         if self.start == self.buf.len() {
             self.buf.clear();
-            self.start = 0;
-        } else if self.start >= COMPACT_AT && self.start * 2 >= self.buf.len() {
-            // Moving the tail costs at most what was handed out since the last move.
-            self.buf.drain(..self.start);
             self.start = 0;
         }
         match self.phase {
