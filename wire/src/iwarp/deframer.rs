@@ -185,15 +185,27 @@ impl Deframer {
 
     fn pop_fpdu(&mut self, cfg: FpduConfig) -> Option<Result<Deframed<'_>>> {
         let b = &self.buf[self.start..];
-        match fpdu::parse(b, cfg, self.pos, &mut self.ulpdu) {
+        // Without markers the ULPDU is read where it lies; with them it is put together
+        // in `self.ulpdu`.
+        let parsed = if cfg.markers {
+            fpdu::parse(b, cfg, self.pos, &mut self.ulpdu)
+        } else {
+            fpdu::parse_unmarked(b, cfg.crc)
+        };
+        match parsed {
             Ok(None) => None,
             Ok(Some(info)) => {
                 let stream_offset = self.pos;
                 self.consumed = info.wire_len;
                 self.pos += info.wire_len as u64;
+                let ulpdu = if cfg.markers {
+                    &self.ulpdu[..]
+                } else {
+                    fpdu::unmarked_ulpdu(&self.buf[self.start..], &info)
+                };
                 Some(Ok(Deframed::Fpdu {
                     info,
-                    ulpdu: &self.ulpdu,
+                    ulpdu,
                     stream_offset,
                 }))
             }

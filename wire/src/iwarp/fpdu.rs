@@ -196,6 +196,13 @@ pub fn parse(
     ulpdu: &mut Vec<u8>,
 ) -> Result<Option<FpduInfo>> {
     ulpdu.clear();
+    if !cfg.markers {
+        let parsed = parse_unmarked(buf, cfg.crc);
+        if let Ok(Some(info)) = &parsed {
+            ulpdu.extend_from_slice(unmarked_ulpdu(buf, info));
+        }
+        return parsed;
+    }
     let header_at = if cfg.markers && is_marker_position(pos) {
         MARKER_LEN
     } else {
@@ -258,6 +265,43 @@ pub fn parse(
         crc_checked: cfg.crc,
         wire_len: total,
     }))
+}
+
+/// [`parse`] for a direction without markers, where the ULPDU lies whole in `buf`
+/// ([`unmarked_ulpdu`]) and is not copied out.
+pub fn parse_unmarked(buf: &[u8], crc: bool) -> Result<Option<FpduInfo>> {
+    let Some(len_field) = buf.get(..LENGTH_LEN) else {
+        return Ok(None);
+    };
+    let ulpdu_len = be16(len_field);
+    if usize::from(ulpdu_len) < TAGGED_HEADER_LEN {
+        return Err(Error::UlpduTooShort(ulpdu_len));
+    }
+    let total = unmarked_len(usize::from(ulpdu_len));
+    if buf.len() < total {
+        return Ok(None);
+    }
+    let crc_at = total - CRC_LEN;
+    let received = crc::from_wire(&buf[crc_at..total]);
+    if crc {
+        let computed = crc::crc32c(&buf[..crc_at]);
+        if computed != received {
+            return Err(Error::BadCrc { computed, received });
+        }
+    }
+    Ok(Some(FpduInfo {
+        ulpdu_len,
+        pad_len: pad_len(usize::from(ulpdu_len)) as u8,
+        markers: 0,
+        crc: received,
+        crc_checked: crc,
+        wire_len: total,
+    }))
+}
+
+/// The ULPDU of the unmarked FPDU at the start of `buf` that [`parse_unmarked`] found.
+pub fn unmarked_ulpdu<'a>(buf: &'a [u8], info: &FpduInfo) -> &'a [u8] {
+    &buf[LENGTH_LEN..LENGTH_LEN + usize::from(info.ulpdu_len)]
 }
 
 #[cfg(test)]
