@@ -25,7 +25,8 @@ use crate::daemon::devices::nic::{
 };
 use emu_core as core;
 use emu_core::siw_state::{SiwAction, SiwQpState};
-use std::collections::{HashMap, VecDeque};
+use emu_core::U32Map;
+use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
@@ -37,7 +38,7 @@ use wire::client::{self as proto};
 /// The siw device's engine.
 pub struct SiwNic {
     pub(super) dev: core::Device,
-    pub(super) qps: HashMap<u32, SiwQp>,
+    pub(super) qps: U32Map<SiwQp>,
     next_qpn: u32,
     pub(super) io: Streams,
     pub(super) completions: VecDeque<(u32, CqeRepr)>,
@@ -97,7 +98,7 @@ impl SiwNic {
         };
         SiwNic {
             dev: core::Device::new(cfg),
-            qps: HashMap::new(),
+            qps: U32Map::default(),
             next_qpn: 2,
             io: Streams::new(net),
             completions: VecDeque::new(),

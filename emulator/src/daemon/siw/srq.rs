@@ -14,7 +14,7 @@ use super::qp::SiwQp;
 use crate::daemon::devices::core_nic::{srq_in, srq_out};
 use crate::daemon::devices::nic::{Errno, Owner};
 use emu_core as core;
-use std::collections::HashMap;
+use emu_core::U32Map;
 use wire::client::verbs::srq_attr_mask;
 use wire::client::{self as proto};
 
@@ -71,11 +71,7 @@ pub(super) fn query(dev: &core::Device, srq: u32) -> Result<proto::SrqAttr, Errn
 }
 
 /// `ibv_destroy_srq`: EBUSY while a QP of the device takes its receives from it.
-pub(super) fn destroy(
-    dev: &mut core::Device,
-    qps: &HashMap<u32, SiwQp>,
-    srq: u32,
-) -> Result<(), Errno> {
+pub(super) fn destroy(dev: &mut core::Device, qps: &U32Map<SiwQp>, srq: u32) -> Result<(), Errno> {
     if qps.values().any(|q| q.srq == Some(srq)) {
         return Err(libc::EBUSY);
     }

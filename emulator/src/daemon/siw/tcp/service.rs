@@ -16,7 +16,8 @@ use crate::daemon::siw::qp::{SiwCounters, SiwQp};
 use emu_core as core;
 use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent};
 use emu_core::siw_state::LlpEvent;
-use std::collections::{HashMap, VecDeque};
+use emu_core::U32Map;
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -57,7 +58,7 @@ fn terminate_event(error: TerminateError, local: bool) -> u32 {
 /// one call: connections in and out, their streams, and the RDMA CM's calls.
 pub struct Service<'a> {
     pub(in crate::daemon::siw) dev: &'a mut core::Device,
-    pub(in crate::daemon::siw) qps: &'a mut HashMap<u32, SiwQp>,
+    pub(in crate::daemon::siw) qps: &'a mut U32Map<SiwQp>,
     pub(in crate::daemon::siw) io: &'a mut Streams,
     pub(in crate::daemon::siw) completions: &'a mut VecDeque<(u32, CqeRepr)>,
     pub(in crate::daemon::siw) events: &'a mut VecDeque<(Owner, u32, EventElement)>,
