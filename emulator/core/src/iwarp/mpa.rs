@@ -134,7 +134,8 @@ impl Stream {
         std::mem::swap(&mut self.out, buf);
     }
 
-    /// Octets framed and not yet drained.
+    /// Octets in the output: framed and not yet given back (while the output is
+    /// borrowed, what the borrowed buffer held before counts too).
     pub(super) fn len(&self) -> usize {
         self.out.len()
     }
