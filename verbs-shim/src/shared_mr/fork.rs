@@ -80,8 +80,8 @@ extern "C" fn prepare() {
     } else {
         // One userfaultfd for every range; a range it cannot protect is copied anyway.
         let fence = WriteFence::open(true).ok();
-        for m in &moved {
-            if let Some(f) = &fence {
+        if let Some(f) = &fence {
+            for m in &moved {
                 let _ = f.protect(m.addr, m.len);
             }
         }

@@ -355,13 +355,12 @@ pub fn verify_udp4_any_id(
     }
     // crc(id) = c0 ^ S(L(id)) where L maps the ID bits to the CRC state right after the ID
     // field and S appends the rest of the message (multiplication by x^(8 n)).
-    let shift = x8n(after_ipv4_id(ib.len()));
     let target = c0 ^ stored;
     // Gaussian elimination: rows = basis vectors d_i (32-bit) with their ID bit.
+    let basis = Ipv4IdShifts::new(ib.len(), u16::MAX);
     let mut rows = [(0u32, 0u16); 16];
     for (i, row) in rows.iter_mut().enumerate() {
-        let id = 1u16 << i;
-        *row = (mul_mod(id_contribution(id), shift), id);
+        *row = (basis.bits[i], 1u16 << i);
     }
     let mut t = (target, 0u16);
     let mut used = 0usize;
