@@ -22,7 +22,13 @@ fn connect(a: &mut Host, a_qp: u32, b: &mut Host, b_qp: u32, addr: SocketAddr) {
     b.cm.clear();
     a.cm.clear();
     a.nic
-        .connect(a_qp, SocketAddr::new(LO, 0), addr, &ConnParams::default())
+        .connect(
+            a_qp,
+            SocketAddr::new(LO, 0),
+            addr,
+            &ConnParams::default(),
+            true,
+        )
         .unwrap();
     run_until(&mut [a, b], "the connect request", LIMIT, |h| {
         h[1].request().is_some()

@@ -34,7 +34,13 @@ fn connect_without_receives() -> (Host, Host) {
     let mut b = Host::new("siw_b");
     let (_l, addr) = b.nic.listen(SocketAddr::new(LO, 0), 16).unwrap();
     a.nic
-        .connect(a.qpn, SocketAddr::new(LO, 0), addr, &ConnParams::default())
+        .connect(
+            a.qpn,
+            SocketAddr::new(LO, 0),
+            addr,
+            &ConnParams::default(),
+            true,
+        )
         .unwrap();
     let limit = Duration::from_secs(10);
     run_until(&mut [&mut a, &mut b], "the connect request", limit, |h| {

@@ -259,11 +259,12 @@ fn connect_pair() -> (Host, Host, ConnId, ConnId) {
     };
     let (ca, local) = a
         .nic
-        .connect(a.qpn, SocketAddr::new(LO, 0), addr, &params)
+        .connect(a.qpn, SocketAddr::new(LO, 0), addr, &params, true)
         .unwrap();
     assert_eq!(local.ip(), LO);
     assert_eq!(
-        a.nic.connect(a.qpn, SocketAddr::new(LO, 0), addr, &params),
+        a.nic
+            .connect(a.qpn, SocketAddr::new(LO, 0), addr, &params, true),
         Err(libc::EISCONN)
     );
     run_until(&mut a, &mut b, "the connect request", |_, b| {
@@ -441,6 +442,7 @@ fn siw_reject_carries_private_data_to_the_initiator() {
                 ird: 1,
                 ord: 1,
             },
+            true,
         )
         .unwrap();
     run_until(&mut a, &mut b, "the connect request", |_, b| {
@@ -487,6 +489,7 @@ fn siw_connect_to_a_closed_port_is_refused() {
             SocketAddr::new(LO, 0),
             SocketAddr::new(LO, port),
             &ConnParams::default(),
+            true,
         )
         .unwrap();
     run_until(&mut a, &mut b, "the refusal", |a, _| {

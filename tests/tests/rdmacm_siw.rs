@@ -9,6 +9,10 @@
 //! Two hosts: `siw0` is listed before `rxe0` on the veth, so it serves its address.
 //! The siw listener is a real TCP listener (the RDMA CM port is the TCP port), which
 //! `ss` sees: that is how each test checks that iWARP, not RoCE, carried it.
+//!
+//! On one host the connections run over siw's local path (the daemon serves both ends,
+//! `tcp_local_connections` counts them); `_kernel_tcp` runs a few programs with
+//! `local_path = false`, where they go through the kernel's loopback TCP.
 use rdma_emu_tests::*;
 use std::time::Duration;
 
@@ -28,6 +32,8 @@ struct Setup {
     smoltcp: bool,
     /// One host: a namespace with loopback only.
     lo_ns: Option<Netns>,
+    /// One host: whether the connections take siw's local path.
+    local_path: Option<bool>,
     net: Option<TwoHosts>,
     _dir: TempDir,
 }
@@ -36,9 +42,15 @@ impl Setup {
     fn new(place: Place) -> Option<Setup> {
         let dir = TempDir::new("siwcfg");
         let config = dir.path().join("rdma-emu.toml");
-        if place == Place::OneHost {
+        if matches!(place, Place::OneHost | Place::OneHostKernelTcp) {
             let ns = loopback_ns("siw", false)?;
             write_rxe_siw_loopback_config(&config);
+            let local_path = place == Place::OneHost;
+            if !local_path {
+                let text = std::fs::read_to_string(&config).expect("read the configuration");
+                std::fs::write(&config, format!("local_path = false\n{text}"))
+                    .expect("write the configuration");
+            }
             let cfg = config.display().to_string();
             let server_daemon = Daemon::start_with(Some(&ns), &["--config", &cfg]);
             return Some(Setup {
@@ -47,6 +59,7 @@ impl Setup {
                 addr: "127.0.0.2".into(),
                 smoltcp: false,
                 lo_ns: Some(ns),
+                local_path: Some(local_path),
                 net: None,
                 _dir: dir,
             });
@@ -86,6 +99,7 @@ impl Setup {
             addr,
             smoltcp,
             lo_ns: None,
+            local_path: None,
             net: Some(net),
             _dir: dir,
         })
@@ -121,6 +135,17 @@ impl Setup {
         let (s, c) = self.run_pair(server, client, port);
         if !(s.success() && c.success()) {
             self.report(&s, &c);
+        } else if let Some(local_path) = self.local_path {
+            let ns = self.server_ns();
+            let local = self
+                .server_daemon
+                .counter(ns, "siw0", "tcp_local_connections");
+            assert_eq!(
+                local > 0,
+                local_path,
+                "with local_path = {local_path}, {local} connections took the local path\n{}",
+                self.server_daemon.stat_report(ns, "siw0")
+            );
         }
         (s, c)
     }
@@ -395,6 +420,8 @@ fn ibv_srq_pingpong_on_siw0_stops_only_at_rts() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
     OneHost,
+    /// One host with `local_path = false`: the kernel's loopback TCP carries siw0.
+    OneHostKernelTcp,
     TwoHosts,
     TwoHostsSmoltcp,
 }
@@ -471,4 +498,21 @@ all! {
         ib_send_bw_r_srq_q4_siw_smoltcp => |t| perftest_srq(t, 4, 200, &[], 1);
     ib_send_bw_r_srq_a_siw_one_host, ib_send_bw_r_srq_a_siw_two_hosts,
         ib_send_bw_r_srq_a_siw_smoltcp => |t| perftest_srq(t, 2, 50, &["-a"], 23);
+}
+
+/// One host with `local_path = false`: the kernel's loopback TCP between the two ends,
+/// which was the only way before the local path and stays the way when it is off.
+#[test]
+fn rping_siw_one_host_kernel_tcp() {
+    rping(Place::OneHostKernelTcp);
+}
+
+#[test]
+fn ucmatose_10_siw_one_host_kernel_tcp() {
+    ucmatose(Place::OneHostKernelTcp, "10");
+}
+
+#[test]
+fn ib_write_bw_r_siw_one_host_kernel_tcp() {
+    perftest(Place::OneHostKernelTcp, "ib_write_bw");
 }

@@ -187,7 +187,8 @@ pub(super) fn cm_siw_connect(
     };
     let qpn = p.qp_num & 0xff_ffff;
     let params = mpa_params(p);
-    let (conn, local) = siw_nic(cm, dev)?.connect(qpn, src, dst, &params)?;
+    let local_path = cm.cfg.local_path;
+    let (conn, local) = siw_nic(cm, dev)?.connect(qpn, src, dst, &params, local_path)?;
     cm.tables.siw_conns.insert((dev, conn), h);
     if let Some(id) = cm.tables.ids.get_mut(&h) {
         id.siw_conn = Some(conn);

@@ -24,6 +24,7 @@
 mod cm;
 pub mod limits;
 mod link;
+mod local;
 mod net;
 mod nic;
 mod qp;

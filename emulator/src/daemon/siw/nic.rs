@@ -100,7 +100,7 @@ impl SiwNic {
             dev: core::Device::new(cfg),
             qps: U32Map::default(),
             next_qpn: 2,
-            io: Streams::new(net),
+            io: Streams::new(net, addrs),
             completions: VecDeque::new(),
             events: VecDeque::new(),
             cm_events: VecDeque::new(),
@@ -238,16 +238,21 @@ impl SiwNic {
     /// ephemeral port) to `dst`; the MPA Request (with `params`) leaves once TCP is up.
     /// Returns the connection and its local address. Errors: EINVAL (no such QP, not
     /// RC, in ERROR, or private data too long), EISCONN (the QP has a connection),
-    /// and the socket's errors (EADDRINUSE, EADDRNOTAVAIL, ENETUNREACH...).
+    /// and the socket's errors (EADDRINUSE, EADDRNOTAVAIL, ENETUNREACH...). With
+    /// `local_path`, a connection to one of this device's own listeners runs in memory
+    /// (`local.rs`).
     pub fn connect(
         &mut self,
         qpn: u32,
         src: SocketAddr,
         dst: SocketAddr,
         params: &ConnParams,
+        local_path: bool,
     ) -> Result<(ConnId, SocketAddr), Errno> {
         self.service().check_bindable(qpn, params)?;
-        let (conn, local) = self.service().open_connection(qpn, src, dst, params)?;
+        let (conn, local) = self
+            .service()
+            .open_connection(qpn, src, dst, params, local_path)?;
         if let Some(qp) = self.qps.get_mut(&qpn) {
             qp.conn = Some(conn);
         }

@@ -49,6 +49,27 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
 /// fail with EADDRINUSE although the new connection's 4-tuple is free. (The kernel's siw
 /// marks its sockets reusable the same way.)
 fn bound_socket(addr: SocketAddr) -> io::Result<OwnedFd> {
+    let owned = unbound_socket(&addr)?;
+    crate::daemon::sys::setsockopt_int(owned.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    bind(&owned, &addr)?;
+    Ok(owned)
+}
+
+fn bind(fd: &OwnedFd, addr: &SocketAddr) -> io::Result<()> {
+    let (ss, len) = sockaddr(addr);
+    // SAFETY: `ss` is a valid sockaddr of `len` octets for the duration of the call.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &ss as *const _ as *const libc::sockaddr,
+            len,
+        )
+    })
+    .map(drop)
+}
+
+/// A nonblocking TCP socket of `addr`'s family.
+fn unbound_socket(addr: &SocketAddr) -> io::Result<OwnedFd> {
     let family = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -62,12 +83,27 @@ fn bound_socket(addr: SocketAddr) -> io::Result<OwnedFd> {
         )
     })?;
     // SAFETY: `fd` was just created and is owned by nobody else.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    crate::daemon::sys::setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
-    let (ss, len) = sockaddr(&addr);
-    // SAFETY: `ss` is a valid sockaddr of `len` octets for the duration of the call.
-    cvt(unsafe { libc::bind(fd, &ss as *const _ as *const libc::sockaddr, len) })?;
-    Ok(owned)
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A TCP socket bound to `addr` and nothing more, holding the port for a connection
+/// that does not go through the kernel (`local.rs`); the address bound. A chosen port is
+/// bound with SO_REUSEADDR, as [`connect_nonblocking`] binds it; port 0 gets an
+/// ephemeral port no kernel connect will share.
+pub fn reserve_port(addr: SocketAddr) -> io::Result<(OwnedFd, SocketAddr)> {
+    if addr.port() != 0 {
+        return bound_socket(addr).and_then(named);
+    }
+    let fd = unbound_socket(&addr)?;
+    bind(&fd, &addr)?;
+    named(fd)
+}
+
+/// `fd` with the address it is bound to.
+fn named(fd: OwnedFd) -> io::Result<(OwnedFd, SocketAddr)> {
+    let l = std::net::TcpListener::from(fd);
+    let local = l.local_addr()?;
+    Ok((OwnedFd::from(l), local))
 }
 
 /// Whether [`connect_nonblocking`] could bind a connection to port `port` of the

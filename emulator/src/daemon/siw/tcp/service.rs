@@ -11,7 +11,9 @@ use crate::daemon::devices::nic::Owner;
 use crate::daemon::devices::nic::{AppMemory, Errno, EventElement};
 use crate::daemon::siw::cm::{ConnId, ConnParams, ListenerId, SiwCmEvent};
 use crate::daemon::siw::limits;
-use crate::daemon::siw::net::{Ready, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER};
+use crate::daemon::siw::net::{
+    Ready, StreamNet, DEFAULT_MSS, TOKEN_CONN, TOKEN_KIND, TOKEN_LISTENER,
+};
 use crate::daemon::siw::qp::{SiwCounters, SiwQp};
 use emu_core as core;
 use emu_core::iwarp::{Connection, IwarpConfig, IwarpEvent};
@@ -678,9 +680,10 @@ impl Service<'_> {
         src: SocketAddr,
         dst: SocketAddr,
         params: &ConnParams,
+        local_path: bool,
     ) -> Result<(ConnId, SocketAddr), Errno> {
         let cfg = self.iwarp_config(qpn, params, DEFAULT_MSS);
-        let (id, local) = self.io.connect(qpn, src, dst, cfg)?;
+        let (id, local) = self.io.connect(qpn, src, dst, cfg, local_path)?;
         if let Some(c) = self.io.conns.get_mut(&id) {
             c.qpn = Some(qpn);
         }

@@ -6,10 +6,11 @@
 
 use crate::daemon::devices::nic::Errno;
 use crate::daemon::siw::cm::{ConnId, ListenerId};
+use crate::daemon::siw::local::LocalNet;
 use crate::daemon::siw::net::{Ready, StreamNet, DEFAULT_MSS};
 use emu_core::iwarp::{Connection, IwarpConfig};
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -93,7 +94,8 @@ const LISTEN_LINGER: Duration = Duration::from_secs(2);
 /// The sockets of one siw device.
 #[derive(Debug)]
 pub(in crate::daemon::siw) struct Streams {
-    pub(super) net: Box<dyn StreamNet>,
+    /// The device's TCP behind the local path.
+    pub(super) net: LocalNet,
     pub(super) listeners: HashMap<ListenerId, Listener>,
     /// Closed listeners kept bound until the deadline ([`LISTEN_LINGER`]).
     pub(super) lingering: Vec<(Instant, Listener)>,
@@ -104,9 +106,10 @@ pub(in crate::daemon::siw) struct Streams {
 }
 
 impl Streams {
-    pub fn new(net: Box<dyn StreamNet>) -> Streams {
+    /// The sockets of a device with addresses `addrs` on the TCP `net`.
+    pub fn new(net: Box<dyn StreamNet>, addrs: &[IpAddr]) -> Streams {
         Streams {
-            net,
+            net: LocalNet::new(net, addrs),
             listeners: HashMap::new(),
             lingering: Vec::new(),
             conns: BTreeMap::new(),
@@ -193,15 +196,24 @@ impl Streams {
         before != self.lingering.len()
     }
 
+    /// Opens a connection for QP `qpn`; `local_path`: over the local path when this
+    /// device listens on `dst` (`local.rs`).
     pub fn connect(
         &mut self,
         qpn: u32,
         src: SocketAddr,
         dst: SocketAddr,
         cfg: IwarpConfig,
+        local_path: bool,
     ) -> Result<(ConnId, SocketAddr), Errno> {
         let id = self.alloc_id();
-        let local = self.net.connect(id, src, dst)?;
+        let local = match local_path
+            .then(|| self.net.connect_local(id, src, dst))
+            .flatten()
+        {
+            Some(made) => made?,
+            None => self.net.connect(id, src, dst)?,
+        };
         tracing::debug!(conn = id, qpn, %local, %dst, "siw: connecting");
         self.conns.insert(
             ConnId(id),

@@ -1,0 +1,404 @@
+//! The local path of a siw device's TCP: a connection whose two ends the device serves
+//! itself (a connect to an address and port one of its own listeners holds) runs over a
+//! pair of in-memory pipes instead of the kernel's loopback TCP.
+//!
+//! [`LocalNet`] wraps the device's [`StreamNet`] (a wrapper, not a branch in each
+//! backend): everything else goes to the wrapped TCP. The MPA exchange, the FPDUs and the
+//! closes are the same octets in the same order as over the kernel. What is skipped is the
+//! kernel itself: a `send` and a `recv` per hop, the loopback softirq inside the `send`,
+//! and the epoll report between them. The port a local connection is said to come from is
+//! bound in the kernel for as long as the connection lives, so no other socket takes it.
+//!
+//! The RDMA CM asks for it per connection with the daemon's `local_path` option (on by
+//! default, as for RoCE's local path); off, every connection goes through the kernel,
+//! where `tcpdump` on `lo` sees it.
+//!
+//! Semantics kept from TCP: bytes arrive in order and whole; a connect completes before
+//! it is accepted and the listener's backlog holds it (up to [`BACKLOG`], past which
+//! connects go to the kernel); a closed listener resets what its backlog held; a write
+//! blocks once [`PIPE_CAP`] octets wait unread (output readiness reports room again);
+//! `shutdown_write` and `close` end the peer's stream after what was written (`read`
+//! answers `Ok(0)`), and writing to a closed peer fails with EPIPE.
+
+use super::net::{Accepted, Ready, StreamNet, TOKEN_CONN, TOKEN_LISTENER};
+use super::sock;
+use crate::daemon::devices::nic::Errno;
+use emu_core::U32Map;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{OwnedFd, RawFd};
+use std::time::Instant;
+
+/// Octets one direction holds unread before a write blocks, the order of a loopback
+/// TCP socket's autotuned buffers.
+pub const PIPE_CAP: usize = 4 << 20;
+
+/// Connections a listener holds before they are accepted (`somaxconn`'s default).
+pub const BACKLOG: usize = 4096;
+
+/// The MSS of a local connection: loopback's 65536-octet MTU less the IPv4 and TCP
+/// headers and TCP's timestamp option. FPDUs are cut to it (MPA clamps the MULPDU to
+/// 65532).
+pub const LOCAL_MSS: u32 = 65_536 - 20 - 20 - 12;
+
+/// A pipe's buffer is given back once it is empty and larger than this.
+const KEEP_CAPACITY: usize = 1 << 20;
+
+/// Keys of connections not accepted yet (outside the `u32` ids [`StreamNet`] names).
+const PENDING: u64 = 1 << 32;
+
+/// One direction: the octets written and not read yet, `buf[at..]`.
+#[derive(Debug, Default)]
+struct Pipe {
+    buf: Vec<u8>,
+    at: usize,
+    /// The writer shut down or closed: after the unread octets, end of stream.
+    shut: bool,
+}
+
+impl Pipe {
+    fn unread(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.shut {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        let room = PIPE_CAP.saturating_sub(self.unread());
+        if room == 0 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        if self.at > 0 && self.at >= self.buf.len() / 2 {
+            self.buf.drain(..self.at);
+            self.at = 0;
+        }
+        let n = room.min(data.len());
+        self.buf.extend_from_slice(&data[..n]);
+        Ok(n)
+    }
+
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.unread().min(out.len());
+        if n == 0 {
+            return if self.shut || out.is_empty() {
+                Ok(0)
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            };
+        }
+        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+        self.at += n;
+        if self.at == self.buf.len() {
+            self.at = 0;
+            if self.buf.capacity() > KEEP_CAPACITY {
+                self.buf = Vec::new();
+            } else {
+                self.buf.clear();
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// One end of a local connection.
+#[derive(Debug)]
+struct End {
+    /// What the other end wrote to this one.
+    rx: Pipe,
+    /// The other end's key; `None` once it closed.
+    peer: Option<u64>,
+    /// (input, output), as [`StreamNet::set_interest`] set it.
+    interest: (bool, bool),
+    local: SocketAddr,
+    remote: SocketAddr,
+    /// The connecting end's port, bound in the kernel while the connection lives.
+    _port: Option<OwnedFd>,
+}
+
+#[derive(Debug)]
+struct Listener {
+    local: SocketAddr,
+    watched: bool,
+    /// Connections made and not accepted yet (keys above [`PENDING`]).
+    backlog: VecDeque<u64>,
+}
+
+/// Counters of the local path (`rdma-emu stat`).
+#[derive(Debug, Default, Clone, Copy)]
+struct Counters {
+    connections: u64,
+    bytes: u64,
+}
+
+/// A siw device's TCP with the local path in front of it.
+#[derive(Debug)]
+pub struct LocalNet {
+    inner: Box<dyn StreamNet>,
+    /// The device's addresses: a wildcard listener serves connects to these.
+    addrs: Vec<IpAddr>,
+    listeners: U32Map<Listener>,
+    ends: HashMap<u64, End>,
+    next_pending: u64,
+    counters: Counters,
+}
+
+impl LocalNet {
+    pub fn new(inner: Box<dyn StreamNet>, addrs: &[IpAddr]) -> LocalNet {
+        LocalNet {
+            inner,
+            addrs: addrs.to_vec(),
+            listeners: U32Map::default(),
+            ends: HashMap::new(),
+            next_pending: PENDING,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Opens connection `id` from `src` to `dst` over the local path when one of this
+    /// device's listeners holds `dst` (see [`StreamNet::connect`]); `None` when none does
+    /// or its backlog is full, and the connect is the wrapped TCP's to make.
+    pub fn connect_local(
+        &mut self,
+        id: u32,
+        src: SocketAddr,
+        dst: SocketAddr,
+    ) -> Option<Result<SocketAddr, Errno>> {
+        let addrs = &self.addrs;
+        let serves = |l: &Listener| {
+            l.local.port() == dst.port()
+                && l.local.is_ipv4() == dst.is_ipv4()
+                && (l.local.ip() == dst.ip()
+                    || (l.local.ip().is_unspecified() && addrs.contains(&dst.ip())))
+        };
+        let (&lid, l) = self.listeners.iter().find(|(_, l)| serves(l))?;
+        if l.backlog.len() >= BACKLOG {
+            return None;
+        }
+        // The source address the kernel would pick for a local destination is the
+        // destination itself.
+        let ip = if src.ip().is_unspecified() {
+            dst.ip()
+        } else {
+            src.ip()
+        };
+        let mut from = dst;
+        from.set_ip(ip);
+        from.set_port(src.port());
+        let (port, local) = match sock::reserve_port(from) {
+            Ok(got) => got,
+            Err(e) => return Some(Err(super::net::errno_of(&e))),
+        };
+        let pending = self.next_pending;
+        self.next_pending += 1;
+        self.ends.insert(
+            u64::from(id),
+            End {
+                rx: Pipe::default(),
+                peer: Some(pending),
+                interest: (false, true),
+                local,
+                remote: dst,
+                _port: Some(port),
+            },
+        );
+        self.ends.insert(
+            pending,
+            End {
+                rx: Pipe::default(),
+                peer: Some(u64::from(id)),
+                interest: (false, false),
+                local: dst,
+                remote: local,
+                _port: None,
+            },
+        );
+        if let Some(l) = self.listeners.get_mut(&lid) {
+            l.backlog.push_back(pending);
+        }
+        self.counters.connections += 1;
+        Some(Ok(local))
+    }
+
+    /// Forgets end `key`: its peer's stream ends after what it holds, and the peer's
+    /// writes fail from now on.
+    fn close_end(&mut self, key: u64) {
+        let Some(end) = self.ends.remove(&key) else {
+            return;
+        };
+        if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
+            p.peer = None;
+            p.rx.shut = true;
+        }
+    }
+
+    fn readiness(&self, key: u64, end: &End) -> Option<Ready> {
+        let peer = end.peer.and_then(|p| self.ends.get(&p));
+        let input = end.interest.0 && (end.rx.unread() > 0 || end.rx.shut);
+        let output = end.interest.1 && peer.is_none_or(|p| p.rx.unread() < PIPE_CAP);
+        // Both directions over: the kernel reports a hang-up whatever the interest.
+        let hup = peer.is_none() && end.rx.shut;
+        (input || output || hup).then_some(Ready {
+            token: TOKEN_CONN | key,
+            input,
+            output,
+            hup,
+        })
+    }
+}
+
+impl StreamNet for LocalNet {
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+
+    fn poll(&mut self, now: Instant, readable: bool, out: &mut Vec<Ready>) {
+        self.inner.poll(now, readable, out);
+        for (&id, l) in &self.listeners {
+            let token = TOKEN_LISTENER | u64::from(id);
+            if l.watched && !l.backlog.is_empty() && !out.iter().any(|r| r.token == token) {
+                out.push(Ready {
+                    token,
+                    input: true,
+                    output: false,
+                    hup: false,
+                });
+            }
+        }
+        for (&key, end) in &self.ends {
+            if key < PENDING {
+                out.extend(self.readiness(key, end));
+            }
+        }
+    }
+
+    fn transmit(&mut self, now: Instant) -> bool {
+        self.inner.transmit(now)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut c = self.inner.counters();
+        c.push(("tcp_local_connections", self.counters.connections));
+        c.push(("tcp_local_bytes", self.counters.bytes));
+        c
+    }
+
+    fn listen(&mut self, id: u32, local: SocketAddr) -> Result<SocketAddr, Errno> {
+        let bound = self.inner.listen(id, local)?;
+        self.listeners.insert(
+            id,
+            Listener {
+                local: bound,
+                watched: true,
+                backlog: VecDeque::new(),
+            },
+        );
+        Ok(bound)
+    }
+
+    fn watch_listener(&mut self, id: u32, on: bool) {
+        self.inner.watch_listener(id, on);
+        if let Some(l) = self.listeners.get_mut(&id) {
+            l.watched = on;
+        }
+    }
+
+    fn close_listener(&mut self, id: u32) {
+        self.inner.close_listener(id);
+        if let Some(l) = self.listeners.remove(&id) {
+            for key in l.backlog {
+                self.close_end(key);
+            }
+        }
+    }
+
+    fn accept(&mut self, listener: u32, id: u32) -> Option<Accepted> {
+        let pending = self
+            .listeners
+            .get_mut(&listener)
+            .and_then(|l| l.backlog.pop_front());
+        let Some(pending) = pending else {
+            return self.inner.accept(listener, id);
+        };
+        let mut end = self.ends.remove(&pending)?;
+        let key = u64::from(id);
+        if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
+            p.peer = Some(key);
+        }
+        end.interest = (true, false);
+        let accepted = Accepted {
+            local: end.local,
+            peer: end.remote,
+            mss: LOCAL_MSS,
+        };
+        self.ends.insert(key, end);
+        Some(accepted)
+    }
+
+    fn connect(&mut self, id: u32, src: SocketAddr, dst: SocketAddr) -> Result<SocketAddr, Errno> {
+        self.inner.connect(id, src, dst)
+    }
+
+    fn connected(&mut self, id: u32) -> Result<u32, Errno> {
+        if self.ends.contains_key(&u64::from(id)) {
+            // Made when it was asked for: the backlog held it (a reset since shows as
+            // the end of the stream).
+            return Ok(LOCAL_MSS);
+        }
+        self.inner.connected(id)
+    }
+
+    fn read(&mut self, id: u32, buf: &mut [u8]) -> io::Result<usize> {
+        match self.ends.get_mut(&u64::from(id)) {
+            Some(end) => end.rx.read(buf),
+            None => self.inner.read(id, buf),
+        }
+    }
+
+    fn write(&mut self, id: u32, buf: &[u8]) -> io::Result<usize> {
+        let Some(end) = self.ends.get(&u64::from(id)) else {
+            return self.inner.write(id, buf);
+        };
+        let peer = end.peer.and_then(|p| self.ends.get_mut(&p));
+        let n = peer.ok_or(io::ErrorKind::BrokenPipe)?.rx.write(buf)?;
+        self.counters.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn shutdown_write(&mut self, id: u32) {
+        let Some(end) = self.ends.get(&u64::from(id)) else {
+            return self.inner.shutdown_write(id);
+        };
+        if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
+            p.rx.shut = true;
+        }
+    }
+
+    fn close(&mut self, id: u32) {
+        let key = u64::from(id);
+        if self.ends.contains_key(&key) {
+            self.close_end(key);
+        } else {
+            self.inner.close(id);
+        }
+    }
+
+    fn set_interest(&mut self, id: u32, input: bool, output: bool) -> bool {
+        match self.ends.get_mut(&u64::from(id)) {
+            Some(end) => {
+                end.interest = (input, output);
+                true
+            }
+            None => self.inner.set_interest(id, input, output),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "local_tests.rs"]
+mod tests;
