@@ -141,6 +141,8 @@ pub struct LocalNet {
     listeners: U32Map<Listener>,
     ends: HashMap<u64, End>,
     next_pending: u64,
+    /// A local end was written to, shut or closed since [`LocalNet::take_moved`].
+    moved: bool,
     counters: Counters,
 }
 
@@ -152,6 +154,7 @@ impl LocalNet {
             listeners: U32Map::default(),
             ends: HashMap::new(),
             next_pending: PENDING,
+            moved: false,
             counters: Counters::default(),
         }
     }
@@ -221,6 +224,13 @@ impl LocalNet {
         Some(Ok(local))
     }
 
+    /// Whether a local end's readiness may have changed (octets written, a stream
+    /// ended) since the last call: the caller can serve the other end in the same pass
+    /// instead of the next one.
+    pub fn take_moved(&mut self) -> bool {
+        std::mem::take(&mut self.moved)
+    }
+
     /// Forgets end `key`: its peer's stream ends after what it holds, and the peer's
     /// writes fail from now on.
     fn close_end(&mut self, key: u64) {
@@ -230,6 +240,7 @@ impl LocalNet {
         if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
             p.peer = None;
             p.rx.shut = true;
+            self.moved = true;
         }
     }
 
@@ -367,6 +378,7 @@ impl StreamNet for LocalNet {
         let peer = end.peer.and_then(|p| self.ends.get_mut(&p));
         let n = peer.ok_or(io::ErrorKind::BrokenPipe)?.rx.write(buf)?;
         self.counters.bytes += n as u64;
+        self.moved = true;
         Ok(n)
     }
 
@@ -376,6 +388,7 @@ impl StreamNet for LocalNet {
         };
         if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
             p.rx.shut = true;
+            self.moved = true;
         }
     }
 

@@ -92,6 +92,8 @@ fn octets_go_both_ways_in_order_and_are_counted() {
     let r = ready_of(&mut net, TOKEN_CONN, ACCEPTED).expect("readable");
     assert!(r.input && !r.hup, "{r:?}");
     assert_eq!(read_all(&mut net, ACCEPTED).expect("read"), data);
+    assert!(net.take_moved(), "the writes are news for the reader");
+    assert!(!net.take_moved(), "told once");
     let empty = net.read(ACCEPTED, &mut [0u8; 16]).unwrap_err();
     assert_eq!(empty.kind(), io::ErrorKind::WouldBlock);
     assert!(
@@ -155,7 +157,12 @@ fn shutdown_ends_the_peers_stream_after_what_was_written() {
 fn close_ends_the_stream_and_fails_the_peers_writes() {
     let mut net = pair();
     net.write(CONNECTOR, b"bye").expect("write");
+    net.take_moved();
     net.close(CONNECTOR);
+    assert!(
+        net.take_moved(),
+        "the end of the stream is news for the reader"
+    );
     let r = ready_of(&mut net, TOKEN_CONN, ACCEPTED).expect("reported");
     assert!(r.input && r.hup, "{r:?}");
     assert_eq!(read_all(&mut net, ACCEPTED).expect("read"), b"bye");

@@ -38,6 +38,10 @@ const TX_CHUNK: usize = 1 << 20;
 /// Octets read or written per connection and pass (fairness between connections).
 const IO_BUDGET: usize = 8 << 20;
 
+/// Rounds of one pass while the local path moves octets between this device's own
+/// connections (`LocalNet::take_moved`).
+const LOCAL_ROUNDS: usize = 3;
+
 fn is_would_block(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::WouldBlock
 }
@@ -183,6 +187,29 @@ impl Service<'_> {
         mem: &mut dyn AppMemory,
     ) -> bool {
         let mut worked = self.io.expire_listeners(now);
+        // What the local path moved to a connection of this device is served in the
+        // same pass, a bounded number of times (a request and its response).
+        for round in 0..LOCAL_ROUNDS {
+            worked |= self.serve_ready(now, readable && round == 0, mem);
+            let ids: Vec<ConnId> = self.io.conns.keys().copied().collect();
+            for id in ids {
+                worked |= self.resume_input(now, id, mem);
+                worked |= self.flush(now, id, mem);
+                worked |= self.pump(id);
+            }
+            if !self.io.net.take_moved() {
+                break;
+            }
+        }
+        worked |= self.reap();
+        worked |= self.io.net.transmit(now);
+        worked
+    }
+
+    /// Takes what the sockets report ready (`readable`: the epoll set is) to the
+    /// listeners and connections. Whether any was.
+    fn serve_ready(&mut self, now: Instant, readable: bool, mem: &mut dyn AppMemory) -> bool {
+        let mut worked = false;
         let mut ready = std::mem::take(&mut self.io.ready);
         self.io.net.poll(now, readable, &mut ready);
         for r in &ready {
@@ -200,14 +227,6 @@ impl Service<'_> {
             }
         }
         self.io.ready = ready;
-        let ids: Vec<ConnId> = self.io.conns.keys().copied().collect();
-        for id in ids {
-            worked |= self.resume_input(now, id, mem);
-            worked |= self.flush(now, id, mem);
-            worked |= self.pump(id);
-        }
-        worked |= self.reap();
-        worked |= self.io.net.transmit(now);
         worked
     }
 
