@@ -39,7 +39,7 @@ use figure::{ratio, show_ratio, size_name, Figure, Notes};
 use limits::{measure_limits, Limits, ROCE_DATAGRAM_LO, ROCE_DATAGRAM_VETH};
 use perftest::{
     all_runs, perftest_matrix, shared_rows, Matrix, Placement, SharedRows, Transport, BW_PROGRAMS,
-    BW_SIZES, DESCRIPTOR_ENV, LAT_PROGRAMS, LAT_SIZES, SHARED_ROUNDS,
+    BW_SIZES, DESCRIPTOR_ENV, GOAL_ROUNDS, LAT_PROGRAMS, LAT_SIZES, SHARED_ROUNDS,
 };
 use scale::{qps_between_daemons, scale_one_host, Scale};
 use site::{Net, Site};
@@ -259,7 +259,8 @@ fn report(
         .collect();
     let _ = writeln!(
         d,
-        "\n### Bandwidth (perftest's average; ratio to memcpy and to UDP GSO+GRO on the same path)\n\n\
+        "\n### Bandwidth (perftest's average; ratio to memcpy and to UDP GSO+GRO on the same path; \
+         ib_write_bw 64 B: the median of {GOAL_ROUNDS} runs)\n\n\
          | program | size | {} |\n|---|---|---|---|---|---|",
         head.join(" | ")
     );
@@ -290,7 +291,8 @@ fn report(
     }
     let _ = writeln!(
         d,
-        "\n### Latency (perftest's typical, one way = half a round trip; ratio to the whole UDP busy-poll round trip on the same path)\n\n\
+        "\n### Latency (perftest's typical, one way = half a round trip; ratio to the whole UDP busy-poll round trip on the same path; \
+         ib_write_lat and ib_send_lat 2 B: the median of {GOAL_ROUNDS} runs)\n\n\
          | program | size | {} |\n|---|---|---|---|---|---|",
         head.join(" | ")
     );
