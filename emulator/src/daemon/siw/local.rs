@@ -24,7 +24,7 @@ use super::net::{Accepted, Ready, StreamNet, TOKEN_CONN, TOKEN_LISTENER};
 use super::sock;
 use crate::daemon::devices::nic::Errno;
 use emu_core::U32Map;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{OwnedFd, RawFd};
@@ -45,8 +45,13 @@ pub const LOCAL_MSS: u32 = 65_536 - 20 - 20 - 12;
 /// A pipe's buffer is given back once it is empty and larger than this.
 const KEEP_CAPACITY: usize = 1 << 20;
 
-/// Keys of connections not accepted yet (outside the `u32` ids [`StreamNet`] names).
-const PENDING: u64 = 1 << 32;
+/// Where an end is kept: under the id [`StreamNet`] names it by, or (a connection in a
+/// listener's backlog, not accepted yet) under a number of the backlog's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Id(u32),
+    Pending(u32),
+}
 
 /// One direction: the octets written and not read yet, `buf[at..]`.
 #[derive(Debug, Default)]
@@ -107,8 +112,8 @@ impl Pipe {
 struct End {
     /// What the other end wrote to this one.
     rx: Pipe,
-    /// The other end's key; `None` once it closed.
-    peer: Option<u64>,
+    /// The other end; `None` once it closed.
+    peer: Option<Key>,
     /// (input, output), as [`StreamNet::set_interest`] set it.
     interest: (bool, bool),
     local: SocketAddr,
@@ -121,8 +126,8 @@ struct End {
 struct Listener {
     local: SocketAddr,
     watched: bool,
-    /// Connections made and not accepted yet (keys above [`PENDING`]).
-    backlog: VecDeque<u64>,
+    /// Connections made and not accepted yet (in [`LocalNet::pending`]).
+    backlog: VecDeque<u32>,
 }
 
 /// Counters of the local path (`rdma-emu stat`).
@@ -139,8 +144,11 @@ pub struct LocalNet {
     /// The device's addresses: a wildcard listener serves connects to these.
     addrs: Vec<IpAddr>,
     listeners: U32Map<Listener>,
-    ends: HashMap<u64, End>,
-    next_pending: u64,
+    /// The ends named by [`StreamNet`] ids.
+    ends: U32Map<End>,
+    /// The accepting ends of connections in a backlog.
+    pending: U32Map<End>,
+    next_pending: u32,
     /// A local end was written to, shut or closed since [`LocalNet::take_moved`].
     moved: bool,
     counters: Counters,
@@ -152,8 +160,9 @@ impl LocalNet {
             inner,
             addrs: addrs.to_vec(),
             listeners: U32Map::default(),
-            ends: HashMap::new(),
-            next_pending: PENDING,
+            ends: U32Map::default(),
+            pending: U32Map::default(),
+            next_pending: 0,
             moved: false,
             counters: Counters::default(),
         }
@@ -194,23 +203,23 @@ impl LocalNet {
             Err(e) => return Some(Err(super::net::errno_of(&e))),
         };
         let pending = self.next_pending;
-        self.next_pending += 1;
+        self.next_pending = self.next_pending.wrapping_add(1);
         self.ends.insert(
-            u64::from(id),
+            id,
             End {
                 rx: Pipe::default(),
-                peer: Some(pending),
+                peer: Some(Key::Pending(pending)),
                 interest: (false, true),
                 local,
                 remote: dst,
                 _port: Some(port),
             },
         );
-        self.ends.insert(
+        self.pending.insert(
             pending,
             End {
                 rx: Pipe::default(),
-                peer: Some(u64::from(id)),
+                peer: Some(Key::Id(id)),
                 interest: (false, false),
                 local: dst,
                 remote: local,
@@ -231,27 +240,52 @@ impl LocalNet {
         std::mem::take(&mut self.moved)
     }
 
+    fn end(&self, key: Key) -> Option<&End> {
+        match key {
+            Key::Id(id) => self.ends.get(&id),
+            Key::Pending(n) => self.pending.get(&n),
+        }
+    }
+
+    fn end_mut(&mut self, key: Key) -> Option<&mut End> {
+        match key {
+            Key::Id(id) => self.ends.get_mut(&id),
+            Key::Pending(n) => self.pending.get_mut(&n),
+        }
+    }
+
+    /// The other end of `id`, if `id` is a local connection (`Some(None)`: its peer
+    /// closed).
+    fn peer_of(&mut self, id: u32) -> Option<Option<&mut End>> {
+        let peer = self.ends.get(&id)?.peer;
+        Some(peer.and_then(|p| self.end_mut(p)))
+    }
+
     /// Forgets end `key`: its peer's stream ends after what it holds, and the peer's
     /// writes fail from now on.
-    fn close_end(&mut self, key: u64) {
-        let Some(end) = self.ends.remove(&key) else {
+    fn close_end(&mut self, key: Key) {
+        let end = match key {
+            Key::Id(id) => self.ends.remove(&id),
+            Key::Pending(n) => self.pending.remove(&n),
+        };
+        let Some(end) = end else {
             return;
         };
-        if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
+        if let Some(p) = end.peer.and_then(|p| self.end_mut(p)) {
             p.peer = None;
             p.rx.shut = true;
             self.moved = true;
         }
     }
 
-    fn readiness(&self, key: u64, end: &End) -> Option<Ready> {
-        let peer = end.peer.and_then(|p| self.ends.get(&p));
+    fn readiness(&self, id: u32, end: &End) -> Option<Ready> {
+        let peer = end.peer.and_then(|p| self.end(p));
         let input = end.interest.0 && (end.rx.unread() > 0 || end.rx.shut);
         let output = end.interest.1 && peer.is_none_or(|p| p.rx.unread() < PIPE_CAP);
         // Both directions over: the kernel reports a hang-up whatever the interest.
         let hup = peer.is_none() && end.rx.shut;
         (input || output || hup).then_some(Ready {
-            token: TOKEN_CONN | key,
+            token: TOKEN_CONN | u64::from(id),
             input,
             output,
             hup,
@@ -277,10 +311,8 @@ impl StreamNet for LocalNet {
                 });
             }
         }
-        for (&key, end) in &self.ends {
-            if key < PENDING {
-                out.extend(self.readiness(key, end));
-            }
+        for (&id, end) in &self.ends {
+            out.extend(self.readiness(id, end));
         }
     }
 
@@ -322,8 +354,8 @@ impl StreamNet for LocalNet {
     fn close_listener(&mut self, id: u32) {
         self.inner.close_listener(id);
         if let Some(l) = self.listeners.remove(&id) {
-            for key in l.backlog {
-                self.close_end(key);
+            for n in l.backlog {
+                self.close_end(Key::Pending(n));
             }
         }
     }
@@ -336,10 +368,9 @@ impl StreamNet for LocalNet {
         let Some(pending) = pending else {
             return self.inner.accept(listener, id);
         };
-        let mut end = self.ends.remove(&pending)?;
-        let key = u64::from(id);
-        if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
-            p.peer = Some(key);
+        let mut end = self.pending.remove(&pending)?;
+        if let Some(p) = end.peer.and_then(|p| self.end_mut(p)) {
+            p.peer = Some(Key::Id(id));
         }
         end.interest = (true, false);
         let accepted = Accepted {
@@ -347,7 +378,7 @@ impl StreamNet for LocalNet {
             peer: end.remote,
             mss: LOCAL_MSS,
         };
-        self.ends.insert(key, end);
+        self.ends.insert(id, end);
         Some(accepted)
     }
 
@@ -356,7 +387,7 @@ impl StreamNet for LocalNet {
     }
 
     fn connected(&mut self, id: u32) -> Result<u32, Errno> {
-        if self.ends.contains_key(&u64::from(id)) {
+        if self.ends.contains_key(&id) {
             // Made when it was asked for: the backlog held it (a reset since shows as
             // the end of the stream).
             return Ok(LOCAL_MSS);
@@ -365,17 +396,16 @@ impl StreamNet for LocalNet {
     }
 
     fn read(&mut self, id: u32, buf: &mut [u8]) -> io::Result<usize> {
-        match self.ends.get_mut(&u64::from(id)) {
+        match self.ends.get_mut(&id) {
             Some(end) => end.rx.read(buf),
             None => self.inner.read(id, buf),
         }
     }
 
     fn write(&mut self, id: u32, buf: &[u8]) -> io::Result<usize> {
-        let Some(end) = self.ends.get(&u64::from(id)) else {
+        let Some(peer) = self.peer_of(id) else {
             return self.inner.write(id, buf);
         };
-        let peer = end.peer.and_then(|p| self.ends.get_mut(&p));
         let n = peer.ok_or(io::ErrorKind::BrokenPipe)?.rx.write(buf)?;
         self.counters.bytes += n as u64;
         self.moved = true;
@@ -383,26 +413,25 @@ impl StreamNet for LocalNet {
     }
 
     fn shutdown_write(&mut self, id: u32) {
-        let Some(end) = self.ends.get(&u64::from(id)) else {
+        let Some(peer) = self.peer_of(id) else {
             return self.inner.shutdown_write(id);
         };
-        if let Some(p) = end.peer.and_then(|p| self.ends.get_mut(&p)) {
+        if let Some(p) = peer {
             p.rx.shut = true;
             self.moved = true;
         }
     }
 
     fn close(&mut self, id: u32) {
-        let key = u64::from(id);
-        if self.ends.contains_key(&key) {
-            self.close_end(key);
+        if self.ends.contains_key(&id) {
+            self.close_end(Key::Id(id));
         } else {
             self.inner.close(id);
         }
     }
 
     fn set_interest(&mut self, id: u32, input: bool, output: bool) -> bool {
-        match self.ends.get_mut(&u64::from(id)) {
+        match self.ends.get_mut(&id) {
             Some(end) => {
                 end.interest = (input, output);
                 true
