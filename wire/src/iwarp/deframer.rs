@@ -47,7 +47,12 @@ pub enum Deframed<'a> {
 /// Deframes one direction of an MPA stream.
 #[derive(Debug, Clone)]
 pub struct Deframer {
+    /// `buf[..end]` holds the octets received; the rest is space for the next read,
+    /// initialised once and kept (a read into it is not preceded by zeroing).
     buf: Vec<u8>,
+    end: usize,
+    /// Length of the space the last [`Deframer::space`] offered (what `filled` may count).
+    offered: usize,
     /// Octets at the front of `buf` already handed out and released.
     start: usize,
     /// Length of the unit handed out by the last `pop` (released at the next one).
@@ -77,6 +82,8 @@ impl Deframer {
     fn with_phase(phase: Phase) -> Deframer {
         Deframer {
             buf: Vec::new(),
+            end: 0,
+            offered: 0,
             start: 0,
             consumed: 0,
             pos: 0,
@@ -94,15 +101,37 @@ impl Deframer {
     /// in [`Deframer::pop`] half-way through a large read, copies each octet at most once
     /// more and mostly not at all.
     pub fn read(&mut self, bytes: &[u8]) {
+        if let Some(space) = self.space(bytes.len()) {
+            space.copy_from_slice(bytes);
+            self.filled(bytes.len());
+        }
+    }
+
+    /// Room for the next `max` octets of the stream, to be filled in place (a socket read
+    /// straight into the deframer) and then reported with [`Deframer::filled`]; what was
+    /// handed out is released first, as in [`Deframer::read`]. `None` once the stream
+    /// failed: its octets are of no use any more.
+    pub fn space(&mut self, max: usize) -> Option<&mut [u8]> {
         if self.phase == Phase::Failed {
-            return;
+            return None;
         }
         self.start += std::mem::take(&mut self.consumed);
-        if self.start > 0 && self.buf.len() - self.start <= self.start {
-            self.buf.drain(..self.start);
+        if self.start > 0 && self.end - self.start <= self.start {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        self.buf.extend_from_slice(bytes);
+        if self.buf.len() < self.end + max {
+            self.buf.resize(self.end + max, 0);
+        }
+        self.offered = max;
+        Some(&mut self.buf[self.end..self.end + max])
+    }
+
+    /// The first `n` octets of the last [`Deframer::space`] were filled with the stream's
+    /// next octets (more than that space held are not counted).
+    pub fn filled(&mut self, n: usize) {
+        self.end += n.min(std::mem::take(&mut self.offered));
     }
 
     /// Enters full operation with what the MPA negotiation decided. Only takes effect
@@ -126,12 +155,13 @@ impl Deframer {
 
     /// Octets received and not yet handed out.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start - self.consumed
+        self.end - self.start - self.consumed
     }
 
     fn fail(&mut self, e: Error) -> Option<Result<Deframed<'_>>> {
         self.phase = Phase::Failed;
-        self.buf.clear();
+        self.buf = Vec::new();
+        self.end = 0;
         self.start = 0;
         self.consumed = 0;
         Some(Err(e))
@@ -140,8 +170,8 @@ impl Deframer {
     /// The next frame, `None` if more bytes are needed, or an error.
     pub fn pop(&mut self) -> Option<Result<Deframed<'_>>> {
         self.start += std::mem::take(&mut self.consumed);
-        if self.start == self.buf.len() {
-            self.buf.clear();
+        if self.start == self.end {
+            self.end = 0;
             self.start = 0;
         }
         match self.phase {
@@ -152,7 +182,7 @@ impl Deframer {
     }
 
     fn pop_mpa(&mut self, kind: MpaFrameKind) -> Option<Result<Deframed<'_>>> {
-        let b = &self.buf[self.start..];
+        let b = &self.buf[self.start..self.end];
         let have = b.len();
         // Judge the key as soon as its octets are here, so a stream that is not MPA
         // fails early; the verdict is the same whatever the chunking.
@@ -184,7 +214,7 @@ impl Deframer {
     }
 
     fn pop_fpdu(&mut self, cfg: FpduConfig) -> Option<Result<Deframed<'_>>> {
-        let b = &self.buf[self.start..];
+        let b = &self.buf[self.start..self.end];
         // Without markers the ULPDU is read where it lies; with them it is put together
         // in `self.ulpdu`.
         let parsed = if cfg.markers {
@@ -201,7 +231,7 @@ impl Deframer {
                 let ulpdu = if cfg.markers {
                     &self.ulpdu[..]
                 } else {
-                    fpdu::unmarked_ulpdu(&self.buf[self.start..], &info)
+                    fpdu::unmarked_ulpdu(&self.buf[self.start..self.end], &info)
                 };
                 Some(Ok(Deframed::Fpdu {
                     info,
@@ -361,6 +391,42 @@ mod tests {
                 assert_eq!(g.as_ref().unwrap(), u);
             }
             assert_eq!(d.buffered(), 0);
+        }
+    }
+
+    #[test]
+    fn filling_in_place_equals_reading() {
+        for markers in [false, true] {
+            let cfg = FpduConfig { crc: true, markers };
+            let ulpdus: Vec<Vec<u8>> = (0..200)
+                .map(|i| vec![(i * 3) as u8; 14 + (i * 53) % 3000])
+                .collect();
+            let s = stream(cfg, &ulpdus);
+            let mut d = Deframer::expecting_request();
+            let mut got = Vec::new();
+            let mut at = 0;
+            // Offers larger than what arrives, as a socket read into a big buffer does;
+            // an over-report is not counted beyond the space offered.
+            for piece in [1usize, 7, 700, 4096, 65536].iter().cycle() {
+                if at == s.len() {
+                    break;
+                }
+                let n = (*piece).min(s.len() - at);
+                let space = d.space(piece + 100).expect("not failed");
+                space[..n].copy_from_slice(&s[at..at + n]);
+                space[n..].fill(0xee);
+                d.filled(n);
+                at += n;
+                drain(&mut d, cfg, &mut got);
+            }
+            assert_eq!(got.len(), 201, "markers {markers}");
+            for (g, u) in got[1..].iter().zip(&ulpdus) {
+                assert_eq!(g.as_ref().unwrap(), u);
+            }
+            assert_eq!(d.buffered(), 0);
+            d.space(10).expect("room")[..4].copy_from_slice(b"abcd");
+            d.filled(1000);
+            assert_eq!(d.buffered(), 10, "at most the space offered counts");
         }
     }
 }

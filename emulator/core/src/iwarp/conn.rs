@@ -185,13 +185,40 @@ impl Connection {
         keys: &mut K,
         mem: &mut M,
     ) {
+        if let Some(space) = self.stream_space(bytes.len()) {
+            space.copy_from_slice(bytes);
+        }
+        self.handle_stream_filled(now, bytes.len(), keys, mem);
+    }
+
+    /// Room for the stream's next `max` octets, to be filled in place (a socket read
+    /// straight into the deframer, without a copy through a buffer of the driver's) and
+    /// then handed over with [`Connection::handle_stream_filled`]. `None` when the
+    /// connection takes no more input: that call is still made, with 0.
+    pub fn stream_space(&mut self, max: usize) -> Option<&mut [u8]> {
+        if self.phase == Phase::Closed {
+            return None;
+        }
+        self.deframer.as_mut()?.space(max)
+    }
+
+    /// The first `n` octets of the last [`Connection::stream_space`] hold the stream's
+    /// next octets (0 with no space taken: process what is buffered, as
+    /// [`Connection::handle_stream`] with an empty slice).
+    pub fn handle_stream_filled<K: Stags + ?Sized, M: Memory + ?Sized>(
+        &mut self,
+        now: Instant,
+        n: usize,
+        keys: &mut K,
+        mem: &mut M,
+    ) {
         let Some(mut d) = self.deframer.take() else {
             return;
         };
         if self.phase != Phase::Closed {
-            d.read(bytes);
+            d.filled(n);
         }
-        if !bytes.is_empty() {
+        if n > 0 {
             self.rx_stall = None;
         }
         if let Some((u, until)) = self.held.take() {

@@ -374,7 +374,13 @@ impl Service<'_> {
                 ConnPhase::Running(e) if e.is_waiting_for_recv() => break,
                 _ => {}
             }
-            let n = match net.read(id.0, rx_buf) {
+            // A running engine's octets go straight into its deframer.
+            let direct = match &mut conn.phase {
+                ConnPhase::Running(engine) => engine.stream_space(rx_buf.len()),
+                _ => None,
+            };
+            let placed = direct.is_some();
+            let n = match net.read(id.0, direct.unwrap_or(rx_buf)) {
                 Ok(n) => n,
                 Err(e) if is_would_block(&e) => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -382,6 +388,13 @@ impl Service<'_> {
                 Err(_) => 0,
             };
             counters.rx_bytes += n as u64;
+            if placed && n > 0 {
+                budget = budget.saturating_sub(n);
+                if let ConnPhase::Running(engine) = &mut conn.phase {
+                    engine.handle_stream_filled(now, n, &mut **dev, &mut Bridge(mem));
+                }
+                continue;
+            }
             if n == 0 {
                 conn.eof = true;
                 match &mut conn.phase {
