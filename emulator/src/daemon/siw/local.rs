@@ -119,7 +119,21 @@ struct End {
     local: SocketAddr,
     remote: SocketAddr,
     /// The connecting end's port, bound in the kernel while the connection lives.
-    _port: Option<OwnedFd>,
+    port: Option<OwnedFd>,
+}
+
+impl End {
+    /// An end from `local` to `remote` joined to `peer`, with no interest yet.
+    fn new(peer: Key, local: SocketAddr, remote: SocketAddr) -> End {
+        End {
+            rx: Pipe::default(),
+            peer: Some(peer),
+            interest: (false, false),
+            local,
+            remote,
+            port: None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -204,28 +218,14 @@ impl LocalNet {
         };
         let pending = self.next_pending;
         self.next_pending = self.next_pending.wrapping_add(1);
-        self.ends.insert(
-            id,
-            End {
-                rx: Pipe::default(),
-                peer: Some(Key::Pending(pending)),
-                interest: (false, true),
-                local,
-                remote: dst,
-                _port: Some(port),
-            },
-        );
-        self.pending.insert(
-            pending,
-            End {
-                rx: Pipe::default(),
-                peer: Some(Key::Id(id)),
-                interest: (false, false),
-                local: dst,
-                remote: local,
-                _port: None,
-            },
-        );
+        // The connecting end reports output (connected) at once, as a connect to a
+        // listening loopback port completes into its backlog.
+        let mut connecting = End::new(Key::Pending(pending), local, dst);
+        connecting.interest = (false, true);
+        connecting.port = Some(port);
+        self.ends.insert(id, connecting);
+        self.pending
+            .insert(pending, End::new(Key::Id(id), dst, local));
         if let Some(l) = self.listeners.get_mut(&lid) {
             l.backlog.push_back(pending);
         }
