@@ -162,6 +162,7 @@ impl Deframer {
         self.phase = Phase::Failed;
         self.buf = Vec::new();
         self.end = 0;
+        self.offered = 0;
         self.start = 0;
         self.consumed = 0;
         Some(Err(e))
