@@ -8,6 +8,7 @@ use crate::mmap::Mapping;
 use core::ffi::c_void;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use wire::client::{DeviceAttr, GidEntry, Handle, PortAttr, ReplyBody, RequestBody};
 
@@ -28,6 +29,9 @@ pub struct Context {
     pub session_page: Mapping,
     /// CQs, QPs and SRQs by daemon handle (events name them this way).
     pub objects: Mutex<Objects>,
+    /// Work was published on a ring since a poll of one of this context's CQs last
+    /// found it empty (`datapath::empty_poll`).
+    pub posted: AtomicBool,
 }
 
 #[derive(Default)]
@@ -61,7 +65,8 @@ impl Context {
 
     /// After publishing work on a ring: wake the engine if it sleeps (contracts §3).
     pub fn ring_doorbell(&self) {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.posted.store(true, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
         let sleeping =
             wire::client::SessionPage::new(self.session_page.words()).is_some_and(|p| p.sleeping());
         if sleeping {

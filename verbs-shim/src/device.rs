@@ -9,6 +9,7 @@ use crate::mmap::Mapping;
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, OnceLock};
 use wire::client::{DeviceAttr, DeviceSummary, GidEntry, PortAttr, ReplyBody, RequestBody};
 
@@ -337,6 +338,7 @@ fn open_device(device: *mut ibv_device) -> VResult<*mut ibv_context> {
         doorbell,
         session_page,
         objects: Mutex::new(Objects::default()),
+        posted: AtomicBool::new(false),
     });
     let ctx = Box::into_raw(ctx_box);
     // SAFETY: ctx was just allocated; the ibv_context is a field of it.
