@@ -30,7 +30,7 @@ pub struct Context {
     /// CQs, QPs and SRQs by daemon handle (events name them this way).
     pub objects: Mutex<Objects>,
     /// Work was published on a ring since a poll of one of this context's CQs last
-    /// found it empty (`datapath::empty_poll`).
+    /// found it empty (`backoff::empty_poll`).
     pub posted: AtomicBool,
 }
 

@@ -82,7 +82,7 @@ fn advance(cq: *mut ibv_cq_ex) -> c_int {
         let mut consumer = Consumer::with_index(view, poll.tail);
         let mut buf = [0u8; 64];
         if !consumer.pop(&mut buf).map_err(|_| Errno::EIO)? {
-            crate::datapath::empty_poll(c, &mut poll.empty);
+            crate::backoff::empty_poll(c, &mut poll.empty);
             return Err(Errno::ENOENT);
         }
         poll.empty = 0;

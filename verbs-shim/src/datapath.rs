@@ -397,52 +397,6 @@ unsafe extern "C" fn post_srq_recv(
     rc
 }
 
-/// Empty polls in a row after which a polling thread yields its core
-/// (`RDMA_EMU_POLL_YIELD`, 0 = never).
-const POLL_YIELD_DEFAULT: u32 = 64;
-
-fn poll_yield_after() -> u32 {
-    static AFTER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *AFTER.get_or_init(|| {
-        std::env::var("RDMA_EMU_POLL_YIELD")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(POLL_YIELD_DEFAULT)
-    })
-}
-
-/// Counts a poll that found the CQ empty and gives the core away when
-/// [`yield_now_after_empty`] says so.
-pub fn empty_poll(cq: &crate::objects::Cq, count: &mut u32) {
-    let posted = || {
-        Context::from_ibv(cq.cq.context)
-            .is_ok_and(|ctx| ctx.posted.swap(false, std::sync::atomic::Ordering::Relaxed))
-    };
-    if yield_now_after_empty(count, poll_yield_after(), posted) {
-        std::thread::yield_now();
-    }
-}
-
-/// Whether a poll that found the CQ empty, the `count`-th in a row, gives the core away.
-/// Applications busy-poll their CQs while the daemon, the NIC, needs a core to produce
-/// what they wait for: on a machine with fewer cores than spinning threads, not yielding
-/// leaves the daemon waiting for a time slice. So the thread yields after `after` empty
-/// polls in a row (0 = never), and at once on the first empty poll after work was
-/// posted on the CQ's context (`posted` reads and clears that): the daemon has that work
-/// to do, and if it shares this core it runs now instead of after the spin
-/// (docs/performance.md, item 11).
-fn yield_now_after_empty(count: &mut u32, after: u32, posted: impl FnOnce() -> bool) -> bool {
-    if after == 0 {
-        return false;
-    }
-    *count += 1;
-    if posted() || *count >= after {
-        *count = 0;
-        return true;
-    }
-    false
-}
-
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
     ffi::count(|| {
         let c = cq_of(cq)?;
@@ -486,7 +440,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
         }
         poll.tail = consumer.index();
         if n == 0 {
-            empty_poll(c, &mut poll.empty);
+            crate::backoff::empty_poll(c, &mut poll.empty);
         } else {
             poll.empty = 0;
         }
@@ -509,35 +463,4 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::yield_now_after_empty;
-
-    #[test]
-    fn empty_polls_yield_after_the_count_and_at_once_after_a_post() {
-        let mut count = 0;
-        for _ in 1..64 {
-            assert!(!yield_now_after_empty(&mut count, 64, || false));
-        }
-        assert!(yield_now_after_empty(&mut count, 64, || false), "the 64th");
-        assert_eq!(count, 0, "the count starts again after a yield");
-        assert!(!yield_now_after_empty(&mut count, 64, || false));
-        assert!(
-            yield_now_after_empty(&mut count, 64, || true),
-            "the first empty poll after a post"
-        );
-        assert_eq!(count, 0);
-    }
-
-    #[test]
-    fn zero_never_yields_and_leaves_the_posted_flag() {
-        let mut count = 0;
-        for _ in 0..200 {
-            assert!(!yield_now_after_empty(&mut count, 0, || {
-                panic!("the flag is not read when yields are off")
-            }));
-        }
-    }
 }

@@ -37,6 +37,7 @@
 
 pub mod abi;
 pub mod async_event;
+pub mod backoff;
 pub mod client;
 pub mod cm;
 pub mod context;
