@@ -34,7 +34,10 @@ fn poll_yield_after() -> u32 {
 /// Counts a poll of `cq` that found it empty and gives the core away when it is time to.
 pub fn empty_poll(cq: &Cq, count: &mut u32) {
     let posted = || {
-        Context::from_ibv(cq.cq.context).is_ok_and(|ctx| ctx.posted.swap(false, Ordering::Relaxed))
+        // A load before the swap: an empty poll with nothing posted writes nothing.
+        Context::from_ibv(cq.cq.context).is_ok_and(|ctx| {
+            ctx.posted.load(Ordering::Relaxed) && ctx.posted.swap(false, Ordering::Relaxed)
+        })
     };
     if give_up_core(count, poll_yield_after(), posted) {
         std::thread::yield_now();

@@ -65,7 +65,11 @@ impl Context {
 
     /// After publishing work on a ring: wake the engine if it sleeps (contracts §3).
     pub fn ring_doorbell(&self) {
-        self.posted.store(true, Ordering::Relaxed);
+        // Read first: an already set mark is not written again (threads that post in
+        // parallel would otherwise pass this cache line around on every post).
+        if !self.posted.load(Ordering::Relaxed) {
+            self.posted.store(true, Ordering::Relaxed);
+        }
         std::sync::atomic::fence(Ordering::SeqCst);
         let sleeping =
             wire::client::SessionPage::new(self.session_page.words()).is_some_and(|p| p.sleeping());
