@@ -136,9 +136,9 @@ impl Irq {
                 let off = *sent;
                 *sent += chunk as u64;
                 let last = *sent == size;
-                let mut payload = zeroed(std::mem::take(&mut self.payload), chunk);
+                let payload = sized(&mut self.payload, chunk);
                 let src = (space, host, size);
-                if chunk > 0 && self.ahead.read_run(mem, src, off, &mut payload).is_err() {
+                if chunk > 0 && self.ahead.read_run(mem, src, off, payload).is_err() {
                     return Err(TerminateError::RdmapCatastrophic);
                 }
                 if last {
@@ -148,21 +148,23 @@ impl Irq {
                     last,
                     stag: Stag(sink_stag),
                     offset: sink_to.wrapping_add(off),
-                    payload: &payload,
+                    payload: &self.payload[..chunk],
                 });
-                self.payload = payload;
             }
         }
         Ok(true)
     }
 }
 
-/// `buf` emptied and zero-filled to `len` octets: a segment's payload, in a buffer kept
-/// between segments so that each one does not allocate.
-fn zeroed(mut buf: Vec<u8>, len: usize) -> Vec<u8> {
-    buf.clear();
-    buf.resize(len, 0);
-    buf
+/// The first `len` octets of `buf`, for a segment's payload: a buffer kept between
+/// segments, grown (zero-filled) only for a segment longer than any before it, so that a
+/// segment neither allocates nor clears what the gather then overwrites (the gather fills
+/// all `len` octets or fails, and a failed segment is not sent).
+fn sized(buf: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    if buf.len() < len {
+        buf.resize(len, 0);
+    }
+    &mut buf[..len]
 }
 
 /// The next MSN of untagged queue `q` (0 Send, 1 Read Request, 2 Terminate, 3 Atomic
@@ -552,11 +554,12 @@ impl SendQueue {
                 }
                 let e = &self.sq[idx];
                 let chunk = ((e.total - e.sent) as usize).min(stream.max_payload(tagged));
-                let mut payload = zeroed(std::mem::take(&mut self.payload), chunk);
+                let payload = sized(&mut self.payload, chunk);
                 let at = (pd, qpn, cfg.inline_space);
-                if let Err(s) = gather_ahead(keys, mem, at, e, &mut self.ahead, &mut payload) {
+                if let Err(s) = gather_ahead(keys, mem, at, e, &mut self.ahead, payload) {
                     return Err(self.local_error(idx, s));
                 }
+                let payload = &self.payload[..chunk];
                 let last = e.sent + chunk as u64 == e.total;
                 let solicited = e.wr.send_flags.contains(SendFlags::SOLICITED);
                 let msg_off = e.sent;
@@ -567,7 +570,7 @@ impl SendQueue {
                         last,
                         stag: Stag(wr.rdma.rkey.0),
                         offset: wr.rdma.remote_addr.wrapping_add(msg_off),
-                        payload: &payload,
+                        payload,
                     });
                 } else if opcode == WrOpcode::SendWithImm {
                     stream.emit_ext(&ExtMessage::SendImm {
@@ -576,7 +579,7 @@ impl SendQueue {
                         msn,
                         mo: msg_off as u32,
                         imm: wr.imm_data,
-                        payload: &payload,
+                        payload,
                     });
                 } else {
                     let invalidate =
@@ -587,11 +590,10 @@ impl SendQueue {
                         invalidate,
                         msn,
                         mo: msg_off as u32,
-                        payload: &payload,
+                        payload,
                     });
                 }
                 let imm = wr.imm_data;
-                self.payload = payload;
                 let e = &mut self.sq[idx];
                 e.sent += chunk as u64;
                 if last {
