@@ -104,6 +104,42 @@ impl Stream {
         self.fpdus += 1;
     }
 
+    /// Appends one FPDU carrying `head` (a Write, Send or Read Response whose payload is
+    /// left empty) followed by `payload_len` octets that `gather` writes in place: the
+    /// payload goes from application memory into the FPDU with no buffer between. If
+    /// `gather` fails nothing is appended and its error is returned.
+    pub(super) fn emit_msg_gathered<E>(
+        &mut self,
+        head: &RdmapMessage<'_>,
+        payload_len: usize,
+        gather: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let h = head.buffer_len();
+        let len = h + payload_len;
+        if self.framing.markers {
+            let mut u = vec![0u8; len];
+            head.emit(&mut u[..h]);
+            gather(&mut u[h..])?;
+            self.emit_fpdu(&u);
+            return Ok(());
+        }
+        let n = fpdu::unmarked_len(len);
+        let at = self.out.len();
+        self.out.resize(at + n, 0);
+        let mut filled = Ok(());
+        fpdu::emit_unmarked_with(len, self.framing.crc, &mut self.out[at..], |u| {
+            head.emit(&mut u[..h]);
+            filled = gather(&mut u[h..]);
+        });
+        if filled.is_err() {
+            self.out.truncate(at);
+            return filled;
+        }
+        self.pos += n as u64;
+        self.fpdus += 1;
+        Ok(())
+    }
+
     pub(super) fn emit_ext(&mut self, msg: &ExtMessage<'_>) {
         let mut u = Vec::new();
         msg.emit(&mut u);
@@ -335,4 +371,61 @@ pub(super) fn read_reply(cfg: &IwarpConfig, reply: MpaOffer) -> ReplyVerdict {
         private_data: reply.private_data,
     };
     ReplyVerdict::Established(neg, fault)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stream;
+    use wire::iwarp::ddp::Stag;
+    use wire::iwarp::fpdu::FpduConfig;
+    use wire::iwarp::rdmap::RdmapMessage;
+
+    fn stream(crc: bool, markers: bool) -> Stream {
+        let mut s = Stream::new(1460);
+        s.framing = FpduConfig { crc, markers };
+        s
+    }
+
+    fn write(payload: &[u8]) -> RdmapMessage<'_> {
+        RdmapMessage::Write {
+            last: true,
+            stag: Stag(0x1234),
+            offset: 0x10_0000,
+            payload,
+        }
+    }
+
+    #[test]
+    fn a_gathered_message_is_framed_as_the_same_message_built_whole() {
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        for (crc, markers) in [(false, false), (true, false), (true, true), (false, true)] {
+            let (mut whole, mut gathered) = (stream(crc, markers), stream(crc, markers));
+            // A first message moves the marker position off zero.
+            whole.emit_msg(&write(&payload[..100]));
+            gathered.emit_msg(&write(&payload[..100]));
+            whole.emit_msg(&write(&payload));
+            let r: Result<(), ()> = gathered.emit_msg_gathered(&write(&[]), payload.len(), |p| {
+                p.copy_from_slice(&payload);
+                Ok(())
+            });
+            assert_eq!(r, Ok(()));
+            assert_eq!(gathered.out, whole.out, "crc {crc}, markers {markers}");
+            assert_eq!((gathered.pos, gathered.fpdus), (whole.pos, whole.fpdus));
+        }
+    }
+
+    #[test]
+    fn a_failed_gather_frames_nothing() {
+        for markers in [false, true] {
+            let mut s = stream(true, markers);
+            s.emit_msg(&write(&[1, 2, 3]));
+            let (out, pos, fpdus) = (s.out.clone(), s.pos, s.fpdus);
+            let r = s.emit_msg_gathered(&write(&[]), 500, |p| {
+                p[..10].fill(0xee);
+                Err("fault")
+            });
+            assert_eq!(r, Err("fault"));
+            assert_eq!((s.out.clone(), s.pos, s.fpdus), (out, pos, fpdus));
+        }
+    }
 }

@@ -71,8 +71,6 @@ pub(super) struct Irq {
     /// The front Read Response's source octets, read ahead of its FPDUs where memory wants
     /// runs; keyed by the source address (`host`), dropped after its last FPDU.
     ahead: Ahead,
-    /// The payload of the Read Response segment being framed (kept between segments).
-    payload: Vec<u8>,
 }
 
 impl Irq {
@@ -81,7 +79,6 @@ impl Irq {
             entries: VecDeque::new(),
             ird: cfg.ird,
             ahead: Ahead::default(),
-            payload: Vec::new(),
         }
     }
 
@@ -136,20 +133,25 @@ impl Irq {
                 let off = *sent;
                 *sent += chunk as u64;
                 let last = *sent == size;
-                let payload = sized(&mut self.payload, chunk);
-                let src = (space, host, size);
-                if chunk > 0 && self.ahead.read_run(mem, src, off, payload).is_err() {
-                    return Err(TerminateError::RdmapCatastrophic);
-                }
-                if last {
-                    self.entries.pop_front();
-                }
-                stream.emit_msg(&RdmapMessage::ReadResponse {
+                let head = RdmapMessage::ReadResponse {
                     last,
                     stag: Stag(sink_stag),
                     offset: sink_to.wrapping_add(off),
-                    payload: &self.payload[..chunk],
-                });
+                    payload: &[],
+                };
+                let src = (space, host, size);
+                let ahead = &mut self.ahead;
+                stream
+                    .emit_msg_gathered(&head, chunk, |p| {
+                        if p.is_empty() {
+                            return Ok(());
+                        }
+                        ahead.read_run(mem, src, off, p)
+                    })
+                    .map_err(|_| TerminateError::RdmapCatastrophic)?;
+                if last {
+                    self.entries.pop_front();
+                }
             }
         }
         Ok(true)
@@ -309,7 +311,8 @@ pub(super) struct SendQueue {
     sig_all: bool,
     /// Payload of the WR being segmented, read ahead of its FPDUs where memory wants runs.
     ahead: Ahead,
-    /// The payload of the segment being framed (kept: one allocation, not one a segment).
+    /// The payload of a Send with Immediate segment being framed (kept: one allocation,
+    /// not one a segment; the other messages are gathered into their FPDU in place).
     payload: Vec<u8>,
 }
 
@@ -554,44 +557,54 @@ impl SendQueue {
                 }
                 let e = &self.sq[idx];
                 let chunk = ((e.total - e.sent) as usize).min(stream.max_payload(tagged));
-                let payload = sized(&mut self.payload, chunk);
-                let at = (pd, qpn, cfg.inline_space);
-                if let Err(s) = gather_ahead(keys, mem, at, e, &mut self.ahead, payload) {
-                    return Err(self.local_error(idx, s));
-                }
-                let payload = &self.payload[..chunk];
                 let last = e.sent + chunk as u64 == e.total;
                 let solicited = e.wr.send_flags.contains(SendFlags::SOLICITED);
                 let msg_off = e.sent;
                 let msn = e.msn;
                 let wr = &e.wr;
-                if tagged {
-                    stream.emit_msg(&RdmapMessage::Write {
-                        last,
-                        stag: Stag(wr.rdma.rkey.0),
-                        offset: wr.rdma.remote_addr.wrapping_add(msg_off),
-                        payload,
-                    });
-                } else if opcode == WrOpcode::SendWithImm {
-                    stream.emit_ext(&ExtMessage::SendImm {
-                        last,
-                        solicited,
-                        msn,
-                        mo: msg_off as u32,
-                        imm: wr.imm_data,
-                        payload,
-                    });
+                let at = (pd, qpn, cfg.inline_space);
+                let gathered = if opcode == WrOpcode::SendWithImm {
+                    // The extension's message is built apart: its payload goes through
+                    // the segment buffer.
+                    let payload = sized(&mut self.payload, chunk);
+                    let r = gather_ahead(keys, mem, at, e, &mut self.ahead, payload);
+                    if r.is_ok() {
+                        stream.emit_ext(&ExtMessage::SendImm {
+                            last,
+                            solicited,
+                            msn,
+                            mo: msg_off as u32,
+                            imm: wr.imm_data,
+                            payload: &self.payload[..chunk],
+                        });
+                    }
+                    r
                 } else {
-                    let invalidate =
-                        (opcode == WrOpcode::SendWithInv).then_some(Stag(wr.invalidate_rkey.0));
-                    stream.emit_msg(&RdmapMessage::Send {
-                        last,
-                        solicited,
-                        invalidate,
-                        msn,
-                        mo: msg_off as u32,
-                        payload,
-                    });
+                    let head = if tagged {
+                        RdmapMessage::Write {
+                            last,
+                            stag: Stag(wr.rdma.rkey.0),
+                            offset: wr.rdma.remote_addr.wrapping_add(msg_off),
+                            payload: &[],
+                        }
+                    } else {
+                        RdmapMessage::Send {
+                            last,
+                            solicited,
+                            invalidate: (opcode == WrOpcode::SendWithInv)
+                                .then_some(Stag(wr.invalidate_rkey.0)),
+                            msn,
+                            mo: msg_off as u32,
+                            payload: &[],
+                        }
+                    };
+                    let ahead = &mut self.ahead;
+                    stream.emit_msg_gathered(&head, chunk, |p| {
+                        gather_ahead(keys, mem, at, e, ahead, p)
+                    })
+                };
+                if let Err(s) = gathered {
+                    return Err(self.local_error(idx, s));
                 }
                 let imm = wr.imm_data;
                 let e = &mut self.sq[idx];
