@@ -376,10 +376,10 @@ impl Service<'_> {
             }
             // A running engine's octets go straight into its deframer.
             let direct = match &mut conn.phase {
-                ConnPhase::Running(engine) => engine.stream_space(rx_buf.len()),
+                ConnPhase::Running(engine) => engine.stream_space(conn.rx_space),
                 _ => None,
             };
-            let placed = direct.is_some();
+            let (placed, offered) = (direct.is_some(), direct.as_ref().map_or(0, |s| s.len()));
             let n = match net.read(id.0, direct.unwrap_or(rx_buf)) {
                 Ok(n) => n,
                 Err(e) if is_would_block(&e) => break,
@@ -389,6 +389,9 @@ impl Service<'_> {
             };
             counters.rx_bytes += n as u64;
             if placed && n > 0 {
+                if n == offered {
+                    conn.rx_space = (conn.rx_space * 2).min(rx_buf.len());
+                }
                 budget = budget.saturating_sub(n);
                 if let ConnPhase::Running(engine) = &mut conn.phase {
                     engine.handle_stream_filled(now, n, &mut **dev, &mut Bridge(mem));

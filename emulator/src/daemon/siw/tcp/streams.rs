@@ -73,7 +73,15 @@ pub(in crate::daemon::siw) struct Conn {
     pub(super) disconnected: bool,
     /// To be closed and forgotten at the end of the pass.
     pub(super) dead: bool,
+    /// Octets a read into the running stream's deframer offers: [`RX_SPACE_MIN`] at
+    /// first, doubled (up to the device's read buffer) each time a read fills it. The
+    /// deframer's buffer grows to what is offered, so a quiet connection keeps a small
+    /// one and a busy one reads in large pieces.
+    pub(super) rx_space: usize,
 }
+
+/// What a connection's first read into its deframer offers (see [`Conn::rx_space`]).
+pub(super) const RX_SPACE_MIN: usize = 16 * 1024;
 
 #[derive(Debug)]
 pub(super) struct Listener {
@@ -328,6 +336,7 @@ impl Conn {
             outcome: Outcome::Pending,
             disconnected: false,
             dead: false,
+            rx_space: RX_SPACE_MIN,
         }
     }
 }
