@@ -98,6 +98,9 @@ impl Setup {
             || self.b.program(Some(&self.net.b), client),
             LIMIT,
         );
+        if !(s.success() && c.success()) {
+            eprintln!("{}", self.report());
+        }
         assert_both(&s, &c);
         (s, c)
     }

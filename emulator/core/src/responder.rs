@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use tracing::debug;
+
 use wire::roce::{
     packet, AethRepr, AtomicAckEthRepr, Body, CreditCode, Header, NakCode, Psn, ReadRespSeg,
     Request, Response, RnrTimer, SendSeg, Syndrome, UcRequest, WriteSeg, ICRC_LEN,
@@ -182,7 +184,17 @@ impl ResponderParts<'_> {
                 o.counters.seq_naks_sent += 1;
                 qp.counters.seq_naks_sent += 1;
             }
-            Outcome::Fatal(code, ev) => nak_fatal(qp, o, psn, code, ev),
+            Outcome::Fatal(code, ev) => {
+                let cur = match conn.resp.cur {
+                    Some(InProgress::Send { offset, .. }) => format!("send at {offset}"),
+                    Some(InProgress::Write { left, total, .. }) => {
+                        format!("write with {left} of {total} left")
+                    }
+                    Some(InProgress::Drop) | None => "none".into(),
+                };
+                debug!(qpn, %psn, ?code, request = ?r, payload = payload.len(), cur, "fatal NAK");
+                nak_fatal(qp, o, psn, code, ev)
+            }
         }
     }
 

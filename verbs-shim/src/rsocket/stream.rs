@@ -530,7 +530,12 @@ impl Stream {
         }
     }
 
+    #[track_caller]
     fn fail(&mut self, err: i32) {
+        crate::log::shim_log!(
+            "rsocket: connection failed (errno {err}) at {}",
+            core::panic::Location::caller()
+        );
         if self.state & CONNECTED != 0 || self.state == 0 {
             self.state = ERROR;
             self.err = err;
@@ -554,6 +559,10 @@ impl Stream {
                     // A flushed receive: the connection broke (rsocket.c learns it from
                     // its CM service thread's DISCONNECTED event).
                     if self.state & CONNECTED != 0 {
+                        crate::log::shim_log!(
+                            "rsocket: receive completed with status {}",
+                            wc.status
+                        );
                         self.state = ERROR;
                         self.err = libc::ECONNRESET;
                     }
@@ -601,6 +610,10 @@ impl Stream {
                     }
                 }
                 if wc.status != ep::WC_SUCCESS && self.state & CONNECTED != 0 {
+                    crate::log::shim_log!(
+                        "rsocket: send {msg:?} completed with status {}",
+                        wc.status
+                    );
                     self.state = ERROR;
                     self.err = libc::EIO;
                 }
@@ -621,7 +634,10 @@ impl Stream {
             Op::Sgl => self.sseq_comp = msg.data as u16,
             Op::IomapSgl | Op::Write => {}
             Op::Ctrl => match msg.data {
-                proto::CTRL_DISCONNECT => self.state = DISCONNECTED,
+                proto::CTRL_DISCONNECT => {
+                    crate::log::shim_log!("rsocket: the peer disconnected");
+                    self.state = DISCONNECTED;
+                }
                 proto::CTRL_SHUTDOWN => {
                     if self.state & WRITABLE != 0 {
                         self.state &= !READABLE;
