@@ -41,7 +41,13 @@ impl Completer<'_> {
         while let Some(status) = qp.sq.front().and_then(|w| w.done) {
             let Some(w) = qp.sq.pop_front() else { break };
             if let Some(r) = qp.conn.as_mut().and_then(|c| c.req.as_mut()) {
-                r.cursor.0 = r.cursor.0.saturating_sub(1);
+                // A go-back may have left the cursor inside this WR (an ACK that came
+                // behind a sequence NAK completed it): the next WR starts at its first
+                // packet, not at the retired WR's packet offset.
+                r.cursor = match r.cursor {
+                    (0, _) => (0, 0),
+                    (i, pkt) => (i - 1, pkt),
+                };
             }
             if w.signaled || status != WcStatus::Success {
                 let wc = WorkCompletion {

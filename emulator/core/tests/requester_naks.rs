@@ -12,7 +12,7 @@ use std::time::Duration;
 use emu_core::sim::*;
 use emu_core::*;
 use wire::roce::{
-    icrc, AethRepr, Body, Header, Msn, NakCode, Packet, PacketRepr, Response, Syndrome,
+    icrc, AethRepr, Body, CreditCode, Header, Msn, NakCode, Packet, PacketRepr, Response, Syndrome,
 };
 
 const WRITES: u64 = 4;
@@ -68,12 +68,17 @@ fn write(a: &End, b: &End, id: u64, at: u64) -> SendWr {
 
 /// Hands A a sequence NAK from B for `psn`, as B's device would build it.
 fn nak_to_a(f: &mut Fabric, a: &End, psn: u32) {
+    aeth_to_a(f, a, psn, Syndrome::Nak(NakCode::PsnSequenceError));
+}
+
+/// Hands A an acknowledgement from B for `psn` with `syndrome`.
+fn aeth_to_a(f: &mut Fabric, a: &End, psn: u32, syndrome: Syndrome) {
     let src = SocketAddr::new(f.nodes[1].ip, 0xc002);
     let dst = SocketAddr::new(f.nodes[0].ip, 4791);
     let repr = PacketRepr {
         header: Header::new(a.qpn, Psn::new(psn)),
         body: Body::RcResponse(Response::Ack(AethRepr {
-            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+            syndrome,
             msn: Msn(0),
         })),
         payload: &[],
@@ -173,4 +178,83 @@ fn a_sequence_nak_with_no_retry_left_ends_the_wr() {
         .handle_timeout(now + Duration::from_secs(2), &mut n.mem);
     let (_, wc) = n.dev.poll_completion().expect("a completion");
     assert_eq!((wc.wr_id, wc.status), (WrId(0), WcStatus::RetryExcErr));
+}
+
+/// Every datagram `node` has to send now, as (source, destination, bytes).
+fn drain(f: &mut Fabric, node: usize) -> Vec<(SocketAddr, SocketAddr, Vec<u8>)> {
+    let now = f.now;
+    let n = &mut f.nodes[node];
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(t) = n.dev.poll_transmit(now, &mut n.mem, &mut buf) {
+        out.push((t.src, t.dst, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+fn deliver(f: &mut Fabric, node: usize, (src, dst, bytes): &(SocketAddr, SocketAddr, Vec<u8>)) {
+    let now = f.now;
+    let n = &mut f.nodes[node];
+    let d = Datagram {
+        src: *src,
+        dst: *dst,
+        payload: bytes,
+    };
+    n.dev.handle_datagram(now, &d, &mut n.mem);
+}
+
+/// A go-back lands inside a WR (a sequence NAK for its second packet), and before that
+/// packet is resent an ACK completes the WR: it leaves the send queue, and what follows
+/// is sent from its own first packet. The go-back's position inside the retired WR used
+/// to carry over to the next one: a two-packet WRITE followed by a one-packet WRITE sent
+/// a MIDDLE packet without payload at the PSN after the second WRITE, which the responder
+/// NAKs as an invalid request (seen with rsockets on a link that reorders: the sequence
+/// NAK was older than the ACK behind it).
+#[test]
+fn an_ack_that_retires_the_wr_being_resent_restarts_at_the_next_wr() {
+    let mut f = Fabric::new(32, 2, Mtu::Mtu1024, LinkModel::default());
+    let (a, b) = connect(&mut f, &ConnOpts::default());
+    let now = f.now;
+    let n = &mut f.nodes[a.node];
+    n.mem
+        .slice_mut(AddrSpace(a.client.0), a.base, 3 * LEN as usize)
+        .fill(7);
+    let mut w0 = write(&a, &b, 0, 0);
+    w0.sg_list[0].length = 2 * LEN;
+    let w1 = write(&a, &b, 1, 2 * u64::from(LEN));
+    n.dev.post_send(now, a.qpn, w0, &mut n.mem).unwrap();
+    n.dev.post_send(now, a.qpn, w1, &mut n.mem).unwrap();
+    let sent = drain(&mut f, a.node);
+    assert_eq!(
+        sent.len(),
+        3,
+        "PSNs 100 and 101 for the first WRITE, 102 for the second"
+    );
+    for d in &sent {
+        deliver(&mut f, b.node, d);
+    }
+    // B has all three (its expected PSN is 103). A meets the sequence NAK for 101 first
+    // and goes back into the first WRITE, then the ACK for 101 retires that WRITE.
+    nak_to_a(&mut f, &a, 101);
+    aeth_to_a(&mut f, &a, 101, Syndrome::Ack(CreditCode::INVALID));
+    let resent = drain(&mut f, a.node);
+    assert!(!resent.is_empty(), "the second WRITE is sent again");
+    for d in &resent {
+        let p = Packet::new_checked(&d.2[..]).expect("a RoCE packet");
+        assert_eq!(
+            p.bth().psn(),
+            Psn::new(102),
+            "resent from the second WRITE's first packet"
+        );
+    }
+    for d in &resent {
+        deliver(&mut f, b.node, d);
+    }
+    assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
+    let mut done = Vec::new();
+    while let Some((_, wc)) = f.nodes[a.node].dev.poll_completion() {
+        done.push((wc.wr_id.0, wc.status));
+    }
+    assert_eq!(done, [(0, WcStatus::Success), (1, WcStatus::Success)]);
+    assert_eq!(f.nodes[b.node].dev.counters().duplicate_requests, 1);
 }
