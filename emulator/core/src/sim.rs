@@ -34,12 +34,14 @@ mod checked;
 mod fabric;
 pub mod incast;
 mod paging;
+mod queue;
 mod rng;
 
 pub use checked::{inject, Checked};
 pub use fabric::{
     bring_up, connect, connect_nodes, make_end, node_config, write_wr, ConnOpts, End, Fabric,
-    LinkModel, MarkingQueue, Node, QueueStats,
+    LinkModel, Node,
 };
 pub use paging::{Paged, Paging};
+pub use queue::{MarkingQueue, QueueStats};
 pub use rng::{seed_range, start_psn, Rng};

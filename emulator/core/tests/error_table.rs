@@ -70,6 +70,7 @@ const LOST: LinkModel = LinkModel {
     delay: Duration::from_micros(5),
     mtu: 9000,
     bandwidth: None,
+    batch: false,
 };
 const GOOD: LinkModel = LinkModel {
     loss: 0.0,
@@ -79,6 +80,7 @@ const GOOD: LinkModel = LinkModel {
     delay: Duration::from_micros(5),
     mtu: 9000,
     bandwidth: None,
+    batch: false,
 };
 
 fn cases() -> Vec<Case> {

@@ -1,12 +1,13 @@
-//! The simulated fabric: nodes, links with their seeded faults, the marking switch port,
-//! and the helpers that connect two QPs across it.
+//! The simulated fabric: nodes, links with their seeded faults, the marking switch port
+//! ([`super::queue`]), and the helpers that connect two QPs across it.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::paging::{Paged, Paging};
+use super::queue::{MarkingQueue, QueueStats};
 use super::rng::Rng;
 use crate::attr::*;
 use crate::memory::VecMemory;
@@ -34,6 +35,11 @@ pub struct LinkModel {
     /// READ responses a retransmission provokes) arrives spread out, as from a slow
     /// responder.
     pub bandwidth: Option<u64>,
+    /// Whether a node takes every packet that has arrived before it sends again, as the
+    /// daemon drains its socket in one pass (`recvmmsg`, GRO): two responses back to back
+    /// reach the requester with no transmission between them. Otherwise a node may send
+    /// between any two packets it takes.
+    pub batch: bool,
 }
 
 impl LinkModel {
@@ -45,6 +51,7 @@ impl LinkModel {
             duplicate: rng.unit() * 0.2,
             reorder: rng.unit() * 0.2,
             corrupt: rng.unit() * 0.02,
+            batch: rng.unit() < 0.5,
             ..LinkModel::default()
         }
     }
@@ -60,53 +67,8 @@ impl Default for LinkModel {
             delay: Duration::from_micros(5),
             mtu: 9000,
             bandwidth: None,
+            batch: false,
         }
-    }
-}
-
-/// A switch egress port in front of one node: every packet to that node (from another
-/// node) waits here, leaves at the port's rate, is dropped when the queue is full
-/// (drop-tail) and is marked Congestion Experienced by RED-style ECN marking, as the DCQCN
-/// paper's switches do: never below `kmin` bytes queued, with a probability rising
-/// linearly from 0 to `pmax` between `kmin` and `kmax`, always above `kmax`. Marked packets
-/// reach the node's [`Device::congestion_experienced`] after [`Device::handle_datagram`].
-#[derive(Debug, Clone, Copy)]
-pub struct MarkingQueue {
-    /// The node behind the port.
-    pub to: usize,
-    /// Bytes per second the port sends.
-    pub rate: u64,
-    /// Bytes the queue holds.
-    pub capacity: usize,
-    /// Queue depth (bytes) where marking starts.
-    pub kmin: usize,
-    /// Queue depth (bytes) from which every packet is marked.
-    pub kmax: usize,
-    /// Marking probability at `kmax`.
-    pub pmax: f64,
-}
-
-/// What a [`MarkingQueue`] saw.
-#[derive(Debug, Clone, Default)]
-pub struct QueueStats {
-    /// Packets that arrived.
-    pub arrived: u64,
-    /// Packets dropped because the queue was full.
-    pub dropped: u64,
-    /// Packets marked CE.
-    pub marked: u64,
-    /// The deepest the queue was, in bytes (seen by arriving packets).
-    pub max_depth: usize,
-    /// Sum of the depths arriving packets saw (for the mean).
-    pub depth_sum: u64,
-    /// Bytes let into the queue (they leave in order at the port rate), by sending node.
-    pub sent_by: BTreeMap<usize, u64>,
-}
-
-impl QueueStats {
-    /// The mean depth arriving packets saw, in bytes.
-    pub fn mean_depth(&self) -> u64 {
-        self.depth_sum.checked_div(self.arrived).unwrap_or(0)
     }
 }
 
@@ -475,6 +437,9 @@ impl Fabric {
                     return true;
                 }
                 self.deliver(pkt);
+                if self.link.batch {
+                    self.deliver_arrived();
+                }
                 true
             }
             (_, Some(t)) => {
@@ -503,6 +468,25 @@ impl Fabric {
         for (i, n) in self.nodes.iter_mut().enumerate() {
             let seed = self.seed ^ ((i as u64 + 1) << 32);
             n.paging = Some(Paging::new(seed, fault_time, evict));
+        }
+    }
+
+    /// Delivers the packets that have reached their nodes by now (see
+    /// [`LinkModel::batch`]), in arrival order, up to the first one whose node is busy
+    /// (serving page faults, or with a backlog) or that still has a switch to pass.
+    fn deliver_arrived(&mut self) {
+        while let Some(Reverse(p)) = self.flying.peek() {
+            let ready = p.at <= self.now
+                && matches!(p.hop, Hop::Host { .. })
+                && self.stalled_until[p.to] <= self.now
+                && self.backlog[p.to].is_empty();
+            if !ready {
+                break;
+            }
+            let Some(Reverse(pkt)) = self.flying.pop() else {
+                break;
+            };
+            self.deliver(pkt);
         }
     }
 

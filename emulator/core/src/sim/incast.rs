@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
-use super::fabric::{
-    connect_nodes, write_wr, ConnOpts, Fabric, LinkModel, MarkingQueue, QueueStats,
-};
+use super::fabric::{connect_nodes, write_wr, ConnOpts, Fabric, LinkModel};
+use super::queue::{MarkingQueue, QueueStats};
 use crate::attr::*;
 use crate::types::*;
 use crate::DcqcnParams;
