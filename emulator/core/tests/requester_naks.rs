@@ -41,11 +41,7 @@ fn rig() -> (Fabric, End, End) {
         let wr = write(&a, &b, i, i * u64::from(LEN));
         n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
     }
-    let mut buf = Vec::new();
-    let mut lost = 0;
-    while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {
-        lost += 1;
-    }
+    let lost = drain(&mut f, a.node).len() as u64;
     assert_eq!(lost, WRITES, "one packet per WRITE, all dropped");
     (f, a, b)
 }
@@ -104,6 +100,29 @@ fn aeth_to_a(f: &mut Fabric, a: &End, psn: u32, syndrome: Syndrome) {
     );
 }
 
+/// Every datagram `node` has to send now, as (source, destination, bytes).
+fn drain(f: &mut Fabric, node: usize) -> Vec<(SocketAddr, SocketAddr, Vec<u8>)> {
+    let now = f.now;
+    let n = &mut f.nodes[node];
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(t) = n.dev.poll_transmit(now, &mut n.mem, &mut buf) {
+        out.push((t.src, t.dst, buf[..t.len].to_vec()));
+    }
+    out
+}
+
+fn deliver(f: &mut Fabric, node: usize, (src, dst, bytes): &(SocketAddr, SocketAddr, Vec<u8>)) {
+    let now = f.now;
+    let n = &mut f.nodes[node];
+    let d = Datagram {
+        src: *src,
+        dst: *dst,
+        payload: bytes,
+    };
+    n.dev.handle_datagram(now, &d, &mut n.mem);
+}
+
 /// Runs the fabric idle and checks that every WRITE completed and B holds its bytes.
 fn all_written(f: &mut Fabric, a: &End, b: &End) {
     assert!(f.run(Duration::from_secs(30)), "the fabric never went idle");
@@ -148,8 +167,7 @@ fn a_sequence_nak_after_progress_is_a_new_gap() {
     let n = &mut f.nodes[a.node];
     let wr = write(&a, &b, 9, 0);
     n.dev.post_send(now, a.qpn, wr, &mut n.mem).unwrap();
-    let mut buf = Vec::new();
-    while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {}
+    drain(&mut f, a.node);
     let next = 100 + WRITES as u32;
     nak_to_a(&mut f, &a, next);
     nak_to_a(&mut f, &a, next);
@@ -167,8 +185,7 @@ fn a_sequence_nak_with_no_retry_left_ends_the_wr() {
     let n = &mut f.nodes[a.node];
     n.dev
         .handle_timeout(now + Duration::from_secs(1), &mut n.mem);
-    let mut buf = Vec::new();
-    while n.dev.poll_transmit(now, &mut n.mem, &mut buf).is_some() {}
+    drain(&mut f, a.node);
     // A NAK for the same PSN is the NAK the first transmission caused: not a new retry.
     nak_to_a(&mut f, &a, 100);
     assert!(f.nodes[a.node].dev.poll_completion().is_none());
@@ -178,29 +195,6 @@ fn a_sequence_nak_with_no_retry_left_ends_the_wr() {
         .handle_timeout(now + Duration::from_secs(2), &mut n.mem);
     let (_, wc) = n.dev.poll_completion().expect("a completion");
     assert_eq!((wc.wr_id, wc.status), (WrId(0), WcStatus::RetryExcErr));
-}
-
-/// Every datagram `node` has to send now, as (source, destination, bytes).
-fn drain(f: &mut Fabric, node: usize) -> Vec<(SocketAddr, SocketAddr, Vec<u8>)> {
-    let now = f.now;
-    let n = &mut f.nodes[node];
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(t) = n.dev.poll_transmit(now, &mut n.mem, &mut buf) {
-        out.push((t.src, t.dst, buf[..t.len].to_vec()));
-    }
-    out
-}
-
-fn deliver(f: &mut Fabric, node: usize, (src, dst, bytes): &(SocketAddr, SocketAddr, Vec<u8>)) {
-    let now = f.now;
-    let n = &mut f.nodes[node];
-    let d = Datagram {
-        src: *src,
-        dst: *dst,
-        payload: bytes,
-    };
-    n.dev.handle_datagram(now, &d, &mut n.mem);
 }
 
 /// A go-back lands inside a WR (a sequence NAK for its second packet), and before that

@@ -432,7 +432,7 @@ impl Fabric {
                     self.enqueue(from, pkt);
                     return true;
                 }
-                if self.stalled_until[pkt.to] > self.now || !self.backlog[pkt.to].is_empty() {
+                if self.busy(pkt.to) {
                     self.backlog[pkt.to].push_back(pkt);
                     return true;
                 }
@@ -476,11 +476,7 @@ impl Fabric {
     /// (serving page faults, or with a backlog) or that still has a switch to pass.
     fn deliver_arrived(&mut self) {
         while let Some(Reverse(p)) = self.flying.peek() {
-            let ready = p.at <= self.now
-                && matches!(p.hop, Hop::Host { .. })
-                && self.stalled_until[p.to] <= self.now
-                && self.backlog[p.to].is_empty();
-            if !ready {
+            if p.at > self.now || !matches!(p.hop, Hop::Host { .. }) || self.busy(p.to) {
                 break;
             }
             let Some(Reverse(pkt)) = self.flying.pop() else {
@@ -488,6 +484,12 @@ impl Fabric {
             };
             self.deliver(pkt);
         }
+    }
+
+    /// Whether `node` cannot take a packet now: it serves page faults, or packets wait
+    /// for it already.
+    fn busy(&self, node: usize) -> bool {
+        self.stalled_until[node] > self.now || !self.backlog[node].is_empty()
     }
 
     /// Hands a packet to its node, which is then busy with the faults it took.
